@@ -1,0 +1,3 @@
+from astra_sglang.cli.main import main
+
+raise SystemExit(main())

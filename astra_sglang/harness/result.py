@@ -1,0 +1,104 @@
+"""The harness's verdict on one candidate: what the agents read, what picks the winner, what patches cite.
+
+Kept separate from the harness code so the agents loop and the patch registry can depend on the result
+schema without importing torch.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class KernelResources(_Model):
+    """One kernel's line of the ``-Xptxas -v`` report (Triton: from the compiled kernel's metadata)."""
+
+    kernel: str
+    registers: Optional[int] = None
+    spill_stores_bytes: Optional[int] = None
+    spill_loads_bytes: Optional[int] = None
+    smem_bytes: Optional[int] = None
+    stack_frame_bytes: Optional[int] = None
+
+
+class BuildReport(_Model):
+    ok: bool
+    seconds: float = 0.0
+    log: str = Field(default="", description="compiler output, trimmed; the error message on failure")
+    resources: list[KernelResources] = Field(default_factory=list)
+    cached: bool = False
+
+
+class FailedCase(_Model):
+    """The first check that failed, with everything needed to reproduce it."""
+
+    reason: str = Field(description="e.g. 'mismatch', 'nan', 'unwritten output', 'input mutated', 'timeout', "
+                        "'crash', 'stateful', 'launch error'")
+    detail: str = ""
+    dims: dict[str, int] = Field(default_factory=dict)
+    dtype: Optional[str] = None
+    distribution: Optional[str] = None
+    seed: Optional[int] = None
+    tensor: Optional[str] = None
+    max_abs_err: Optional[float] = None
+    max_rel_err: Optional[float] = None
+    heldout: bool = False
+
+
+class CorrectnessReport(_Model):
+    ok: bool
+    cases_run: int = 0
+    heldout_cases_run: int = 0
+    first_failure: Optional[FailedCase] = None
+
+
+class ShapeTiming(_Model):
+    dims: dict[str, int]
+    dtype: str
+    original_us: float
+    candidate_us: Optional[float] = None
+    spread_pct: float = Field(description="relative spread (IQR/median, max of both sides) of the timed samples")
+    speedup: Optional[float] = None
+    verdict: Literal["faster", "slower", "no change", "suspect", "original only"] = "original only"
+    bytes_moved: int
+    original_gbps: float
+    candidate_gbps: Optional[float] = None
+    original_pct_ceiling: float
+    candidate_pct_ceiling: Optional[float] = None
+
+
+class TimingReport(_Model):
+    mode: Literal["cold", "warm"] = "cold"
+    method: str = Field(description="e.g. 'cuda-graph replay, 20 warm-up, 100 timed, ABAB interleaved'")
+    copy_ceiling_gbps: float
+    shapes: list[ShapeTiming]
+    geomean_speedup: Optional[float] = None
+    suspect: list[str] = Field(default_factory=list, description="why a number is not trusted (above ceiling...)")
+
+
+class EvalResult(_Model):
+    """Everything known about one candidate (or the original alone when ``candidate`` is None)."""
+
+    op_id: str
+    candidate: Optional[str] = Field(default=None, description="path of the candidate source, None = original")
+    candidate_sha256: Optional[str] = None
+    device: str = Field(description="'NVIDIA H200 (sm_90)' or 'cpu (TRITON_INTERPRET=1)'")
+    sglang_version: str
+    build: BuildReport
+    correctness: Optional[CorrectnessReport] = None
+    timing: Optional[TimingReport] = None
+    error: Optional[str] = Field(default=None, description="why evaluation stopped (build failed, worker died, ...)")
+    wall_s: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.build.ok and self.correctness is not None and self.correctness.ok and self.error is None
+
+    @property
+    def geomean_speedup(self) -> Optional[float]:
+        return self.timing.geomean_speedup if self.timing else None
