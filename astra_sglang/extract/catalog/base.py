@@ -1,0 +1,70 @@
+"""What an op's catalog entry states: the knowledge about one kernel that cannot be read off SGLang's code.
+
+Everything derivable (sources, header closure, hashes, template arguments, compile flags, call sites) is
+captured generically by the extractor; an entry only adds the semantics (signature, reference, tolerances),
+how the entry export is called, which shapes matter, and where the serving path really goes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Literal, Optional
+
+from astra_sglang.extract.manifest import Baseline, ShapeCase, Signature, Tolerance
+
+# Justification of the default tolerances (relative, per dtype). A kernel and a float32 reference that
+# round at different points differ by about one unit in the last place of the stored dtype:
+# bf16 has 8 significant bits (ulp 2^-7 = 7.8e-3 relative, so 1.6e-2 = 2 ulp), fp16 11 bits
+# (ulp 2^-10 = 9.8e-4, so 2e-3 = 2 ulp), fp32 24 bits (1e-5 leaves room for fast-math exp/rsqrt).
+# atol covers values near zero where relative error is meaningless.
+DEFAULT_TOLERANCES: dict[str, Tolerance] = {
+    "bfloat16": Tolerance(atol=1.6e-2, rtol=1.6e-2),
+    "float16": Tolerance(atol=2e-3, rtol=2e-3),
+    "float32": Tolerance(atol=1e-5, rtol=1e-5),
+}
+
+
+@dataclass(frozen=True)
+class FlashInferBaseline:
+    """A FlashInfer kernel SGLang serves with, rebuilt from the installed flashinfer-python's headers."""
+
+    name: str
+    header: str  # path under flashinfer/data/include, e.g. 'flashinfer/norm.cuh'
+    glue: str  # file name of our glue .cuh under astra_sglang/extract/glue/
+    template_args: dict[str, str]
+    exports: list[tuple[str, str]]  # (export name, C++ symbol with '{targs}')
+    entry: str
+    call: list[str]
+    description: str
+    when: str
+    same_function: bool
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class CatalogEntry:
+    short_name: str
+    op_id: str  # registry op id, or 'module:attr' for an unregistered entry point
+    entry_point: str  # 'module:attr' of the SGLang function the kernel is called through
+    kind: Literal["cuda_jit", "triton"]
+    signature: Signature
+    reference: str  # the text of reference.py (ours): def reference(**args) -> dict[str, Tensor]
+    shapes: Callable[[], list[ShapeCase]]
+    call: list[str]
+    # cuda_jit: SGLang's module builder and the arguments that select each dtype's build
+    builder: Optional[str] = None  # 'module:function'
+    builder_args: dict[str, tuple[Any, ...]] = field(default_factory=dict)  # dtype -> positional args
+    builder_kwargs: dict[str, Any] = field(default_factory=dict)
+    entry_export: Optional[str] = None
+    # triton: the wrapper that launches the kernels
+    wrapper: Optional[str] = None  # 'module:function'
+    tolerances: dict[str, Tolerance] = field(default_factory=lambda: dict(DEFAULT_TOLERANCES))
+    forward_native: Optional[str] = None  # SGLang's forward_native target, if any
+    aliases: tuple[str, ...] = ()
+    callsite_modules: tuple[str, ...] = ()  # modules to import before scanning sys.modules
+    serving_sites: dict[str, str] = field(default_factory=dict)  # 'module:attr' -> note
+    extra_sites: list[tuple[str, str, bool, str]] = field(default_factory=list)  # (module, attr, reached, note)
+    baselines: list[Baseline] = field(default_factory=list)
+    flashinfer_baselines: list[FlashInferBaseline] = field(default_factory=list)
+    trace_dims: Optional[Callable[[list[tuple[str, list[int]]]], Optional[dict[str, int]]]] = None
+    notes: list[str] = field(default_factory=list)
