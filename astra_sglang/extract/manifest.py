@@ -14,6 +14,8 @@ from typing import Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from astra_sglang.errors import AstraError
+
 SCHEMA_VERSION = 1
 MANIFEST_NAME = "manifest.json"
 
@@ -158,12 +160,16 @@ class Manifest(_Model):
     call_sites: list[CallSite] = Field(default_factory=list)
     shapes: list[ShapeCase]
     notes: list[str] = Field(default_factory=list)
+    external_includes: list[str] = Field(
+        default_factory=list,
+        description="#include names reached but not copied (system, CUDA, tvm-ffi headers): the build host provides them",
+    )
 
     def file(self, role: FileRole) -> list[SourceFile]:
         return [f for f in self.files if f.role == role]
 
 
-class ManifestError(ValueError):
+class ManifestError(AstraError, ValueError):
     """A folder that is not a readable extracted op: one clear reason, no traceback for the user."""
 
 

@@ -86,9 +86,13 @@ def require_sglang() -> types.ModuleType:
 
 def import_optional(module: str) -> types.ModuleType | None:
     """Import a SGLang module for call-site scanning; a module that cannot import on this host is skipped."""
+    import warnings
+
     install_cpu_shims()
     try:
-        return importlib.import_module(module)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # SGLang warns about missing CUDA on import: noise for the user
+            return importlib.import_module(module)
     except Exception:
         return None
 

@@ -1,0 +1,52 @@
+"""Where the installed SGLang binds a kernel's entry point: every module attribute that *is* that object.
+
+A later stage patches by rebinding exactly these attributes (SGLang's REPLACE hook does the same scan), so
+stale ``from X import f`` copies are found too. Modules that cannot import on this host are skipped; the
+catalog adds the CUDA-only bindings read from source.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from astra_sglang.extract.manifest import CallSite
+from astra_sglang.extract.sglang_env import import_optional
+
+
+def bound_attributes(obj: Any, prefix: str = "sglang") -> list[tuple[str, str]]:
+    found: list[tuple[str, str]] = []
+    for name, module in sorted(list(sys.modules.items())):
+        if module is None or not (name == prefix or name.startswith(prefix + ".")):
+            continue
+        try:
+            attrs = vars(module)
+        except TypeError:
+            continue
+        for attr, value in list(attrs.items()):
+            if value is obj:
+                found.append((name, attr))
+    return found
+
+
+def scan_call_sites(
+    obj: Any,
+    modules: tuple[str, ...],
+    serving: dict[str, str],
+    extra: list[tuple[str, str, bool, str]],
+) -> tuple[list[CallSite], list[str]]:
+    """Call sites of ``obj`` after importing ``modules``; returns the sites and the modules that did not import."""
+    skipped = [m for m in modules if import_optional(m) is None]
+    sites: dict[tuple[str, str], CallSite] = {}
+    for module, attr in bound_attributes(obj):
+        key = f"{module}:{attr}"
+        sites[(module, attr)] = CallSite(
+            module=module,
+            attr=attr,
+            reached_by_serving=key in serving,
+            note=serving.get(key, "bound to the entry point (found by scanning sys.modules)"),
+        )
+    for module, attr, reached, note in extra:
+        if (module, attr) not in sites:
+            sites[(module, attr)] = CallSite(module=module, attr=attr, reached_by_serving=reached, note=note)
+    return list(sites.values()), skipped

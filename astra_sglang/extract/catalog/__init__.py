@@ -1,0 +1,30 @@
+"""The op catalog: one small module per op family with what extraction cannot derive from SGLang's code.
+
+An op without an entry is listed by ``extract --list`` with its sources but refused by ``extract`` with the
+reason: without a signature and a reference a folder could not be checked, so it would be worse than none.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from astra_sglang.extract.catalog.base import CatalogEntry
+
+_MODULES = ("activation", "fused_add_rmsnorm", "merge_state", "softcap", "row_scale", "norm")
+
+
+@lru_cache(maxsize=None)
+def entries() -> tuple[CatalogEntry, ...]:
+    import importlib
+
+    found: list[CatalogEntry] = []
+    for name in _MODULES:
+        found += importlib.import_module(f"astra_sglang.extract.catalog.{name}").ENTRIES
+    return tuple(found)
+
+
+def find(name: str) -> CatalogEntry | None:
+    for entry in entries():
+        if name in (entry.short_name, entry.op_id, entry.entry_point, *entry.aliases):
+            return entry
+    return None

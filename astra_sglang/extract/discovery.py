@@ -1,0 +1,162 @@
+"""``extract --list``: every kernel the installed SGLang knows, where its source is, and whether we can extract it.
+
+Sources: the kernel registry (``all_specs()``), BaseFusedOp instances, and serving entry points that are not
+registered op ids. The source kind of each backend comes from a static scan of its target's module: a
+``load_jit(cuda_files=[...])`` call makes it CUDA JIT, ``@triton.jit`` kernels make it Triton; when the target
+is a ``forward_*`` method that imports its implementation, the imported modules are scanned too.
+"""
+
+from __future__ import annotations
+
+import difflib
+import sys
+from typing import Optional
+
+from pydantic import BaseModel
+
+from astra_sglang.errors import AstraError
+from astra_sglang.extract import catalog
+from astra_sglang.extract.manifest import SourceKind
+from astra_sglang.extract.sglang_env import require_sglang, sglang_root
+from astra_sglang.extract.source_scan import imported_modules_of, scan_module
+
+# Entry points SGLang serves with that are not registry op ids (catalog entry points are added too).
+SERVING_ENTRY_POINTS: tuple[str, ...] = (
+    "sglang.kernels.ops.layernorm.norm:fused_add_rmsnorm",
+    "sglang.kernels.ops.layernorm.norm:rmsnorm",
+    "sglang.kernels.ops.layernorm.norm:fused_inplace_qknorm",
+)
+
+_KIND_ORDER = ("cuda_jit", "triton", "compiled_only", "other", "torch")
+
+
+class OpInfo(BaseModel):
+    op_id: str
+    backends: list[str]
+    source_kind: SourceKind
+    sources: list[str]  # relative to the installed sglang package (JIT: relative to kernels/jit/csrc)
+    torch_reference: bool
+    fused_op: bool = False
+    registered: bool = True
+    extractable: bool
+    reason: str = ""
+    short_name: Optional[str] = None  # the catalog's folder name when extractable
+
+
+def _backend_kind(backend: str, target: str) -> tuple[str, list[str], Optional[str]]:
+    """(kind, sources, problem) of one backend target."""
+    if backend in ("torch", "torch_compile"):
+        return "torch", [], None
+    if backend == "aot":
+        return "compiled_only", [], None
+    if backend not in ("jit", "triton"):
+        return "other", [], None
+    module, _, qual = target.partition(":")
+    candidates = [module] + [m for m in imported_modules_of(module, qual) if m.startswith("sglang")]
+    root = sglang_root()
+    for mod in candidates:
+        scan = scan_module(mod)
+        if scan is None:
+            continue
+        if scan.error:
+            return "other", [], scan.error
+        if backend == "jit" and (scan.cuda_files or scan.dynamic_load_jit):
+            if not scan.cuda_files:
+                return "cuda_jit", [], f"load_jit in {mod} has no literal cuda_files list"
+            return "cuda_jit", list(scan.cuda_files), None
+        if backend == "triton" and scan.triton_kernels:
+            rel = str(scan.path.relative_to(root)) if scan.path.is_relative_to(root) else str(scan.path)
+            problem = None
+            if scan.sglang_imports:
+                problem = f"Triton source imports SGLang ({scan.sglang_imports[0]}): cannot run stand-alone"
+            return "triton", [rel], problem
+    if backend == "jit":
+        return "other", [], "no load_jit(cuda_files=...) found in the target's module"
+    return "other", [], "no @triton.jit kernel found in the target's module"
+
+
+def _fused_ops() -> dict[str, bool]:
+    """op id -> defines its own forward_native, for every BaseFusedOp instance imported so far."""
+    from sglang.kernels.fused_op import BaseFusedOp
+
+    found: dict[str, bool] = {}
+    for name, module in list(sys.modules.items()):
+        if module is None or not name.startswith("sglang"):
+            continue
+        for value in list(vars(module).values()):
+            if isinstance(value, BaseFusedOp) and value.op:
+                found[value.op] = "forward_native" in type(value).__dict__ or any(
+                    "forward_native" in k.__dict__ for k in type(value).__mro__[1:] if k is not BaseFusedOp
+                )
+    return found
+
+
+def _info(op_id: str, targets: list[tuple[str, str]], fused: dict[str, bool], registered: bool) -> OpInfo:
+    kinds: dict[str, tuple[list[str], Optional[str]]] = {}
+    for backend, target in targets:
+        kind, sources, problem = _backend_kind(backend, target)
+        if kind not in kinds or (kinds[kind][1] and not problem):
+            kinds[kind] = (sources, problem)
+    kind = next((k for k in _KIND_ORDER if k in kinds), "other")
+    sources, problem = kinds.get(kind, ([], None))
+    backends = sorted({b for b, _ in targets})
+    torch_ref = "torch" in backends or fused.get(op_id, False)
+    entry = catalog.find(op_id)
+    if entry is not None:
+        return OpInfo(op_id=op_id, backends=backends, source_kind=entry.kind, sources=sources, torch_reference=torch_ref
+                      or entry.forward_native is not None, fused_op=op_id in fused, registered=registered,
+                      extractable=True, short_name=entry.short_name)
+    if kind == "cuda_jit":
+        reason = problem or f"CUDA JIT ({', '.join(sources)}) but no catalog entry (signature, reference, shapes)"
+    elif kind == "triton":
+        reason = problem or "Triton source but no catalog entry (signature, reference, shapes)"
+    elif kind == "compiled_only":
+        reason = "compiled only (sgl_kernel wheel): no source in the installed package"
+    elif kind == "torch":
+        reason = "pure torch: nothing to extract"
+    else:
+        reason = problem or f"backends {', '.join(backends)} are neither CUDA JIT nor Triton"
+    return OpInfo(op_id=op_id, backends=backends, source_kind=kind, sources=sources, torch_reference=torch_ref,
+                  fused_op=op_id in fused, registered=registered, extractable=False, reason=reason)
+
+
+def list_ops() -> list[OpInfo]:
+    require_sglang()
+    from sglang.kernels.registry import registry
+
+    by_op: dict[str, list[tuple[str, str]]] = {}
+    for spec in registry.all_specs():
+        by_op.setdefault(spec.op, []).append((spec.backend.value, spec.target))
+    fused = _fused_ops()
+    infos = [_info(op, targets, fused, True) for op, targets in sorted(by_op.items())]
+    extra = list(SERVING_ENTRY_POINTS) + [e.entry_point for e in catalog.entries() if e.op_id not in by_op]
+    for target in dict.fromkeys(extra):
+        if target in by_op:
+            continue
+        kind = "triton" if (catalog.find(target) and catalog.find(target).kind == "triton") else "jit"  # type: ignore[union-attr]
+        infos.append(_info(target, [(kind, target)], fused, False))
+    return infos
+
+
+def resolve(name: str, infos: list[OpInfo]) -> OpInfo:
+    """An op id, 'module:attr', catalog short name/alias, or an unambiguous suffix -> its OpInfo."""
+    entry = catalog.find(name)
+    if entry is not None:
+        for info in infos:
+            if info.op_id == entry.op_id:
+                return info
+    exact = [i for i in infos if i.op_id == name]
+    if exact:
+        return exact[0]
+    last = {i.op_id: i.op_id.split(":")[-1].split(".")[-1] for i in infos}
+    suffix = [i for i in infos if last[i.op_id] == name] or [i for i in infos if name in last[i.op_id]]
+    if len(suffix) == 1:
+        return suffix[0]
+    if len(suffix) > 1:
+        raise AstraError(f"op {name!r} is ambiguous: {', '.join(i.op_id for i in suffix[:8])}; give the full op id")
+    names = [i.op_id for i in infos] + [e.short_name for e in catalog.entries()]
+    close = difflib.get_close_matches(name, names, n=5, cutoff=0.5) or [
+        n for n in names if name.lower() in n.lower()
+    ][:5]
+    hint = f"; close matches: {', '.join(close)}" if close else "; see `astra-sglang extract --list`"
+    raise AstraError(f"unknown op {name!r}{hint}")

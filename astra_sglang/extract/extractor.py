@@ -1,0 +1,286 @@
+"""``extract OP ...``: write one self-contained folder per op, atomically.
+
+Generic work lives here (copying sources with their include closure, hashing, capturing the JIT recipe,
+scanning call sites); the op-specific knowledge comes from the catalog entry. A folder is assembled in a
+temporary sibling directory and renamed into place only once its manifest validates, so a failure never
+leaves a half-written folder (and never destroys the previous good one).
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Callable, Optional
+
+from astra_sglang.errors import AstraError
+from astra_sglang.extract import catalog
+from astra_sglang.extract.callsites import scan_call_sites
+from astra_sglang.extract.catalog.base import CatalogEntry, FlashInferBaseline
+from astra_sglang.extract.closure import include_closure, sha256
+from astra_sglang.extract.discovery import list_ops, resolve
+from astra_sglang.extract.manifest import (
+    MANIFEST_NAME,
+    Baseline,
+    CudaExport,
+    CudaJitRecipe,
+    FileRole,
+    Manifest,
+    Reference,
+    ShapeCase,
+    SourceFile,
+    TritonRecipe,
+    load_manifest,
+    write_manifest,
+)
+from astra_sglang.extract.recipe import capture_jit_request, resolve_target, sm90_cuda_cflags, sm90_ldflags
+from astra_sglang.extract.sglang_env import flashinfer_root, flashinfer_version, jit_dir, sglang_root, sglang_version
+from astra_sglang.extract.source_scan import module_file, scan_module
+
+GLUE_DIR = Path(__file__).parent / "glue"
+ARCH = "sm_90a"
+TOOLCHAIN_NOTE = (
+    "cuda_cflags are SGLang's BuildSpec.cuda_cflags on sm_90 (default target flags + the builder's extras); the "
+    "toolchain adds '-Xcompiler -fPIC', '-gencode=arch=compute_90a,code=sm_90a' and -I for tvm-ffi's include dir "
+    "and include_dirs, and links with '-shared -L<tvm_ffi>/lib -ltvm_ffi -L<cuda>/lib64 -lcudart'"
+)
+
+
+class _Folder:
+    """Files being assembled in a temporary op folder, each recorded with its hash and role."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.files: list[SourceFile] = []
+
+    def copy(self, src: Path, rel: str, origin: str, role: FileRole, committed: bool) -> str:
+        dest = self.root / rel
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(src, dest)
+        self.files.append(SourceFile(path=rel, origin=origin, sha256=sha256(dest), role=role, committed=committed))
+        return rel
+
+    def write(self, rel: str, text: str, role: FileRole) -> str:
+        dest = self.root / rel
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        dest.write_text(text)
+        self.files.append(SourceFile(path=rel, origin="astra", sha256=sha256(dest), role=role, committed=True))
+        return rel
+
+    def copy_sglang(self, src: Path, role: FileRole) -> str:
+        rel_pkg = src.resolve().relative_to(sglang_root()).as_posix()
+        if any(f.path == f"src/{rel_pkg}" for f in self.files):
+            return f"src/{rel_pkg}"
+        return self.copy(src, f"src/{rel_pkg}", f"sglang:{rel_pkg}", role, committed=False)
+
+
+def _template_args(symbol: str) -> str:
+    """The text inside the first balanced <...> of a C++ symbol ('K<bf16_t, true>::run' -> 'bf16_t, true')."""
+    start = symbol.find("<")
+    if start < 0:
+        return ""
+    depth = 0
+    for i in range(start, len(symbol)):
+        depth += {"<": 1, ">": -1}.get(symbol[i], 0)
+        if depth == 0:
+            return symbol[start + 1 : i]
+    raise AstraError(f"cannot parse the template arguments of {symbol!r}")
+
+
+def _cuda_jit(entry: CatalogEntry, folder: _Folder, external: list[str], notes: list[str]) -> CudaJitRecipe:
+    assert entry.builder and entry.entry_export
+    requests = {d: capture_jit_request(entry.builder, a, entry.builder_kwargs) for d, a in entry.builder_args.items()}
+    first_dtype, first = next(iter(requests.items()))
+    if first.extra_dependencies or not first.header_only:
+        raise AstraError(f"{entry.short_name}: needs {first.extra_dependencies or 'a non-header-only build'}; "
+                         "only header-only JIT modules without external dependencies can be extracted")
+    targs = {d: _template_args(r.cuda_wrappers[0][1]) for d, r in requests.items()}
+    exports = [CudaExport(name=n, symbol=s.replace(f"<{targs[first_dtype]}>", "<{targs}>", 1))
+               for n, s in first.cuda_wrappers]
+    for dtype, req in requests.items():
+        rendered = [(e.name, e.symbol.replace("{targs}", targs[dtype])) for e in exports]
+        if rendered != [tuple(w) for w in req.cuda_wrappers] or req.cuda_files != first.cuda_files \
+                or req.extra_cuda_cflags != first.extra_cuda_cflags:
+            raise AstraError(f"{entry.short_name}: SGLang's {dtype} build differs beyond template arguments")
+    if entry.entry_export not in [e.name for e in exports]:
+        raise AstraError(f"{entry.short_name}: export {entry.entry_export!r} not among {[e.name for e in exports]}")
+    csrc, include = jit_dir() / "csrc", jit_dir() / "include"
+    roots = [Path(f) if Path(f).is_absolute() else csrc / f for f in first.cuda_files]
+    missing = [str(r) for r in roots if not r.is_file()]
+    if missing:
+        raise AstraError(f"{entry.short_name}: JIT source not found in the installed SGLang: {missing[0]}")
+    extra_inc = [Path(p) for p in first.extra_include_paths]
+    closure = include_closure(roots, [include, *extra_inc], within=[jit_dir()])
+    sources = []
+    for path in closure.files:
+        rel = folder.copy_sglang(path, "kernel" if path in [r.resolve() for r in roots] else "header")
+        if path in [r.resolve() for r in roots]:
+            sources.append(rel)
+    external += [e for e in closure.external if e not in external]
+    notes.append(f"recipe captured from SGLang's {entry.builder} with load_jit recorded on sm_90 "
+                 f"(module args {list(first.module_args)})")
+    notes.append(TOOLCHAIN_NOTE)
+    return CudaJitRecipe(
+        module_name=first.module_args[0],
+        sources=sources,
+        include_dirs=[f"src/{include.relative_to(sglang_root()).as_posix()}"],
+        template_args=targs,
+        exports=exports,
+        entry=entry.entry_export,
+        call=list(entry.call),
+        cuda_cflags=sm90_cuda_cflags(first.extra_cuda_cflags),
+        ldflags=sm90_ldflags(first.extra_ldflags),
+        arch=ARCH,
+    )
+
+
+def _triton(entry: CatalogEntry, folder: _Folder) -> TritonRecipe:
+    assert entry.wrapper
+    module, _, wrapper = entry.wrapper.partition(":")
+    scan = scan_module(module)
+    path = module_file(module)
+    if scan is None or path is None:
+        raise AstraError(f"{entry.short_name}: Triton module {module} not found in the installed SGLang")
+    if scan.error:
+        raise AstraError(f"{entry.short_name}: {scan.error}")
+    if scan.sglang_imports:
+        raise AstraError(f"{entry.short_name}: {path.name} imports {scan.sglang_imports[0]}; it cannot run stand-alone")
+    if wrapper not in scan.functions or not scan.triton_kernels:
+        raise AstraError(f"{entry.short_name}: {path.name} has no wrapper {wrapper!r} with @triton.jit kernels")
+    rel = folder.copy_sglang(path, "kernel")
+    return TritonRecipe(source=rel, wrapper=wrapper, kernels=list(scan.triton_kernels), call=list(entry.call))
+
+
+def _flashinfer(base: FlashInferBaseline, folder: _Folder, external: list[str]) -> Baseline:
+    root = flashinfer_root()
+    if root is None:
+        raise AstraError("flashinfer-python is not installed; it provides the baseline kernel SGLang serves with "
+                         "(pip install flashinfer-python==0.7.2 --no-deps)")
+    include = root / "data" / "include"
+    header = include / base.header
+    if not header.is_file():
+        raise AstraError(f"the installed flashinfer-python has no {base.header}")
+    glue = GLUE_DIR / base.glue
+    closure = include_closure([glue, header], [include], within=[include])
+    for path in closure.files:
+        if not path.is_relative_to(include.resolve()):
+            continue  # the glue itself, copied below
+        rel = path.relative_to(include).as_posix()
+        if not any(f.path == f"baseline_src/include/{rel}" for f in folder.files):
+            role: FileRole = "baseline_kernel" if path == header.resolve() else "baseline_header"
+            folder.copy(path, f"baseline_src/include/{rel}", f"flashinfer:data/include/{rel}", role, committed=False)
+    stubs = [s for s in sorted((GLUE_DIR / "stubs").iterdir()) if s.name in closure.external]
+    for stub in stubs:
+        if not any(f.path == f"glue/stubs/{stub.name}" for f in folder.files):
+            folder.copy(stub, f"glue/stubs/{stub.name}", "astra", "glue", committed=True)
+    source = folder.copy(glue, f"glue/{base.glue}", "astra", "glue", committed=True)
+    external += [e for e in closure.external if e not in external and e not in {s.name for s in stubs}]
+    recipe = CudaJitRecipe(
+        module_name=base.name,
+        sources=[source],
+        include_dirs=(["glue/stubs"] if stubs else []) + ["baseline_src/include"],
+        template_args=dict(base.template_args),
+        exports=[CudaExport(name=n, symbol=s) for n, s in base.exports],
+        entry=base.entry,
+        call=list(base.call),
+        cuda_cflags=sm90_cuda_cflags([]),
+        ldflags=sm90_ldflags([]),
+        arch=ARCH,
+    )
+    return Baseline(name=base.name, description=base.description, when=base.when, recipe=recipe,
+                    same_function=base.same_function, note=base.note)
+
+
+def _kept_traced(old_dir: Path, op_id: str) -> list[ShapeCase]:
+    """Traced shapes of a folder being re-extracted survive: they came from a workload, not from SGLang."""
+    try:
+        old = load_manifest(old_dir)
+    except Exception:
+        return []
+    return [s for s in old.shapes if "traced" in s.tags] if old.op_id == op_id else []
+
+
+def build_manifest(entry: CatalogEntry, root: Path, kept_shapes: list[ShapeCase]) -> Manifest:
+    folder = _Folder(root)
+    external: list[str] = []
+    notes: list[str] = []
+    recipe = _cuda_jit(entry, folder, external, notes) if entry.kind == "cuda_jit" else _triton(entry, folder)
+    baselines = list(entry.baselines) + [_flashinfer(b, folder, external) for b in entry.flashinfer_baselines]
+    ref = folder.write("reference.py", entry.reference, "reference")
+    obj = resolve_target(entry.entry_point)
+    call_sites, skipped = scan_call_sites(obj, entry.callsite_modules, entry.serving_sites, entry.extra_sites)
+    if skipped:
+        notes.append(f"call-site scan: modules that do not import on this host were read from source: {skipped}")
+    shapes = entry.shapes()
+    known = {tuple(sorted(s.dims.items())) for s in shapes}
+    shapes += [s for s in kept_shapes if tuple(sorted(s.dims.items())) not in known]
+    return Manifest(
+        op_id=entry.op_id,
+        short_name=entry.short_name,
+        sglang_version=sglang_version(),
+        flashinfer_version=flashinfer_version() if entry.flashinfer_baselines else None,
+        source_kind=entry.kind,
+        entry_point=entry.entry_point,
+        files=folder.files,
+        recipe=recipe,
+        signature=entry.signature,
+        reference=Reference(
+            path=ref,
+            origin=f"forward_native:{entry.forward_native}" if entry.forward_native else "written",
+            forward_native=entry.forward_native,
+        ),
+        tolerances=dict(entry.tolerances),
+        baselines=baselines,
+        call_sites=call_sites,
+        shapes=shapes,
+        notes=[*entry.notes, *notes],
+        external_includes=external,
+    )
+
+
+def write_op(entry: CatalogEntry, out: Path) -> Path:
+    """Assemble the folder in a temporary sibling, then swap it in; the old folder survives any failure."""
+    out.mkdir(parents=True, exist_ok=True)
+    final = out / entry.short_name
+    tmp = Path(tempfile.mkdtemp(prefix=f".{entry.short_name}.tmp-", dir=out))
+    try:
+        manifest = build_manifest(entry, tmp, _kept_traced(final, entry.op_id) if final.exists() else [])
+        write_manifest(tmp, Manifest.model_validate(manifest.model_dump()))
+        if final.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{entry.short_name}.old-", dir=out))
+            final.rename(old / "x")
+            tmp.rename(final)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            tmp.rename(final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return final
+
+
+def resolve_entries(names: list[str]) -> list[CatalogEntry]:
+    """Every name resolved (and checked extractable) before anything is written."""
+    infos = list_ops()
+    entries: list[CatalogEntry] = []
+    for name in names:
+        info = resolve(name, infos)
+        entry = catalog.find(info.op_id)
+        if entry is None or not info.extractable:
+            raise AstraError(f"{info.op_id} cannot be extracted: {info.reason}")
+        if entry not in entries:
+            entries.append(entry)
+    return entries
+
+
+def extract(names: list[str], out: Path, progress: Optional[Callable[[str, Path], None]] = None) -> list[Path]:
+    written = []
+    for entry in resolve_entries(names):
+        path = write_op(entry, out)
+        written.append(path)
+        if progress:
+            progress(entry.short_name, path)
+    return written
+
+
+__all__ = ["extract", "write_op", "build_manifest", "resolve_entries", "MANIFEST_NAME"]

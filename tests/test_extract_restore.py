@@ -1,0 +1,54 @@
+"""`extract --restore`: a fresh clone holds manifests only; SGLang's files come back from the installed package."""
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from astra_sglang.errors import AstraError
+from astra_sglang.extract.closure import sha256
+from astra_sglang.extract.manifest import load_manifest
+from astra_sglang.extract.restore import restore_folder
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _clone_committed_part(tmp_path: Path, op: str) -> Path:
+    """What git clone gives: only files the manifest marks committed."""
+    src = ROOT / "extracted" / op
+    dest = tmp_path / op
+    manifest = load_manifest(src)
+    dest.mkdir()
+    shutil.copy(src / "manifest.json", dest / "manifest.json")
+    for f in manifest.files:
+        if f.committed:
+            (dest / f.path).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(src / f.path, dest / f.path)
+    return dest
+
+
+@pytest.mark.parametrize("op", ["fused_add_rmsnorm", "merge_state"])
+def test_restore_refills_a_clone_and_every_hash_matches(tmp_path, op):
+    dest = _clone_committed_part(tmp_path, op)
+    copied = restore_folder(dest)
+    manifest = load_manifest(dest)
+    assert copied == sum(not f.committed for f in manifest.files) > 0
+    assert all(sha256(dest / f.path) == f.sha256 for f in manifest.files)
+
+
+def test_restore_refuses_an_edited_committed_file(tmp_path):
+    dest = _clone_committed_part(tmp_path, "silu_and_mul")
+    (dest / "reference.py").write_text((dest / "reference.py").read_text() + "\n# edited\n")
+    with pytest.raises(AstraError, match="reference.py: SHA-256 differs"):
+        restore_folder(dest)
+
+
+def test_restore_cli_reports_one_line_on_a_bad_folder(tmp_path):
+    dest = _clone_committed_part(tmp_path, "silu_and_mul")
+    (dest / "manifest.json").write_text("{not json")
+    r = subprocess.run([sys.executable, "-m", "astra_sglang", "extract", "--restore", "--out", str(tmp_path)],
+                       capture_output=True, text=True)
+    assert r.returncode == 2
+    assert "Traceback" not in r.stderr and r.stderr.count("\n") == 1 and "not valid JSON" in r.stderr
