@@ -1,0 +1,261 @@
+"""``astra-sglang patches list | show ID | verify [ID] | enable ID | disable ID | add ... | add-run RUN``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+
+from astra_sglang.errors import AstraError
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("patches", help="the patch registry: list, show, verify, enable, disable, add")
+    sub = p.add_subparsers(dest="patches_command", metavar="ACTION")
+    ls = sub.add_parser("list", help="every patch: enabled, applicable here, validated here, and why not")
+    ls.add_argument("--json", action="store_true")
+    ls.set_defaults(handler=cmd_list)
+    sh = sub.add_parser("show", help="one patch's manifest, provenance and evidence")
+    sh.add_argument("patch_id")
+    sh.add_argument("--json", action="store_true")
+    sh.set_defaults(handler=cmd_show)
+    v = sub.add_parser("verify", help="rebuild and re-check against the installed SGLang on this device")
+    v.add_argument("patch_id", nargs="?")
+    v.add_argument("--shapes", default="all", choices=["paper", "decode", "prefill", "all", "test"])
+    v.add_argument("--no-harness", action="store_true", help="only the plugin's own check, no harness run")
+    v.add_argument("--record", action="store_true",
+                   help="on success, add this SGLang version and arch to the manifest's validated_on "
+                        "(and the harness result to its evidence)")
+    v.set_defaults(handler=cmd_verify)
+    for name, on in (("enable", True), ("disable", False)):
+        e = sub.add_parser(name, help=f"{name} a patch for ASTRA_SGLANG_PATCHES=all (persisted per user)")
+        e.add_argument("patch_id")
+        e.set_defaults(handler=lambda a, on=on: cmd_enable(a, on))
+    a = sub.add_parser("add", help="register a kernel source as a patch (one command after measuring it)")
+    a.add_argument("--op", required=True, choices=["silu_and_mul", "fused_add_rmsnorm", "merge_state"])
+    a.add_argument("--source", required=True, type=Path, help="a .cuh (cuda_jit) or a Triton .py")
+    a.add_argument("--id", dest="patch_id", required=True)
+    a.add_argument("--provenance", required=True, choices=["hand-written", "scripted", "run"])
+    a.add_argument("--evidence", type=Path, action="append", default=[],
+                   help="harness EvalResult JSON (bench --json / evaluate output); repeatable")
+    a.add_argument("--sglang-version", action="append", help="validated on (default: from the evidence)")
+    a.add_argument("--arch", action="append", help="validated on, e.g. sm_90 (default: from the evidence)")
+    a.add_argument("--kind", choices=["triton", "cuda_jit"])
+    a.add_argument("--entry", help="Triton wrapper / CUDA export to call (default: the op adapter's)")
+    a.add_argument("--run", help="the run it came from (provenance 'run')")
+    a.add_argument("--model")
+    a.add_argument("--rounds", type=int)
+    a.add_argument("--author")
+    a.add_argument("--note", default="")
+    a.add_argument("--description", default="")
+    a.add_argument("--force", action="store_true", help="replace an existing patch folder of that id")
+    a.set_defaults(handler=cmd_add)
+    r = sub.add_parser("add-run", help="register an optimizer run's winner (runs/<op>/<id>/best/)")
+    r.add_argument("run_dir", type=Path)
+    r.add_argument("--id", dest="patch_id")
+    r.add_argument("--model")
+    r.add_argument("--rounds", type=int)
+    r.add_argument("--force", action="store_true")
+    r.set_defaults(handler=cmd_add_run)
+    p.set_defaults(handler=lambda args: (p.print_help(), 2)[1])
+
+
+def _console():
+    from rich.console import Console
+
+    return Console()
+
+
+def _rows() -> list[dict]:
+    from astra_sglang.patches.registry import (
+        device_problem,
+        discover,
+        installed_sglang_version,
+        load_state,
+        requested_ids,
+        static_problem,
+        validated_here,
+    )
+    from astra_sglang.patches.verify import probe_arch
+
+    version, arch = installed_sglang_version(), probe_arch()
+    disabled = set(load_state().disabled)
+    req = requested_ids()
+    rows = []
+    for e in discover():
+        problem = static_problem(e, version) or (device_problem(e.manifest, arch) if e.manifest else None)
+        vh, why = validated_here(e, version, arch)
+        m = e.manifest
+        geo = [r.geomean_speedup for r in m.evidence.results if r.geomean_speedup] if m else []
+        rows.append({
+            "patch_id": e.patch_id,
+            "op": e.op,
+            "kind": m.kernel.kind if m else "?",
+            "provenance": m.provenance.kind if m else "?",
+            "enabled": e.patch_id not in disabled,
+            "active_in_env": (req == "all" and e.patch_id not in disabled) or (isinstance(req, set) and e.patch_id in req),
+            "applicable": problem is None,
+            "why_not": problem or "",
+            "validated_here": vh,
+            "validated_why": why,
+            "geomean_speedup": geo[-1] if geo else None,
+            "path": str(e.path),
+        })
+    return rows
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    from astra_sglang.patches.registry import installed_sglang_version, patches_root
+    from astra_sglang.patches.verify import probe_arch
+
+    rows = _rows()
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    from rich.table import Table
+
+    t = Table(title=f"patches in {patches_root()}  (SGLang {installed_sglang_version() or 'not installed'}, "
+                    f"device {probe_arch() or 'none'}, ASTRA_SGLANG_PATCHES={os.environ.get('ASTRA_SGLANG_PATCHES', '')!r})")
+    for col in ("patch", "op", "kind", "provenance", "enabled", "applicable here", "validated here", "speedup"):
+        t.add_column(col)
+    for r in rows:
+        t.add_row(r["patch_id"], r["op"], r["kind"], r["provenance"], "yes" if r["enabled"] else "no",
+                  "yes" if r["applicable"] else f"no: {r['why_not']}",
+                  "yes" if r["validated_here"] else f"no: {r['validated_why']}",
+                  f"{r['geomean_speedup']:.3f}x" if r["geomean_speedup"] else "-")
+    _console().print(t)
+    if not rows:
+        print("no patches; add one with `astra-sglang patches add` or `patches add-run`")
+    return 0
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    from astra_sglang.patches.registry import find
+
+    e = find(args.patch_id)
+    if e.manifest is None:
+        raise AstraError(f"{e.path}: {e.error}")
+    m = e.manifest
+    if args.json:
+        print(m.model_dump_json(indent=2, exclude_none=True))
+        return 0
+    from rich.table import Table
+
+    c = _console()
+    c.print(f"[bold]{m.patch_id}[/bold]  op {m.op}  ({m.kernel.kind}: {m.kernel.source} -> {m.kernel.entry or 'recipe entry'})")
+    c.print(m.description)
+    c.print(f"path: {e.path}")
+    c.print("call sites: " + ", ".join(cs.target for cs in m.call_sites))
+    c.print(f"validated on: SGLang {', '.join(m.validated_on.sglang_versions) or '-'}; archs "
+            f"{', '.join(m.validated_on.archs) or '-'}")
+    dims = "; ".join(f"{k} in [{r.min}, {r.max if r.max is not None else 'inf'}] x{r.multiple_of}"
+                     for k, r in m.guard.dims.items())
+    c.print(f"guard: dtypes {', '.join(m.guard.dtypes)}; {dims}; align {m.guard.align_bytes} B; "
+            f"{'contiguous' if m.guard.contiguous else 'any layout'}")
+    p = m.provenance
+    c.print(f"provenance: {p.kind}" + "".join(f"; {k} {v}" for k, v in
+            (("run", p.run), ("model", p.model), ("rounds", p.rounds), ("author", p.author)) if v)
+            + (f" ({p.note})" if p.note else ""))
+    c.print("files: " + ", ".join(f"{f.path} {f.sha256[:12]}" for f in m.files))
+    for r in m.evidence.results:
+        corr = r.correctness
+        c.print(f"evidence: {r.device}, SGLang {r.sglang_version}: correct={r.ok} "
+                f"(cases {corr.cases_run if corr else 0}, held-out {corr.heldout_cases_run if corr else 0})")
+        if r.timing:
+            t = Table()
+            for col in ("dims", "dtype", "original us", "patch us", "speedup", "verdict"):
+                t.add_column(col)
+            for s in r.timing.shapes:
+                t.add_row(str(s.dims), s.dtype, f"{s.original_us:.2f}",
+                          f"{s.candidate_us:.2f}" if s.candidate_us else "-",
+                          f"{s.speedup:.3f}x" if s.speedup else "-", s.verdict)
+            c.print(t)
+            if r.timing.geomean_speedup:
+                c.print(f"geomean speedup {r.timing.geomean_speedup:.3f}x ({r.timing.method})")
+    for n in m.evidence.notes:
+        c.print(f"note: {n}")
+    return 0
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    from astra_sglang.patches.manifest import write_patch_manifest
+    from astra_sglang.patches.registry import discover, find, installed_sglang_version
+    from astra_sglang.patches.verify import verify_entry
+
+    entries = [find(args.patch_id)] if args.patch_id else discover()
+    if not entries:
+        raise AstraError("no patches to verify")
+    failed = 0
+    for e in entries:
+        out = verify_entry(e, shapes=args.shapes, harness=not args.no_harness)
+        print(f"{e.patch_id}: {'OK' if out.ok else 'FAILED'} on {out.arch or 'no device'}: {out.detail}")
+        for n in out.notes:
+            print(f"  {n}")
+        h = out.harness
+        if h is not None and h.timing:
+            for s in h.timing.shapes:
+                sp = f"{s.speedup:.3f}x" if s.speedup else "-"
+                print(f"  {s.dims} {s.dtype}: original {s.original_us:.2f} us, patch "
+                      f"{s.candidate_us if s.candidate_us is not None else float('nan'):.2f} us, {sp} ({s.verdict})")
+            if h.timing.geomean_speedup:
+                print(f"  geomean {h.timing.geomean_speedup:.3f}x")
+        failed += not out.ok
+        slower = [s for s in h.timing.shapes if s.verdict == "slower"] if h is not None and h.timing else None
+        if out.ok and args.record and slower is None:
+            print("  not recorded: no harness timing for this patch (scripts/gpu_patches_check.py --record times it)")
+        elif out.ok and args.record and slower:
+            print(f"  not recorded: slower than the original on {len(slower)} shape(s)")
+        elif out.ok and args.record and e.manifest is not None and out.arch:
+            m = e.manifest
+            vo = m.validated_on
+            version = installed_sglang_version()
+            if version and version not in vo.sglang_versions:
+                vo.sglang_versions.append(version)
+            if out.arch not in vo.archs:
+                vo.archs.append(out.arch)
+            if h is not None:
+                m.evidence.results.append(h)
+            write_patch_manifest(e.path, m)
+            print(f"  recorded: validated on SGLang {version} / {out.arch}")
+    return 1 if failed else 0
+
+
+def cmd_enable(args: argparse.Namespace, on: bool) -> int:
+    from astra_sglang.patches.registry import set_enabled
+
+    path = set_enabled(args.patch_id, on)
+    print(f"{args.patch_id}: {'enabled' if on else 'disabled'} ({path}); ASTRA_SGLANG_PATCHES still decides per process")
+    return 0
+
+
+def cmd_add(args: argparse.Namespace) -> int:
+    from astra_sglang.patches.manifest import Provenance
+    from astra_sglang.patches.registry import add_patch, load_evidence
+
+    prov = Provenance(kind=args.provenance, run=args.run, model=args.model, rounds=args.rounds,
+                      author=args.author, note=args.note)
+    dest = add_patch(args.op, args.source, patch_id=args.patch_id, provenance=prov,
+                     evidence=load_evidence(args.evidence), kind=args.kind, entry=args.entry,
+                     sglang_versions=args.sglang_version, archs=args.arch, description=args.description,
+                     force=args.force)
+    _report_added(dest)
+    return 0
+
+
+def cmd_add_run(args: argparse.Namespace) -> int:
+    from astra_sglang.patches.registry import add_from_run
+
+    dest = add_from_run(args.run_dir, patch_id=args.patch_id, model=args.model, rounds=args.rounds, force=args.force)
+    _report_added(dest)
+    return 0
+
+
+def _report_added(dest: Path) -> None:
+    from astra_sglang.patches.manifest import load_patch_manifest
+
+    m = load_patch_manifest(dest)
+    print(f"added {m.patch_id} at {dest}")
+    if not m.validated_on.sglang_versions or not m.validated_on.archs:
+        print("  not validated anywhere yet (no evidence with SGLang version/device): the plugin will not use it "
+              "until `astra-sglang patches verify --record " + m.patch_id + "` passes on a GPU")

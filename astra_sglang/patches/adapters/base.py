@@ -1,0 +1,110 @@
+"""What the plugin must know about one op to stand in for SGLang's function at a call site.
+
+An adapter restates the original function's calling convention: which call forms it can serve (``prepare``
+returns None for the rest, e.g. MoE calls with ``expert_ids``), the tensors and symbolic dims the guard
+checks, how to call a kernel with canonical argument names, what to return, and how to make sample inputs
+for the load-time check. ``prepare`` must not allocate device memory: the guard runs after it, and a call
+the guard refuses goes to the original, which allocates what it needs itself.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+from astra_sglang.extract.manifest import Tolerance
+from astra_sglang.patches.manifest import DimRange, GuardSpec
+
+Args = dict[str, Any]
+
+
+@dataclass
+class Prepared:
+    """A call the adapter can serve: canonical args, the tensors and dims the guard checks."""
+
+    args: Args
+    tensors: tuple[Any, ...]
+    dims: dict[str, int]
+
+
+class OpAdapter:
+    op: str = ""
+    #: HookRegistry targets of SGLang's serving path for this op (environment.md: which ones model code reaches)
+    targets: tuple[str, ...] = ()
+    #: canonical tensor / scalar names, in the order of the extracted manifest's signature (cuda_jit mapping)
+    tensor_names: tuple[str, ...] = ()
+    scalar_names: tuple[str, ...] = ()
+    #: default kernel entry and call list for a Triton patch
+    triton_entry: str = ""
+    triton_call: list[str] = []
+    #: default export and call list for a cuda_jit patch (None: the extracted recipe's own)
+    cuda_entry: Optional[str] = None
+    cuda_call: Optional[list[str]] = None
+
+    def prepare(self, *args: Any, **kwargs: Any) -> Optional[Prepared]:
+        raise NotImplementedError
+
+    def launch(self, kernel: Callable[[Args], Any], p: Prepared) -> Any:
+        """Run the kernel for a prepared call and return exactly what the original returns."""
+        raise NotImplementedError
+
+    def sample(self, dims: dict[str, int], dtype: Any, device: Any, seed: int) -> tuple[tuple, dict]:
+        """(args, kwargs) of a call to the ORIGINAL's signature, fresh tensors every time."""
+        raise NotImplementedError
+
+    def outputs(self, args: tuple, kwargs: dict, ret: Any) -> dict[str, Any]:
+        """Every tensor the call writes (outputs and in-place arguments), by name."""
+        raise NotImplementedError
+
+    # defaults for `patches add`
+    def default_guard(self) -> GuardSpec:
+        raise NotImplementedError
+
+    def default_check_shapes(self) -> list[dict[str, int]]:
+        raise NotImplementedError
+
+    def default_tolerances(self) -> dict[str, Tolerance]:
+        return {
+            "bfloat16": Tolerance(atol=2e-2, rtol=2e-2),
+            "float16": Tolerance(atol=2e-3, rtol=2e-3),
+            "float32": Tolerance(atol=1e-5, rtol=1e-5),
+        }
+
+
+def make_guard(spec: GuardSpec, device_type: str) -> Callable[[Prepared], bool]:
+    """Compile the guard spec into a host-only predicate: dtype, device, contiguity, alignment, dims.
+
+    Reads only tensor metadata (``dtype``, ``device``, ``data_ptr()``, strides): no synchronisation, legal
+    inside CUDA-graph capture.
+    """
+    import torch
+
+    dtypes = frozenset(getattr(torch, d) for d in spec.dtypes)
+    align = max(1, spec.align_bytes)
+    contiguous = spec.contiguous
+    big = 1 << 62
+    ranges = [(name, r.min, r.max if r.max is not None else big, r.multiple_of) for name, r in spec.dims.items()]
+
+    def accepts(p: Prepared) -> bool:
+        first = p.tensors[0]
+        if first.dtype not in dtypes:
+            return False
+        for t in p.tensors:
+            if t.device.type != device_type:
+                return False
+            if contiguous and not t.is_contiguous():
+                return False
+            if t.data_ptr() % align:
+                return False
+        dims = p.dims
+        for name, lo, hi, mult in ranges:
+            v = dims.get(name)
+            if v is None or v < lo or v > hi or v % mult:
+                return False
+        return True
+
+    return accepts
+
+
+def dim_ranges(**kw: tuple[int, Optional[int], int]) -> dict[str, DimRange]:
+    return {k: DimRange(min=lo, max=hi, multiple_of=m) for k, (lo, hi, m) in kw.items()}

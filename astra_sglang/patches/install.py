@@ -1,0 +1,93 @@
+"""Choose the patches this process should use and hand their guarded stand-ins to an installer.
+
+The installer is a parameter so the same selection, checks and stand-ins serve two worlds: SGLang's
+HookRegistry (the plugin) and a plain ``setattr`` where SGLang is not installed (the GPU check script).
+Every refusal here is fail-closed: the patch is skipped with one warning and the original stays.
+"""
+
+from __future__ import annotations
+
+import pkgutil
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from astra_sglang.patches import status
+from astra_sglang.patches.manifest import file_problem
+from astra_sglang.patches.registry import (
+    PatchEntry,
+    discover,
+    installed_sglang_version,
+    patches_root,
+    selected,
+    static_problem,
+)
+
+#: install(target, original, hook): make ``target`` resolve to ``hook``
+Installer = Callable[[str, Any, Callable[..., Any]], None]
+
+_runtimes: dict[str, Any] = {}
+
+
+def resolve_target(target: str) -> Any:
+    return pkgutil.resolve_name(target)
+
+
+def install_selected(installer: Installer, *, root: Optional[Path] = None, value: Optional[str] = None,
+                     sglang_version: Optional[str] = None, check_version: bool = True) -> dict[str, Any]:
+    """Install every selected, applicable patch; returns {patch_id: PatchRuntime} of those installed."""
+    from astra_sglang.patches.runtime import PatchRuntime
+
+    entries = discover(root)
+    chosen, unknown = selected(entries, value)
+    for pid in unknown:
+        status.fail(pid, f"requested in ASTRA_SGLANG_PATCHES but no such patch under {root or patches_root()}")
+    version = sglang_version or installed_sglang_version()
+    claimed: dict[str, str] = {}
+    installed: dict[str, Any] = {}
+    for e in chosen:
+        problem = static_problem(e, version) if check_version else _files_only(e)
+        if problem:
+            status.fail(e.patch_id, problem, e.op)
+            continue
+        m = e.manifest
+        assert m is not None
+        clash = [claimed[cs.target] for cs in m.call_sites if cs.target in claimed]
+        if clash:
+            status.fail(m.patch_id, f"call site already patched by {clash[0]} (enable one patch per op)", m.op)
+            continue
+        try:
+            rt = PatchRuntime(e.path, m)
+            originals = [(cs.target, resolve_target(cs.target)) for cs in m.call_sites]
+        except Exception as ex:
+            status.fail(m.patch_id, f"cannot prepare ({type(ex).__name__}: {ex})", m.op)
+            continue
+        for target, original in originals:
+            installer(target, original, rt.hook_for(original, target))
+            claimed[target] = m.patch_id
+        installed[m.patch_id] = rt
+        _runtimes[m.patch_id] = rt
+    return installed
+
+
+def _files_only(e: PatchEntry) -> Optional[str]:
+    """Integrity only, for hosts without SGLang (the GPU check): the version check needs SGLang."""
+    return file_problem(e.path, e.manifest) if e.manifest else (e.error or "unreadable manifest")
+
+
+def runtimes() -> dict[str, Any]:
+    return dict(_runtimes)
+
+
+def activate(patch_id: Optional[str] = None, device: Any = None) -> dict[str, bool]:
+    """Build and check installed patches now instead of at their first call; {patch_id: active}."""
+    out = {}
+    for pid, rt in list(_runtimes.items()):
+        if patch_id is None or pid == patch_id:
+            out[pid] = rt.activate(device)
+    return out
+
+
+def setattr_installer(target: str, original: Any, hook: Callable[..., Any]) -> None:
+    """Install without SGLang's HookRegistry (no sglang on the GPU host): rebind the target attribute."""
+    obj_path, attr = target.rsplit(".", 1)
+    setattr(pkgutil.resolve_name(obj_path), attr, hook)

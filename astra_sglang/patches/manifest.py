@@ -1,0 +1,191 @@
+"""The on-disk contract of one patch folder: ``patches/<op>/<patch-id>/manifest.json`` next to its kernel.
+
+A patch is installed into running SGLang servers, so the manifest states everything the plugin must prove
+before one call is served by it: which files (pinned by SHA-256), which SGLang versions and GPU archs it was
+validated on, which calls it covers (the guard), and why anyone should believe it (provenance, evidence).
+Pydantic only: the plugin reads this inside every SGLang process without torch being imported for it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from astra_sglang.extract.manifest import Tolerance
+from astra_sglang.harness.result import EvalResult
+
+SCHEMA_VERSION = 1
+MANIFEST_NAME = "manifest.json"
+
+KernelKind = Literal["triton", "cuda_jit"]
+ProvenanceKind = Literal["run", "scripted", "hand-written"]
+#: where a patch was validated: 'sm_90' style compute capabilities, or 'cpu-interpret' (Triton interpreter, CI)
+CPU_INTERPRET_ARCH = "cpu-interpret"
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class PatchFile(_Model):
+    path: str = Field(description="relative to the patch folder, POSIX separators")
+    sha256: str
+    role: Literal["kernel", "header", "evidence", "other"] = "kernel"
+
+
+class KernelSpec(_Model):
+    """How the plugin obtains a callable from the patch's source.
+
+    ``call`` lists the kernel's arguments as the op adapter's canonical names (``input``, ``out``, ...) or
+    Python literals, exactly like an extracted recipe's ``call`` list.
+    """
+
+    kind: KernelKind
+    source: str = Field(description="relative path of the kernel source inside the patch folder")
+    entry: str = Field(description="Triton: the launch wrapper's name; cuda_jit: the export name to call")
+    call: list[str]
+    op_dir: Optional[str] = Field(
+        default=None,
+        description="cuda_jit only: the extracted op folder (relative to the repo root) whose recipe, "
+        "headers and include dirs the kernel is built with; the patch source replaces recipe.sources[0]",
+    )
+
+
+class CallSite(_Model):
+    target: str = Field(description="dotted path given to SGLang's HookRegistry (REPLACE), e.g. "
+                        "'sglang.kernels.ops.activation.activation.silu_and_mul'")
+    note: str = ""
+
+
+class DimRange(_Model):
+    min: int = 1
+    max: Optional[int] = None
+    multiple_of: int = 1
+
+    def accepts(self, value: int) -> bool:
+        return value >= self.min and (self.max is None or value <= self.max) and value % self.multiple_of == 0
+
+
+class GuardSpec(_Model):
+    """The calls the patch was validated on; every other call goes to SGLang's original."""
+
+    dtypes: list[str] = Field(description="torch dtype names, e.g. ['bfloat16', 'float16']")
+    dims: dict[str, DimRange] = Field(description="per symbolic dim of the op adapter (T, H, ...)")
+    align_bytes: int = Field(default=16, description="every tensor's data pointer must be a multiple of this")
+    contiguous: bool = True
+
+
+class ValidatedOn(_Model):
+    sglang_versions: list[str]
+    archs: list[str] = Field(description="'sm_90' style (torch's compute capability), or 'cpu-interpret'")
+
+
+class Provenance(_Model):
+    kind: ProvenanceKind
+    run: Optional[str] = Field(default=None, description="runs/<op>/<run-id> the patch came from")
+    model: Optional[str] = None
+    rounds: Optional[int] = None
+    author: Optional[str] = None
+    note: str = ""
+
+
+class Evidence(_Model):
+    """Why the patch is believed correct and faster: the harness's verdicts, kept verbatim."""
+
+    baseline: str = Field(default="SGLang's serving path for this op",
+                          description="what the times were measured against")
+    results: list[EvalResult] = Field(default_factory=list)
+    notes: list[str] = Field(default_factory=list)
+
+    def speedups(self) -> list[tuple[dict[str, int], str, Optional[float]]]:
+        rows = []
+        for r in self.results:
+            if r.timing:
+                rows.extend((s.dims, s.dtype, s.speedup) for s in r.timing.shapes)
+        return rows
+
+
+class PatchManifest(_Model):
+    schema_version: int = SCHEMA_VERSION
+    patch_id: str
+    op: str = Field(description="the extracted op's short name: silu_and_mul, fused_add_rmsnorm, merge_state")
+    description: str = ""
+    kernel: KernelSpec
+    call_sites: list[CallSite]
+    validated_on: ValidatedOn
+    guard: GuardSpec
+    check_shapes: list[dict[str, int]] = Field(
+        description="covered dims the plugin checks the kernel against the original on before serving")
+    tolerances: dict[str, Tolerance] = Field(description="per dtype name")
+    files: list[PatchFile]
+    provenance: Provenance
+    evidence: Evidence = Field(default_factory=Evidence)
+
+
+class PatchManifestError(ValueError):
+    """A patch folder that cannot be read: one clear reason."""
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def load_patch_manifest(patch_dir: Path) -> PatchManifest:
+    path = Path(patch_dir) / MANIFEST_NAME
+    if not path.is_file():
+        raise PatchManifestError(f"{path} is missing")
+    try:
+        raw = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise PatchManifestError(f"{path}: not readable JSON ({e})") from None
+    version = raw.get("schema_version") if isinstance(raw, dict) else None
+    if version != SCHEMA_VERSION:
+        raise PatchManifestError(f"{path}: schema_version {version!r}, this astra-sglang reads {SCHEMA_VERSION}")
+    try:
+        return PatchManifest.model_validate(raw)
+    except Exception as e:  # pydantic.ValidationError: already specific
+        raise PatchManifestError(f"{path}: invalid patch manifest: {e}") from None
+
+
+def write_patch_manifest(patch_dir: Path, manifest: PatchManifest) -> Path:
+    path = Path(patch_dir) / MANIFEST_NAME
+    path.write_text(manifest.model_dump_json(indent=2, exclude_none=True) + "\n")
+    return path
+
+
+def file_problem(patch_dir: Path, manifest: PatchManifest) -> Optional[str]:
+    """The first missing or altered file, or None when every listed file matches its SHA-256.
+
+    The kernel source must be listed: a manifest that does not pin what it runs proves nothing.
+    """
+    listed = {f.path for f in manifest.files}
+    if manifest.kernel.source not in listed:
+        return f"kernel source {manifest.kernel.source} is not pinned in files[]"
+    for f in manifest.files:
+        p = Path(patch_dir) / f.path
+        if not p.is_file():
+            return f"missing file {f.path}"
+        if sha256_file(p) != f.sha256:
+            return f"hash mismatch for {f.path} (file altered after it was validated)"
+    return None
+
+
+def pin_files(patch_dir: Path, roles: Optional[dict[str, str]] = None) -> list[PatchFile]:
+    """Hash every file in the folder except the manifest (roles: path -> role; default 'kernel')."""
+    patch_dir = Path(patch_dir)
+    out = []
+    for p in sorted(patch_dir.rglob("*")):
+        rel = p.relative_to(patch_dir).as_posix()
+        if not p.is_file() or rel == MANIFEST_NAME or "__pycache__" in p.parts:
+            continue
+        role = (roles or {}).get(rel) or ("evidence" if p.suffix == ".json" else "kernel")
+        out.append(PatchFile(path=rel, sha256=sha256_file(p), role=role))  # type: ignore[arg-type]
+    return out

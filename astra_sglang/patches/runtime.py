@@ -1,0 +1,226 @@
+"""One patch inside a process: the guarded stand-in for SGLang's function, and its activation.
+
+Why activation is lazy (at the first call the guard accepts, not at plugin load): SGLang loads plugins in
+every process, including ones that never touch a GPU (launch_server's parent, the detokenizer); building and
+checking there would create CUDA contexts and compile for nothing. The first accepted call happens in SGLang's
+warm-up forward, before CUDA-graph capture; a first call that arrives *during* capture is served by the
+original (checking would synchronise) and activation waits for a later call. ``activate()`` does it eagerly.
+
+Hot path once active: adapter.prepare (host metadata only), guard (host metadata only), the kernel launch,
+two int increments. No synchronisation, no allocation beyond the original's, so capture and replay work.
+Under torch.compile tracing the original is used, so compiled graphs keep SGLang's custom ops.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from astra_sglang.patches import status
+from astra_sglang.patches.adapters import OpAdapter, Prepared, get_adapter, make_guard
+from astra_sglang.patches.manifest import CPU_INTERPRET_ARCH, PatchManifest
+from astra_sglang.patches.registry import device_problem
+
+Original = Callable[..., Any]
+
+
+def device_arch(device: Any) -> Optional[str]:
+    """'sm_90' for a CUDA device, 'cpu-interpret' for CPU tensors under TRITON_INTERPRET=1, else None."""
+    import torch
+
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        major, minor = torch.cuda.get_device_capability(dev)
+        return f"sm_{major}{minor}"
+    if dev.type == "cpu" and os.environ.get("TRITON_INTERPRET") == "1":
+        return CPU_INTERPRET_ARCH
+    return None
+
+
+def build_arch(arch: str) -> str:
+    """The nvcc target SGLang builds for on this device: arch-specific 'a' targets from sm_90 on."""
+    digits = arch.removeprefix("sm_")
+    return f"sm_{digits}a" if digits.isdigit() and int(digits) >= 90 else arch
+
+
+def _compiling() -> Callable[[], bool]:
+    import torch
+
+    fn = getattr(getattr(torch, "compiler", None), "is_compiling", None)
+    return fn if fn is not None else (lambda: False)
+
+
+class PatchRuntime:
+    """The guarded stand-in for one patch; ``hook_for(original)`` gives the function to install."""
+
+    def __init__(self, patch_dir: Path, manifest: PatchManifest, adapter: Optional[OpAdapter] = None):
+        import torch
+
+        self.patch_dir = Path(patch_dir)
+        self.m = manifest
+        self.adapter = adapter or get_adapter(manifest.op)
+        self.status = status.get(manifest.patch_id, manifest.op)
+        interpret = manifest.kernel.kind == "triton" and os.environ.get("TRITON_INTERPRET") == "1"
+        self.device_type = "cpu" if interpret else "cuda"
+        self.guard = make_guard(manifest.guard, self.device_type)
+        self.kernel: Optional[Callable[[dict[str, Any]], Any]] = None
+        self.originals: dict[str, Original] = {}
+        self._lock = threading.Lock()
+        self._capturing = torch.cuda.is_current_stream_capturing if torch.cuda.is_available() else (lambda: False)
+
+    # ------------------------------------------------------------------------------------------- hot path
+
+    def hook_for(self, original: Original, target: str = "") -> Callable[..., Any]:
+        st = self.status
+        prepare = self.adapter.prepare
+        launch = self.adapter.launch
+        guard = self.guard
+        compiling = _compiling()
+        self.originals[target or getattr(original, "__qualname__", "original")] = original
+        if target:
+            st.targets = tuple(sorted(set(st.targets) | {target}))
+
+        def astra_patched(*args: Any, **kwargs: Any) -> Any:
+            if st.state in ("active", "pending") and not compiling():
+                try:
+                    p = prepare(*args, **kwargs)
+                except TypeError:  # a call form the adapter does not know: the original's business
+                    p = None
+                except Exception as e:
+                    self.fail(f"exception in the guard ({type(e).__name__}: {e})")
+                    p = None
+                if p is not None and guard(p) and (st.state == "active" or self._activate_on(p, original)):
+                    try:
+                        ret = launch(self.kernel, p)  # type: ignore[arg-type]
+                    except Exception as e:
+                        self.fail(f"exception at call time ({type(e).__name__}: {e}); patch disabled")
+                    else:
+                        st.served_by_patch += 1
+                        return ret
+            st.served_by_original += 1
+            return original(*args, **kwargs)
+
+        astra_patched.__qualname__ = astra_patched.__name__ = f"astra_patched_{self.m.op}"
+        astra_patched.__doc__ = f"astra-sglang patch {self.m.patch_id} (falls back to {original!r})"
+        astra_patched.astra_patch_id = self.m.patch_id  # type: ignore[attr-defined]
+        astra_patched.astra_original = original  # type: ignore[attr-defined]
+        return astra_patched
+
+    def fail(self, reason: str) -> None:
+        status.fail(self.m.patch_id, reason, self.m.op)
+
+    # ----------------------------------------------------------------------------------------- activation
+
+    def _activate_on(self, p: Prepared, original: Original) -> bool:
+        if self._capturing():
+            return False  # never build or check inside CUDA-graph capture
+        return self.activate(p.tensors[0].device, original)
+
+    def activate(self, device: Any = None, original: Optional[Original] = None) -> bool:
+        """Check arch, build/load the kernel, compare it with the original on the covered shapes."""
+        with self._lock:
+            st = self.status
+            if st.state != "pending":
+                return st.state == "active"
+            if original is None:
+                if not self.originals:
+                    self.fail("no original function to check against")
+                    return False
+                original = next(iter(self.originals.values()))
+            if device is None:
+                device = self.device_type
+            try:
+                arch = device_arch(device)
+            except Exception as e:
+                self.fail(f"cannot query the device ({type(e).__name__}: {e})")
+                return False
+            problem = device_problem(self.m, arch)
+            if problem:
+                self.fail(problem)
+                return False
+            from astra_sglang.patches.kernels import load_kernel
+
+            try:
+                self.kernel = load_kernel(self.patch_dir, self.m, self.adapter, dtypes=self.m.guard.dtypes,
+                                          arch=build_arch(arch) if arch != CPU_INTERPRET_ARCH else None)
+            except Exception as e:
+                self.fail(f"build failed: {_one_line(e)}")
+                return False
+            try:
+                mismatch = check_against_original(self, original, device)
+            except Exception as e:
+                self.fail(f"check raised {type(e).__name__}: {_one_line(e)}")
+                return False
+            if mismatch:
+                self.fail(f"check mismatch against SGLang's original: {mismatch}")
+                return False
+            st.state = "active"
+            st.reason = f"checked on {arch} against {getattr(original, '__module__', '?')}"
+            return True
+
+    def serve(self, *args: Any, **kwargs: Any) -> Any:
+        """Run the kernel path for a call the guard accepted (checks and tests)."""
+        p = self.adapter.prepare(*args, **kwargs)
+        if p is None or not self.guard(p):
+            raise ValueError("call outside the patch's guard")
+        assert self.kernel is not None
+        return self.adapter.launch(self.kernel, p)
+
+
+def _one_line(e: BaseException) -> str:
+    text = " ".join(str(e).split())
+    return text[:300] + ("..." if len(text) > 300 else "")
+
+
+def check_against_original(rt: PatchRuntime, original: Original, device: Any) -> Optional[str]:
+    """Compare the kernel with the original on every covered (shape, dtype) of the manifest; None = same.
+
+    Both sides get identical fresh inputs (same seed); outputs the kernel does not write stay NaN and fail.
+    """
+    import torch
+
+    m, ad = rt.m, rt.adapter
+    n = 0
+    for dtype_name in m.guard.dtypes:
+        tol = m.tolerances.get(dtype_name)
+        if tol is None:
+            return f"no tolerance for {dtype_name}"
+        dtype = getattr(torch, dtype_name)
+        for i, dims in enumerate(m.check_shapes):
+            if not all(r.accepts(dims[k]) for k, r in m.guard.dims.items() if k in dims):
+                continue
+            seed = 1234 + i
+            a_o, k_o = ad.sample(dims, dtype, device, seed)
+            a_p, k_p = ad.sample(dims, dtype, device, seed)
+            p = ad.prepare(*a_p, **k_p)
+            if p is None or not rt.guard(p):
+                continue
+            ret_o = original(*a_o, **k_o)
+            ret_p = ad.launch(rt.kernel, p)  # type: ignore[arg-type]
+            outs_o, outs_p = ad.outputs(a_o, k_o, ret_o), ad.outputs(a_p, k_p, ret_p)
+            for name, ref in outs_o.items():
+                bad = _compare(outs_p[name], ref, tol.atol, tol.rtol)
+                if bad:
+                    return f"{name} at {dims} {dtype_name}: {bad}"
+            n += 1
+    if n == 0:
+        return "no covered check shape (check_shapes vs guard)"
+    return None
+
+
+def _compare(got: Any, ref: Any, atol: float, rtol: float) -> Optional[str]:
+    import torch
+
+    if got.shape != ref.shape or got.dtype != ref.dtype:
+        return f"shape/dtype {tuple(got.shape)}/{got.dtype} vs {tuple(ref.shape)}/{ref.dtype}"
+    g, r = got.float(), ref.float()
+    nan_g, nan_r = torch.isnan(g), torch.isnan(r)
+    if not torch.equal(nan_g, nan_r):
+        return f"NaN where the original has {'none' if nan_g.any() else 'NaN'}"
+    ok = torch.isclose(g, r, atol=atol, rtol=rtol, equal_nan=True)
+    if not bool(ok.all()):
+        err = (g - r).abs().nan_to_num(0.0)
+        return f"max abs err {float(err.max()):.3g} > atol {atol} + rtol {rtol}"
+    return None

@@ -1,0 +1,115 @@
+"""``patches verify``: rebuild a patch and re-check it against the installed SGLang's original on this device.
+
+Two independent checks, because each covers what the other cannot: the plugin's own activation (the exact
+code path a server runs: guard, adapter, loader, check against SGLang's function resolved from the call
+site), and the harness (full suite with held-out shapes, timing against the extracted original) whenever the
+patch has the same form as the extracted op's source (a .cuh for a cuda_jit op, a Triton .py for a Triton op).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from astra_sglang.harness.result import EvalResult
+from astra_sglang.patches import status
+from astra_sglang.patches.manifest import MANIFEST_NAME, file_problem, sha256_file
+from astra_sglang.patches.registry import (
+    PatchEntry,
+    VerifyRecord,
+    device_problem,
+    installed_sglang_version,
+    now,
+    record_verify,
+)
+
+
+@dataclass
+class VerifyOutcome:
+    patch_id: str
+    ok: bool
+    arch: Optional[str]
+    detail: str
+    harness: Optional[EvalResult] = None
+    notes: list[str] = field(default_factory=list)
+
+
+def probe_arch() -> Optional[str]:
+    """This host's device as the registry names it: 'sm_90', 'cpu-interpret', or None."""
+    import os
+
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            major, minor = torch.cuda.get_device_capability()
+            return f"sm_{major}{minor}"
+    except Exception:
+        return None
+    return "cpu-interpret" if os.environ.get("TRITON_INTERPRET") == "1" else None
+
+
+def verify_entry(entry: PatchEntry, *, shapes: str = "all", harness: bool = True, record: bool = True) -> VerifyOutcome:
+    from astra_sglang.patches.install import resolve_target
+    from astra_sglang.patches.runtime import PatchRuntime
+
+    version = installed_sglang_version()
+    arch = probe_arch()
+    m = entry.manifest
+    problem = (entry.error or "unreadable manifest") if m is None else file_problem(entry.path, m)
+    if problem is None and version is None:
+        problem = "SGLang is not installed: verify checks against the installed SGLang's original"
+    if problem or m is None:
+        return VerifyOutcome(entry.patch_id, False, arch, problem or "unreadable manifest")
+    # verifying is how a patch becomes validated on a new SGLang or device: neither may stop the check
+    patched = m.model_copy(update={"validated_on": m.validated_on.model_copy(update={
+        "sglang_versions": list(m.validated_on.sglang_versions) + [version],
+        "archs": list(m.validated_on.archs) + ([arch] if arch else [])})})
+    problem = device_problem(patched, arch)
+    if problem:
+        return VerifyOutcome(entry.patch_id, False, arch, problem)
+    status.reset(m.patch_id)
+    try:
+        from astra_sglang.extract.sglang_env import install_cpu_shims
+
+        install_cpu_shims()
+        original = resolve_target(m.call_sites[0].target)
+    except Exception as e:
+        return VerifyOutcome(m.patch_id, False, arch, f"cannot resolve {m.call_sites[0].target}: {e}")
+    rt = PatchRuntime(entry.path, patched)
+    rt.hook_for(original, m.call_sites[0].target)
+    ok = rt.activate("cuda" if arch != "cpu-interpret" else "cpu", original)
+    st = status.statuses()[m.patch_id]
+    out = VerifyOutcome(m.patch_id, ok, arch, st.reason)
+    if ok and harness:
+        out.harness, note = _harness(entry, shapes)
+        if note:
+            out.notes.append(note)
+        if out.harness is not None and not out.harness.ok:
+            out.ok = False
+            out.detail = f"harness: {out.harness.error or 'incorrect'}"
+    if record and version and arch:
+        record_verify(m.patch_id, VerifyRecord(
+            ok=out.ok, sglang_version=version, arch=arch, manifest_sha256=sha256_file(entry.path / MANIFEST_NAME),
+            when=now(), geomean_speedup=out.harness.geomean_speedup if out.harness else None, detail=out.detail))
+    return out
+
+
+def _harness(entry: PatchEntry, shapes: str) -> tuple[Optional[EvalResult], Optional[str]]:
+    from astra_sglang.extract.manifest import load_manifest
+    from astra_sglang.patches.kernels import extracted_op_dir
+
+    m = entry.manifest
+    assert m is not None
+    op_dir = extracted_op_dir(m)
+    try:
+        op = load_manifest(op_dir)
+    except Exception as e:
+        return None, f"harness skipped: {e}"
+    if op.recipe.kind != m.kernel.kind:
+        return None, (f"harness skipped: a {m.kernel.kind} patch for a {op.recipe.kind} op is not a harness candidate; "
+                      "scripts/gpu_patches_check.py times it")
+    from astra_sglang.harness import EvalConfig, evaluate
+
+    cfg: Any = EvalConfig(shapes=shapes, include_heldout=True)  # type: ignore[arg-type]
+    return evaluate(op_dir, entry.path / m.kernel.source, cfg), None

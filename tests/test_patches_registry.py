@@ -1,0 +1,188 @@
+"""The registry and its CLI, in-process (no SGLang plugin loading here: see test_plugin_sglang.py)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from astra_sglang.cli.main import main
+from astra_sglang.harness.result import BuildReport, CorrectnessReport, EvalResult, ShapeTiming, TimingReport
+from astra_sglang.patches import registry, status
+from astra_sglang.patches.manifest import file_problem, load_patch_manifest
+
+REPO = Path(__file__).resolve().parents[1]
+SHIPPED = REPO / "patches" / "silu_and_mul" / "triton-silu-and-mul-v1"
+PID = "triton-silu-and-mul-v1"
+
+
+@pytest.fixture
+def root(tmp_path, monkeypatch):
+    r = tmp_path / "patches"
+    shutil.copytree(SHIPPED, r / "silu_and_mul" / PID, ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setenv("ASTRA_SGLANG_PATCHES_DIR", str(r))
+    monkeypatch.setenv("ASTRA_SGLANG_STATE_FILE", str(tmp_path / "state.json"))
+    monkeypatch.delenv("ASTRA_SGLANG_PATCHES", raising=False)
+    return r
+
+
+def _result(speedup: float = 1.25) -> EvalResult:
+    return EvalResult(
+        op_id="activation.silu_and_mul", candidate="x.cuh", device="NVIDIA H200 (sm_90)", sglang_version="0.5.23",
+        build=BuildReport(ok=True), correctness=CorrectnessReport(ok=True, cases_run=40, heldout_cases_run=8),
+        timing=TimingReport(method="cuda-graph replay", copy_ceiling_gbps=4000.0, geomean_speedup=speedup, shapes=[
+            ShapeTiming(dims={"T": 64, "H": 4096}, dtype="bfloat16", original_us=5.0, candidate_us=4.0,
+                        spread_pct=0.5, speedup=speedup, verdict="faster", bytes_moved=1 << 20,
+                        original_gbps=200.0, original_pct_ceiling=5.0)]))
+
+
+def test_shipped_patch_is_intact_labelled_and_pinned():
+    m = load_patch_manifest(SHIPPED)
+    assert file_problem(SHIPPED, m) is None
+    assert m.provenance.kind == "hand-written"          # never presented as found by a model
+    assert m.schema_version == 1 and m.kernel.source in {f.path for f in m.files}
+    assert "0.5.23" in m.validated_on.sglang_versions
+
+
+def test_altered_or_missing_file_is_reported(root):
+    d = root / "silu_and_mul" / PID
+    m = load_patch_manifest(d)
+    (d / "kernel.py").write_text((d / "kernel.py").read_text() + "# x\n")
+    assert "hash mismatch for kernel.py" in file_problem(d, m)
+    (d / "kernel.py").unlink()
+    assert file_problem(d, m) == "missing file kernel.py"
+    m.files = []
+    assert "not pinned" in file_problem(d, m)
+
+
+@pytest.mark.parametrize("value,expected", [
+    (None, None), ("", None), ("0", None), ("off", None), ("all", "all"), ("1", "all"),
+    ("a, b,", {"a", "b"}),
+])
+def test_env_variable_parsing(monkeypatch, value, expected):
+    if value is None:
+        monkeypatch.delenv("ASTRA_SGLANG_PATCHES", raising=False)
+    else:
+        monkeypatch.setenv("ASTRA_SGLANG_PATCHES", value)
+    assert registry.requested_ids() == expected
+
+
+def test_disable_removes_from_all_but_an_explicit_list_still_rules(root):
+    entries = registry.discover()
+    assert [e.patch_id for e in registry.selected(entries, "all")[0]] == [PID]
+    assert main(["patches", "disable", PID]) == 0
+    assert registry.selected(entries, "all")[0] == []
+    assert [e.patch_id for e in registry.selected(entries, PID)[0]] == [PID]
+    assert registry.selected(entries, "nope")[1] == ["nope"]
+    assert main(["patches", "enable", PID]) == 0
+    assert [e.patch_id for e in registry.selected(entries, "all")[0]] == [PID]
+    assert main(["patches", "disable", "no-such"]) == 2   # a typo is an error, not a silent no-op
+
+
+def test_applicability_reasons(root):
+    e = registry.discover()[0]
+    assert registry.static_problem(e, "0.5.23") is None
+    assert "SGLang 0.5.24 installed" in registry.static_problem(e, "0.5.24")
+    assert registry.static_problem(e, None) == "SGLang is not installed"
+    assert registry.device_problem(e.manifest, None) == "no CUDA device"
+    assert "validated on cpu-interpret" in registry.device_problem(e.manifest, "sm_90")
+    assert registry.device_problem(e.manifest, "cpu-interpret") is None
+    m = e.manifest.model_copy(update={"validated_on": e.manifest.validated_on.model_copy(update={"archs": ["sm_90a"]})})
+    assert registry.device_problem(m, "sm_90") is None          # sm_90a build target == sm_90 device
+
+
+def test_list_and_show(root, capsys, monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    assert main(["patches", "list", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert rows[0]["patch_id"] == PID and rows[0]["enabled"] and not rows[0]["active_in_env"]
+    assert rows[0]["applicable"] and rows[0]["validated_here"]
+    monkeypatch.delenv("TRITON_INTERPRET")
+    monkeypatch.setenv("ASTRA_SGLANG_PATCHES", PID)
+    assert main(["patches", "list", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert rows[0]["active_in_env"] and not rows[0]["applicable"] and rows[0]["why_not"] == "no CUDA device"
+    assert main(["patches", "list"]) == 0
+    assert PID in capsys.readouterr().out
+    assert main(["patches", "show", PID]) == 0
+    out = capsys.readouterr().out
+    assert "hand-written" in out and "sglang.kernels.ops.activation.activation.silu_and_mul" in out
+    assert main(["patches", "show", "nope"]) == 2
+
+
+def test_add_is_one_command_with_evidence(root, tmp_path, capsys):
+    src = tmp_path / "my_kernel.cuh"
+    src.write_text("// a hand-written kernel\n")
+    ev = tmp_path / "eval.json"
+    ev.write_text(_result().model_dump_json())
+    assert main(["patches", "add", "--op", "silu_and_mul", "--source", str(src), "--id", "hw-silu",
+                 "--provenance", "hand-written", "--evidence", str(ev), "--author", "dev"]) == 0
+    d = root / "silu_and_mul" / "hw-silu"
+    m = load_patch_manifest(d)
+    assert m.kernel.kind == "cuda_jit" and m.kernel.source == "kernel.cuh" and m.kernel.op_dir == "extracted/silu_and_mul"
+    assert m.validated_on.sglang_versions == ["0.5.23"] and m.validated_on.archs == ["sm_90"]
+    assert m.evidence.results[0].geomean_speedup == 1.25
+    assert m.call_sites[0].target == "sglang.kernels.ops.activation.activation.silu_and_mul"
+    assert file_problem(d, m) is None
+    assert main(["patches", "add", "--op", "silu_and_mul", "--source", str(src), "--id", "hw-silu",
+                 "--provenance", "hand-written"]) == 2     # exists: refuse without --force
+    capsys.readouterr()
+    assert main(["patches", "show", "hw-silu"]) == 0
+    assert "1.250x" in capsys.readouterr().out
+
+
+def test_add_from_run_copies_the_winner(root, tmp_path):
+    run = tmp_path / "runs" / "merge_state" / "run-7"
+    (run / "best").mkdir(parents=True)
+    (run / "best" / "candidate.py").write_text("def merge_state_triton(*a):\n    pass\n")
+    (run / "best" / "result.json").write_text(_result(1.4).model_dump_json())
+    (run / "run.json").write_text(json.dumps({"model": "o4-mini", "rounds": 5}))
+    d = registry.add_from_run(run)
+    m = load_patch_manifest(d)
+    assert d == root / "merge_state" / "run-7"
+    assert m.provenance.kind == "run" and m.provenance.model == "o4-mini" and m.provenance.rounds == 5
+    assert m.kernel.kind == "triton" and m.kernel.entry == "merge_state_triton"
+    assert m.evidence.results[0].geomean_speedup == 1.4
+    with pytest.raises(Exception):
+        registry.add_from_run(tmp_path / "empty")
+
+
+def test_guard_checks_dtype_device_contiguity_alignment_and_dims():
+    torch = pytest.importorskip("torch")
+    from astra_sglang.patches.adapters import get_adapter, make_guard
+
+    ad = get_adapter("silu_and_mul")
+    guard = make_guard(load_patch_manifest(SHIPPED).guard, "cpu")
+    ok = torch.randn(4, 256, dtype=torch.bfloat16)
+    assert guard(ad.prepare(ok))
+    assert not guard(ad.prepare(ok.float()))                                   # dtype
+    assert not guard(ad.prepare(torch.randn(4, 264, dtype=torch.bfloat16)[:, :256]))  # contiguity
+    assert not guard(ad.prepare(torch.randn(4 * 256 + 1, dtype=torch.bfloat16)[1:].view(4, 256)))  # alignment
+    assert not guard(ad.prepare(torch.randn(4, 2 * 12, dtype=torch.bfloat16)))  # H % 8
+    assert ad.prepare(ok, None, torch.zeros(4, dtype=torch.int32)) is None      # MoE form: not served
+    assert not make_guard(load_patch_manifest(SHIPPED).guard, "cuda")(ad.prepare(ok))  # device
+
+
+def test_counters_are_readable_plain_ints():
+    status.reset("x")
+    st = status.get("x", "silu_and_mul")
+    st.served_by_patch += 2
+    st.served_by_original += 1
+    import astra_sglang.patches as patches
+
+    assert patches.counters()["x"] == {"patch": 2, "original": 1}
+    status.reset("x")
+
+
+def test_serve_runs_sglang_launch_server_with_patches(monkeypatch, capsys):
+    monkeypatch.delenv("ASTRA_SGLANG_PATCHES", raising=False)
+    seen = {}
+    monkeypatch.setattr("os.execvpe", lambda f, argv, env: seen.update(argv=argv, env=env))
+    assert main(["serve", "--", "--model-path", "m", "--tp", "2"]) == 0
+    assert seen["argv"][1:] == ["-m", "sglang.launch_server", "--model-path", "m", "--tp", "2"]
+    assert seen["env"]["ASTRA_SGLANG_PATCHES"] == "all"
+    monkeypatch.setenv("ASTRA_SGLANG_PATCHES", "a,b")
+    assert main(["serve", "--dry-run", "--", "--port", "1"]) == 0
+    assert capsys.readouterr().out.startswith("ASTRA_SGLANG_PATCHES=a,b ")

@@ -1,0 +1,344 @@
+"""The plugin as SGLang runs it: SGLang's real ``load_plugins()`` in a fresh process, entry point and all.
+
+No GPU here, so each child process forces SGLang's CUDA code path on CPU: ``sgl_kernel`` is a stub module,
+torchvision a stand-in, ``is_cuda()`` answers True while ``sglang.srt.layers.activation`` is imported, and the
+JIT ``silu_and_mul`` (which would compile CUDA) is replaced by a CPU function with the same signature and
+semantics *before* anything binds it, so it plays SGLang's original. Triton runs under TRITON_INTERPRET=1,
+and the shipped patch lists 'cpu-interpret' among the archs it was validated on.
+
+The entry point comes from a throw-away ``*.dist-info`` on PYTHONPATH, so these tests do not depend on
+``pip install -e .`` having registered it (if it has, SGLang sees the same plugin name twice and runs it once).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SHIPPED = REPO / "patches" / "silu_and_mul" / "triton-silu-and-mul-v1"
+PID = "triton-silu-and-mul-v1"
+
+pytest.importorskip("sglang.srt.plugins")
+
+CHILD_PRELUDE = r'''
+import json, logging, os, sys, types
+
+records = []
+class _Collect(logging.Handler):
+    def emit(self, record):
+        if record.levelno >= logging.WARNING:
+            records.append(record.getMessage())
+logging.getLogger("astra_sglang").addHandler(_Collect())
+
+from astra_sglang.extract.sglang_env import install_cpu_shims
+install_cpu_shims()
+
+class _SglKernelStub(types.ModuleType):
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        def stub(*a, **k):
+            raise RuntimeError("sgl_kernel stub called: " + name)
+        stub.__name__ = name
+        setattr(self, name, stub)
+        return stub
+_sk = _SglKernelStub("sgl_kernel"); _sk.__path__ = []; _sk.__version__ = "0.0.0"
+sys.modules["sgl_kernel"] = _sk
+
+import torch
+import torch.nn.functional as F
+import sglang.kernels.ops.activation.activation as kact
+
+ORIGINAL_CALLS = [0]
+def _make_standin():
+    def silu_and_mul(input, out=None, expert_ids=None, expert_step=1, *, sorted_token_ids=None,
+                     num_tokens_post_padded=None, num_valid_tokens=0):
+        """CPU stand-in for SGLang's JIT silu_and_mul (same signature and semantics)."""
+        ORIGINAL_CALLS[0] += 1
+        d = input.shape[-1] // 2
+        if out is None:
+            out = input.new_empty(*input.shape[:-1], d)
+        out.copy_(F.silu(input[..., :d].float()) * input[..., d:].float())
+        return out
+    return silu_and_mul
+# Not a module global: HookRegistry rebinds every module attribute that *is* the original.
+_BOX = (_make_standin(),)
+def standin():
+    return _BOX[0]
+kact.silu_and_mul = standin()
+
+def import_layers_with_cuda_path():
+    import importlib
+    for m in ["sglang.kernels.fused_op", "sglang.srt.distributed", "sglang.srt.environ",
+              "sglang.srt.layers.quantization.base_config", "sglang.srt.model_executor.cuda_graph_config",
+              "sglang.srt.runtime_context"]:
+        importlib.import_module(m)
+    import sglang.srt.utils as su, sglang.srt.utils.common as suc
+    saved = su.is_cuda, suc.is_cuda
+    su.is_cuda = suc.is_cuda = lambda: True
+    try:
+        act = importlib.import_module("sglang.srt.layers.activation")
+    finally:
+        su.is_cuda, suc.is_cuda = saved
+    assert act._is_cuda
+    act._jit_act_max_vec_bytes = 16  # what torch.cuda.get_device_capability() would set on sm_90
+    return act
+
+import astra_sglang.patches as patches
+from sglang.srt.plugins import load_plugins
+from sglang.srt.plugins.hook_registry import HookRegistry
+
+def native(x):
+    d = x.shape[-1] // 2
+    return (F.silu(x[..., :d].float()) * x[..., d:].float()).to(x.dtype)
+
+def is_hook(fn):
+    """HookRegistry's REPLACE wrapper (functools.wraps of the original) closes over our stand-in."""
+    cells = [c.cell_contents for c in (getattr(fn, "__closure__", None) or ())]
+    return fn is not standin() and any(getattr(c, "astra_patch_id", None) for c in cells)
+
+def emit(**kw):
+    print("CHILD-RESULT " + json.dumps(kw))
+'''
+
+HAPPY = r'''
+act = import_layers_with_cuda_path()      # layers first: REPLACE must rebind the from-import copy
+load_plugins()
+res = {}
+res["target_is_hook"] = is_hook(kact.silu_and_mul)
+res["layers_copy_is_hook"] = is_hook(act._jit_silu_and_mul)
+op = act.SiluAndMul()
+x = torch.randn(4, 2 * 256).to(torch.bfloat16)
+y = op.forward_cuda(x)
+res["after_covered"] = patches.counters()[PID]
+res["covered_ok"] = bool(torch.allclose(y.float(), native(x).float(), atol=2e-2, rtol=2e-2))
+res["state"] = patches.statuses()[PID].state
+# outside the guard: dtype, rows, contiguity -> SGLang's original (the stand-in), counted as such
+calls0 = ORIGINAL_CALLS[0]
+y32 = op.forward_cuda(torch.randn(3, 64))
+big = torch.randn(70000, 16).to(torch.bfloat16)                  # T = 70000 > guard max 65536
+op.forward_cuda(big)
+wide = torch.randn(5, 2 * 64 + 8).to(torch.bfloat16)[:, :128]     # not contiguous
+op.forward_cuda(wide)
+res["after_outside"] = patches.counters()[PID]
+res["original_calls_outside"] = ORIGINAL_CALLS[0] - calls0
+# covered again: the patch serves, the original is not called
+calls0 = ORIGINAL_CALLS[0]
+y = op.forward_cuda(torch.randn(2, 3, 2 * 64).to(torch.float16))
+res["after_covered_3d"] = patches.counters()[PID]
+res["original_calls_covered"] = ORIGINAL_CALLS[0] - calls0
+res["warnings"] = records
+emit(**res)
+'''
+
+PLUGIN_FIRST_EXCEPTION = r'''
+load_plugins()                            # plugins first, then SGLang's layers import the patched function
+act = import_layers_with_cuda_path()
+res = {"layers_copy_is_hook": is_hook(act._jit_silu_and_mul)}
+op = act.SiluAndMul()
+op.forward_cuda(torch.randn(4, 256).to(torch.bfloat16))
+res["before"] = patches.counters()[PID]
+x = torch.randn(5, 256).to(torch.bfloat16)                       # the broken kernel raises on 5 rows
+y = op.forward_cuda(x)
+res["exception_call_correct"] = bool(torch.allclose(y.float(), native(x).float(), atol=2e-2, rtol=2e-2))
+res["after_exception"] = patches.counters()[PID]
+op.forward_cuda(torch.randn(4, 256).to(torch.bfloat16))
+res["after_disabled"] = patches.counters()[PID]
+res["state"] = patches.statuses()[PID].state
+res["warnings"] = records
+emit(**res)
+'''
+
+FAIL_CLOSED = r'''
+import sglang.srt.plugins as sp
+cases = json.loads(os.environ["CASES"])
+out = {}
+for case in cases:
+    records.clear()
+    sp._plugins_loaded = False
+    HookRegistry.reset()
+    kact.silu_and_mul = standin()
+    os.environ["ASTRA_SGLANG_PATCHES"] = case
+    load_plugins()
+    installed = is_hook(kact.silu_and_mul)
+    x = torch.randn(4, 256).to(torch.bfloat16)
+    calls0 = ORIGINAL_CALLS[0]
+    y = kact.silu_and_mul(x, torch.empty(4, 128, dtype=torch.bfloat16))
+    out[case] = {
+        "installed": installed,
+        "original_calls": ORIGINAL_CALLS[0] - calls0,
+        "correct": bool(torch.allclose(y.float(), native(x).float(), atol=2e-2, rtol=2e-2)),
+        "counters": patches.counters().get(case),
+        "state": getattr(patches.statuses().get(case), "state", None),
+        "warnings": list(records),
+    }
+emit(cases=out)
+'''
+
+OFF = r'''
+import sglang.srt.plugins as sp
+out = {}
+for name, env in [("unset", {}), ("filtered_out", {"ASTRA_SGLANG_PATCHES": "all", "SGLANG_PLUGINS": "someone_else"}),
+                  ("filtered_in", {"ASTRA_SGLANG_PATCHES": "all", "SGLANG_PLUGINS": "astra_sglang"})]:
+    for k in ("ASTRA_SGLANG_PATCHES", "SGLANG_PLUGINS"):
+        os.environ.pop(k, None)
+    os.environ.update(env)
+    sp._plugins_loaded = False
+    HookRegistry.reset()
+    kact.silu_and_mul = standin()
+    load_plugins()
+    out[name] = {"target_is_standin": kact.silu_and_mul is standin(), "hooks": sorted(HookRegistry._hooks),
+                 "warnings": list(records)}
+emit(**out)
+'''
+
+
+def _dist_info(tmp: Path) -> Path:
+    site = tmp / "site"
+    d = site / "astra_sglang_ci_plugin-0.0.0.dist-info"
+    d.mkdir(parents=True)
+    (d / "METADATA").write_text("Metadata-Version: 2.1\nName: astra-sglang-ci-plugin\nVersion: 0.0.0\n")
+    (d / "entry_points.txt").write_text("[sglang.srt.plugins]\nastra_sglang = astra_sglang.patches.plugin:load\n")
+    return site
+
+
+def _run_child(tmp: Path, body: str, env_extra: dict[str, str], root: Path) -> dict:
+    script = tmp / "child.py"
+    script.write_text(CHILD_PRELUDE + f"\nPID = {PID!r}\n" + textwrap.dedent(body))
+    env = {k: v for k, v in os.environ.items() if k not in ("ASTRA_SGLANG_PATCHES", "SGLANG_PLUGINS")}
+    env.update({
+        "TRITON_INTERPRET": "1",
+        "PYTHONPATH": os.pathsep.join([str(_dist_info(tmp)), str(REPO)]),
+        "ASTRA_SGLANG_PATCHES_DIR": str(root),
+        "ASTRA_SGLANG_STATE_FILE": str(tmp / "state.json"),
+        "TRITON_CACHE_DIR": str(tmp / "triton-cache"),
+    })
+    env.update(env_extra)
+    proc = subprocess.run([sys.executable, str(script)], env=env, cwd=tmp, capture_output=True, text=True,
+                          timeout=600)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("CHILD-RESULT ")]
+    assert proc.returncode == 0 and lines, f"child failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
+    return json.loads(lines[-1][len("CHILD-RESULT "):])
+
+
+def _patch_root(tmp: Path) -> Path:
+    root = tmp / "patches"
+    shutil.copytree(SHIPPED, root / "silu_and_mul" / PID, ignore=shutil.ignore_patterns("__pycache__"))
+    return root
+
+
+def _variant(root: Path, new_id: str, *, kernel_edit=None, manifest_edit=None, repin: bool = True) -> None:
+    """A copy of the shipped patch under another id, broken in one way."""
+    from astra_sglang.patches.manifest import load_patch_manifest, pin_files, write_patch_manifest
+
+    d = root / "silu_and_mul" / new_id
+    shutil.copytree(SHIPPED, d, ignore=shutil.ignore_patterns("__pycache__"))
+    m = load_patch_manifest(d)
+    m.patch_id = new_id
+    if kernel_edit:
+        kernel_edit(d / "kernel.py")
+    if manifest_edit:
+        manifest_edit(m)
+    if repin:
+        m.files = pin_files(d)
+    write_patch_manifest(d, m)
+
+
+def _replace(path: Path, old: str, new: str) -> None:
+    text = path.read_text()
+    assert old in text
+    path.write_text(text.replace(old, new))
+
+
+def test_patched_function_is_what_forward_cuda_reaches_and_guard_routes_the_rest(tmp_path):
+    res = _run_child(tmp_path, HAPPY, {"ASTRA_SGLANG_PATCHES": "all"}, _patch_root(tmp_path))
+    assert res["target_is_hook"] and res["layers_copy_is_hook"]
+    assert res["after_covered"] == {"patch": 1, "original": 0}
+    assert res["covered_ok"] and res["state"] == "active"
+    assert res["after_outside"] == {"patch": 1, "original": 3}   # fp32, too many rows, non-contiguous
+    assert res["original_calls_outside"] == 3
+    assert res["after_covered_3d"] == {"patch": 2, "original": 3}
+    assert res["original_calls_covered"] == 0
+    assert res["warnings"] == []
+
+
+def test_exception_at_call_time_falls_back_and_disables_with_one_warning(tmp_path):
+    root = _patch_root(tmp_path)
+    shutil.rmtree(root / "silu_and_mul" / PID)
+    _variant(root, PID, kernel_edit=lambda p: _replace(
+        p, "    rows, hidden = out.shape\n",
+        "    rows, hidden = out.shape\n    if rows == 5:\n        raise RuntimeError('boom on 5 rows')\n"))
+    res = _run_child(tmp_path, PLUGIN_FIRST_EXCEPTION, {"ASTRA_SGLANG_PATCHES": PID}, root)
+    assert res["layers_copy_is_hook"]
+    assert res["before"] == {"patch": 1, "original": 0}
+    assert res["exception_call_correct"]
+    assert res["after_exception"] == {"patch": 1, "original": 1}
+    assert res["after_disabled"] == {"patch": 1, "original": 2}
+    assert res["state"] == "failed"
+    assert len(res["warnings"]) == 1 and PID in res["warnings"][0] and "boom on 5 rows" in res["warnings"][0]
+
+
+def test_every_fail_closed_case_keeps_the_original_with_one_warning(tmp_path):
+    root = _patch_root(tmp_path)
+    shutil.rmtree(root / "silu_and_mul" / PID)
+    _variant(root, "hash", kernel_edit=lambda p: p.write_text(p.read_text() + "\n# altered\n"), repin=False)
+    _variant(root, "missing", kernel_edit=lambda p: p.unlink(), repin=False)
+    _variant(root, "version", manifest_edit=lambda m: setattr(m.validated_on, "sglang_versions", ["0.4.0"]))
+    _variant(root, "arch", manifest_edit=lambda m: setattr(m.validated_on, "archs", ["sm_90"]))
+    _variant(root, "build", kernel_edit=lambda p: p.write_text(p.read_text() + "\ndef broken(:\n"))
+    _variant(root, "mismatch", kernel_edit=lambda p: _replace(p, "* up\n", "* up + 0.5\n"))
+    expect = {
+        "hash": ("hash mismatch", False),
+        "missing": ("missing file kernel.py", False),
+        "version": ("patch validated on 0.4.0", False),
+        "arch": ("GPU arch cpu-interpret, patch validated on sm_90", True),
+        "build": ("build failed", True),
+        "mismatch": ("check mismatch", True),
+        "no-such-patch": ("no such patch", False),
+    }
+    res = _run_child(tmp_path, FAIL_CLOSED, {"CASES": json.dumps(list(expect))}, root)["cases"]
+    for case, (reason, installed) in expect.items():
+        r = res[case]
+        assert len(r["warnings"]) == 1, (case, r)
+        assert case in r["warnings"][0] and reason in r["warnings"][0], (case, r["warnings"])
+        assert r["installed"] is installed, (case, r)   # activation-time failures: hook present, original serves
+        assert r["original_calls"] >= 1 and r["correct"], (case, r)  # (the load-time check calls it too)
+        assert r["state"] == "failed", (case, r)
+        if installed:
+            assert r["counters"] == {"patch": 0, "original": 1}, (case, r)
+
+
+def test_nothing_is_patched_unless_asked_and_sglang_plugins_filter_is_respected(tmp_path):
+    res = _run_child(tmp_path, OFF, {}, _patch_root(tmp_path))
+    assert res["unset"] == {"target_is_standin": True, "hooks": [], "warnings": []}
+    assert res["filtered_out"] == {"target_is_standin": True, "hooks": [], "warnings": []}
+    assert res["filtered_in"]["target_is_standin"] is False          # positive control: same setup, allowed
+    assert res["filtered_in"]["hooks"] == ["sglang.kernels.ops.activation.activation.silu_and_mul"]
+
+
+def test_entry_point_load_is_cheap_and_never_imports_the_optimizer(tmp_path):
+    code = textwrap.dedent("""
+        import os, sys
+        import astra_sglang.patches.plugin as plugin
+        plugin.load()
+        heavy = sorted(m for m in ("torch", "pydantic", "triton", "agents", "openai") if m in sys.modules)
+        print("OFF", heavy)
+        os.environ["ASTRA_SGLANG_PATCHES"] = "all"
+        os.environ["ASTRA_SGLANG_PATCHES_DIR"] = sys.argv[1]
+        import astra_sglang.patches.registry, astra_sglang.patches.runtime, astra_sglang.patches.install
+        print("ON", sorted(m for m in ("agents", "openai") if m in sys.modules))
+    """)
+    env = {k: v for k, v in os.environ.items() if k != "ASTRA_SGLANG_PATCHES"}
+    env["PYTHONPATH"] = str(REPO)
+    proc = subprocess.run([sys.executable, "-c", code, str(tmp_path)], env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "OFF []" in proc.stdout and "ON []" in proc.stdout, proc.stdout
