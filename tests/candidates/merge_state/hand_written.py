@@ -13,6 +13,7 @@ loads are wide, coalesced and many are in flight per SM.
 Requires the same layout the original assumes: contiguous [T, H, D] outputs and contiguous [T, H] lse.
 """
 
+from functools import lru_cache
 from typing import Optional, Tuple
 
 import torch
@@ -66,6 +67,7 @@ def _merge_rows_kernel(
     tl.store(out_ptr + offs, out, mask=mask)
 
 
+@lru_cache(maxsize=None)
 def _num_sms() -> int:
     if torch.cuda.is_available():
         return torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
