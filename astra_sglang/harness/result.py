@@ -38,7 +38,8 @@ class FailedCase(_Model):
     """The first check that failed, with everything needed to reproduce it."""
 
     reason: str = Field(description="e.g. 'mismatch', 'nan', 'unwritten output', 'input mutated', 'timeout', "
-                        "'crash', 'stateful', 'launch error'")
+                        "'crash', 'stateful', 'launch error', "
+                        "'out-of-bounds write', 'timed run wrong', 'reference mismatch'")
     detail: str = ""
     dims: dict[str, int] = Field(default_factory=dict)
     dtype: Optional[str] = None
@@ -55,6 +56,8 @@ class CorrectnessReport(_Model):
     cases_run: int = 0
     heldout_cases_run: int = 0
     first_failure: Optional[FailedCase] = None
+    skipped_cases: int = Field(default=0, description="cases the original itself refuses (not counted as run)")
+    notes: list[str] = Field(default_factory=list)
 
 
 class ShapeTiming(_Model):
@@ -70,6 +73,11 @@ class ShapeTiming(_Model):
     candidate_gbps: Optional[float] = None
     original_pct_ceiling: float
     candidate_pct_ceiling: Optional[float] = None
+    rotation_bytes: Optional[int] = Field(default=None, description="bytes one replay touches per side (cold "
+                                          "mode: > 4x L2 unless capped for tiny shapes)")
+    samples: Optional[int] = Field(default=None, description="timed replays per side")
+    baseline_name: Optional[str] = Field(default=None, description="the library kernel SGLang serves with here")
+    baseline_us: Optional[float] = Field(default=None, description="its time, interleaved with the others")
 
 
 class TimingReport(_Model):

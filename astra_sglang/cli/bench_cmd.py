@@ -1,0 +1,71 @@
+"""``astra-sglang bench OP``: check and time an extracted op, or a candidate against it, on this machine."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from astra_sglang.errors import AstraError
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "bench", help="check and time an extracted kernel (or a candidate against it)",
+        description="Builds, checks and times OP (a folder under --extracted, or a path) and, with --candidate, "
+                    "a replacement source against it, each in an isolated worker process.")
+    p.add_argument("op", metavar="OP", help="extracted op short name (extracted/<OP>) or a folder path")
+    p.add_argument("--candidate", type=Path, help=".cuh (CUDA ops) or .py (Triton ops) replacing the kernel source")
+    p.add_argument("--shapes", choices=["paper", "decode", "prefill", "all", "test"], default="paper",
+                   help="shapes to time (and check); 'test' = tiny shapes for CPU runs")
+    p.add_argument("--dtype", action="append", dest="dtypes", metavar="DTYPE",
+                   help="dtype to check and time (repeatable; default: check all, time bfloat16)")
+    p.add_argument("--warm", action="store_true", help="warm-L2 timing (default: cold, inputs rotated over > 4x L2)")
+    p.add_argument("--paper-protocol", action="store_true", help="20 warm-up / 100 timed replays (Astra paper)")
+    p.add_argument("--heldout", action="store_true", help="include the private held-out cases (final verdict)")
+    p.add_argument("--device", choices=["auto", "cuda", "cpu"], default="auto",
+                   help="cpu = correctness only under TRITON_INTERPRET=1 (Triton ops)")
+    p.add_argument("--timeout", type=float, default=120.0, help="seconds without progress before a worker is killed")
+    p.add_argument("--seed", type=int, help="base seed of the visible cases (default: fresh)")
+    p.add_argument("--extracted", type=Path, default=Path("extracted"), help="extracted ops root (default: extracted/)")
+    p.add_argument("--json", action="store_true", help="print the EvalResult as JSON")
+    p.set_defaults(handler=handle)
+
+
+def op_folder(op: str, extracted: Path) -> Path:
+    path = Path(op)
+    if (path / "manifest.json").is_file():
+        return path
+    cand = extracted / op
+    if (cand / "manifest.json").is_file():
+        return cand
+    known = sorted(p.name for p in extracted.iterdir() if (p / "manifest.json").is_file()) if extracted.is_dir() else []
+    raise AstraError(f"no extracted op {op!r} under {extracted}/ (have: {', '.join(known) or 'none'}); "
+                     f"run `astra-sglang extract {op}` first")
+
+
+def handle(args: argparse.Namespace) -> int:
+    from astra_sglang.harness import EvalConfig, evaluate
+    from astra_sglang.harness.evaluate import resolve_device
+
+    op_dir = op_folder(args.op, args.extracted)
+    config = EvalConfig(shapes=args.shapes, dtypes=args.dtypes, timing_dtypes=args.dtypes,
+                        mode="warm" if args.warm else "cold", protocol="paper" if args.paper_protocol else "default",
+                        include_heldout=args.heldout, device=args.device, timeout_s=args.timeout, seed=args.seed)
+    if args.device == "auto" and resolve_device(config) == "cpu":
+        raise AstraError("no CUDA GPU visible: timing needs one. For correctness only (Triton ops, under "
+                         "TRITON_INTERPRET=1) pass --device cpu, with --shapes test to keep it fast")
+    result = evaluate(op_dir, args.candidate, config)
+    if args.json:
+        print(result.model_dump_json(indent=2))
+    else:
+        from rich.console import Console
+
+        from astra_sglang.harness.report import print_result
+
+        console = Console()
+        if not console.is_terminal:
+            console = Console(width=160)  # the per-shape table has 12 columns
+        print_result(result, console)
+    if args.candidate is None:
+        return 0 if result.build.ok and result.error is None else 1
+    return 0 if result.ok else 1

@@ -1,0 +1,69 @@
+"""What one evaluation does: which shapes and dtypes, how it times, how long a candidate may take."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field
+
+ShapeSet = Literal["paper", "decode", "prefill", "all", "test"]
+DISTRIBUTIONS = ("normal", "wide", "tiny", "zeros", "special")
+
+
+class ExtraCase(BaseModel):
+    """A case someone asked for (e.g. the loop's Testing agent): checked like the visible ones, fresh seed."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    dims: dict[str, int]
+    dtype: str
+    distribution: str = "normal"
+
+
+class EvalConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    shapes: ShapeSet = Field("paper", description="shapes timed (and always checked); 'test' = tiny CPU suite")
+    dtypes: Optional[list[str]] = Field(None, description="dtypes checked; None = every dtype the op supports")
+    timing_dtypes: Optional[list[str]] = Field(None, description="dtypes timed; None = bfloat16 (else the first)")
+    distributions: Optional[list[str]] = Field(None, description=f"subset of {DISTRIBUTIONS}; None = all that apply")
+    check_all_shapes: bool = Field(True, description="also check every other manifest shape (normal values), "
+                                   "not only the timed ones; a candidate must be right wherever SGLang calls it")
+    check_max_elems: int = Field(1 << 26, description="skip extra check shapes whose largest tensor is bigger")
+    dist_max_elems: int = Field(1 << 22, description="non-normal distributions only on shapes up to this size")
+    extra_cases: list[ExtraCase] = Field(default_factory=list, description="additional visible cases")
+    include_heldout: bool = Field(False, description="add held-out shapes/seeds derived from a private secret "
+                                  "(final verdict only; never shown to agents)")
+    heldout_shapes: int = 4
+    seed: Optional[int] = Field(None, description="base seed of the visible suite; None = fresh each evaluation")
+    stateful_checks: int = Field(2, description="cases re-run at the same addresses with new values")
+
+    device: Literal["auto", "cuda", "cpu"] = "auto"
+    arch: str = "sm_90a"
+    cache_dir: Optional[Path] = None
+    build_workers: int = 8
+    timeout_s: float = Field(120.0, description="a worker silent for this long is killed (hang)")
+    max_wall_s: float = Field(1800.0, description="hard cap on one candidate's worker")
+
+    timing: bool = True
+    mode: Literal["cold", "warm"] = "cold"
+    protocol: Literal["default", "paper"] = Field("default", description="paper = 20 warm-up, 100 timed")
+    warmup: Optional[int] = None
+    rep: Optional[int] = None
+    gpu_warmup_s: float = Field(2.0, description="busy work before timing: the H200 idles at 345 MHz")
+    cold_l2_factor: float = Field(4.0, description="cold mode rotates input sets over more than this x L2")
+    max_graph_launches: int = Field(1000, description="cap on launches per captured graph (tiny shapes)")
+    warm_launches: int = Field(10, description="launches per graph replay in warm mode")
+    min_change_pct: float = Field(1.0, description="speedups closer to 1 than max(spread, this) are 'no change'")
+    suspect_margin: float = Field(0.04, description="above the copy ceiling by more than this = suspect")
+    time_baselines: bool = Field(True, description="also time the manifest's CUDA baselines (e.g. FlashInfer)")
+    simulate_timing: bool = Field(False, description="CPU only, for tests: run the timing code path with host "
+                                  "timers (its numbers mean nothing)")
+    copy_ceiling_gbps: Optional[float] = Field(None, description="skip the measurement and use this value")
+
+    def timing_protocol(self) -> tuple[int, int]:
+        """(warm-up replays, timed replays) per implementation."""
+        if self.protocol == "paper":
+            return self.warmup or 20, self.rep or 100
+        return self.warmup or 20, self.rep or 200

@@ -1,0 +1,259 @@
+"""``evaluate`` / ``evaluate_many``: build candidates in parallel, then check and time each in its own worker.
+
+The parent never imports or runs candidate code: CUDA candidates are compiled here (nvcc in threads) and only
+loaded inside a worker; Triton candidates are only parsed here. Workers run one after another on the GPU so
+their timings do not disturb each other. The copy ceiling is measured by the first worker and reused.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import math
+import random
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Optional
+
+from astra_sglang.errors import AstraError
+from astra_sglang.extract.manifest import ManifestError, Manifest, load_manifest
+from astra_sglang.harness.config import EvalConfig
+from astra_sglang.harness.heldout import heldout_secret
+from astra_sglang.harness.isolation import WorkerOutcome, run_worker
+from astra_sglang.harness.result import (
+    BuildReport, CorrectnessReport, EvalResult, FailedCase, ShapeTiming, TimingReport,
+)
+from astra_sglang.harness.suite import build_suite, timed_shapes, timing_dtypes
+
+_CEILING: dict[str, float] = {}  # device kind -> measured copy ceiling, for the life of this process
+
+
+def resolve_device(config: EvalConfig) -> str:
+    if config.device != "auto":
+        if config.device == "cuda" and not _cuda_available():
+            raise AstraError("--device cuda but no CUDA GPU is visible")
+        return config.device
+    return "cuda" if _cuda_available() else "cpu"
+
+
+def _cuda_available() -> bool:
+    try:
+        import torch
+
+        return bool(torch.cuda.is_available())
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _load(op_dir: Path) -> Manifest:
+    try:
+        return load_manifest(op_dir)
+    except ManifestError as e:
+        raise AstraError(str(e)) from None
+
+
+def _build_cuda(op_dir: Path, manifest: Manifest, source: Optional[Path], dtypes: list[str],
+                config: EvalConfig) -> BuildReport:
+    """Compile (no load) for every dtype; one report: ok only if all built, resources of the first dtype."""
+    from astra_sglang.loader.cuda_build import BuildError, build_cuda_module
+
+    reports: list[BuildReport] = []
+    for dt in dtypes:
+        try:
+            built = build_cuda_module(op_dir, manifest, dt, kernel_source=source, cache_dir=config.cache_dir,
+                                      arch=config.arch, load=False)
+        except BuildError as e:
+            return BuildReport(ok=False, seconds=sum(r.seconds for r in reports) + e.report.seconds,
+                               log=f"[{dt}] {e.report.log}")
+        except AstraError as e:
+            return BuildReport(ok=False, log=f"[{dt}] {e}")
+        reports.append(built.report)
+    return BuildReport(ok=True, seconds=sum(r.seconds for r in reports), log=reports[0].log if reports else "",
+                       resources=reports[0].resources if reports else [], cached=all(r.cached for r in reports))
+
+
+def _check_triton(source: Path) -> BuildReport:
+    """Parse only (never import candidate code in the caller); import errors surface in the worker."""
+    t0 = time.monotonic()
+    try:
+        tree = ast.parse(source.read_text(), filename=str(source))
+    except (OSError, SyntaxError, ValueError) as e:
+        return BuildReport(ok=False, seconds=time.monotonic() - t0, log=f"{type(e).__name__}: {e}")
+    for node in ast.walk(tree):
+        names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
+            [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+        if any(n == "sglang" or n.startswith("sglang.") for n in names):
+            return BuildReport(ok=False, seconds=time.monotonic() - t0,
+                               log=f"line {node.lineno}: candidates must not import sglang")
+    return BuildReport(ok=True, seconds=time.monotonic() - t0)
+
+
+def build_all(op_dir: Path, manifest: Manifest, candidates: list[Optional[Path]], dtypes: list[str],
+              config: EvalConfig) -> list[BuildReport]:
+    """The original first (its failure is the user's problem, not a candidate's), then candidates in parallel."""
+    if manifest.source_kind == "cuda_jit":
+        orig = _build_cuda(op_dir, manifest, None, dtypes, config)
+        if not orig.ok:
+            raise AstraError(f"the original {manifest.short_name} does not build: {orig.log[:2000]}")
+        with ThreadPoolExecutor(max_workers=max(1, config.build_workers)) as pool:
+            futures = [pool.submit(_build_cuda, op_dir, manifest, c, dtypes, config) if c is not None else None
+                       for c in candidates]
+            return [f.result() if f is not None else orig for f in futures]
+    if manifest.source_kind == "triton":
+        return [_check_triton(c) if c is not None else BuildReport(ok=True) for c in candidates]
+    raise AstraError(f"{manifest.short_name}: source kind {manifest.source_kind!r} cannot be evaluated")
+
+
+def build_baselines(op_dir: Path, manifest: Manifest, dtypes: list[str], config: EvalConfig) -> list[str]:
+    """Names of the CUDA baselines that build for the timed dtypes (a failure only drops the baseline)."""
+    if not config.time_baselines:
+        return []
+    from astra_sglang.extract.manifest import CudaJitRecipe
+    from astra_sglang.loader.cuda_build import build_cuda_module
+
+    names = []
+    for b in manifest.baselines:
+        if not isinstance(b.recipe, CudaJitRecipe):
+            continue
+        try:
+            for dt in dtypes:
+                if dt in b.recipe.template_args:
+                    build_cuda_module(op_dir, manifest, dt, recipe=b.recipe, cache_dir=config.cache_dir,
+                                      arch=config.arch, load=False)
+            names.append(b.name)
+        except AstraError:
+            continue
+    return names
+
+
+def evaluate(op_dir: Path, candidate: Optional[Path], config: Optional[EvalConfig] = None) -> EvalResult:
+    return evaluate_many(op_dir, [candidate], config)[0]  # type: ignore[list-item]
+
+
+def evaluate_many(op_dir: Path, candidates: list[Optional[Path]],
+                  config: Optional[EvalConfig] = None) -> list[EvalResult]:
+    """One EvalResult per candidate (None = the original alone), in order; never raises for a bad candidate."""
+    config = config or EvalConfig()
+    op_dir = Path(op_dir).resolve()
+    manifest = _load(op_dir)
+    device = resolve_device(config)
+    if device == "cpu" and manifest.source_kind == "cuda_jit":
+        raise AstraError(f"{manifest.short_name} is a CUDA kernel: checking and timing it needs a GPU "
+                         "(on this machine only builds run: see `astra_sglang.loader.build_cuda_module`)")
+    candidates = [Path(c).resolve() if c is not None else None for c in candidates]
+    for c in candidates:
+        if c is not None and not c.is_file():
+            raise AstraError(f"candidate {c} does not exist")
+    base_seed = config.seed if config.seed is not None else random.SystemRandom().getrandbits(48)
+    secret = heldout_secret() if config.include_heldout else None
+    cases = build_suite(manifest, config, base_seed, secret)
+    shapes = timed_shapes(manifest, config)
+    t_dtypes = timing_dtypes(manifest, config)
+    dtypes = sorted({c.dtype for c in cases} | set(t_dtypes))
+    t0 = time.monotonic()
+    builds = build_all(op_dir, manifest, candidates, dtypes, config)
+    baselines = build_baselines(op_dir, manifest, t_dtypes, config) if device == "cuda" and config.timing else []
+    build_wall = time.monotonic() - t0
+    warmup, rep = config.timing_protocol()
+    job_cfg: dict[str, Any] = config.model_dump(mode="json")
+    job_cfg.update(warmup=warmup, rep=rep, timing_seed=base_seed ^ 0x5EED)
+    results: list[EvalResult] = []
+    for cand, build in zip(candidates, builds):
+        start = time.monotonic()
+        res = EvalResult(op_id=manifest.op_id, candidate=str(cand) if cand else None,
+                         candidate_sha256=_sha(cand) if cand else None,
+                         device="cpu (TRITON_INTERPRET=1)" if device == "cpu" else "cuda",
+                         sglang_version=manifest.sglang_version, build=build)
+        if not build.ok:
+            res.error = "build failed: " + (build.log.strip().splitlines() or ["(no compiler output)"])[-1][:300]
+            res.wall_s = build.seconds
+            results.append(res)
+            continue
+        job = dict(op_dir=str(op_dir), manifest=manifest.model_dump_json(), candidate=str(cand) if cand else None,
+                   device=device, config=job_cfg, cases=[c.as_dict() for c in cases], timed_shapes=shapes,
+                   timing_dtypes=t_dtypes, cache_dir=str(config.cache_dir) if config.cache_dir else None,
+                   arch=config.arch, ceiling=config.copy_ceiling_gbps or _CEILING.get(device), baselines=baselines)
+        sim = {"ASTRA_HARNESS_SIMULATE_TIMING": "1"} if config.simulate_timing and device == "cpu" else None
+        outcome = run_worker(job, device=device, timeout_s=config.timeout_s, max_wall_s=config.max_wall_s,
+                             env_extra=sim)
+        _fill(res, outcome, manifest, config, device)
+        res.wall_s = time.monotonic() - start + (build.seconds if len(candidates) == 1 else build_wall / len(candidates))
+        results.append(res)
+    return results
+
+
+def _progress_case(outcome: WorkerOutcome) -> dict[str, Any]:
+    p = outcome.last_progress or {}
+    case = p.get("case") or {}
+    if p.get("heldout"):
+        return {"heldout": True}
+    return {k: case[k] for k in ("dims", "dtype", "distribution", "seed") if k in case} | (
+        {"dims": p["dims"], "dtype": p.get("dtype")} if "dims" in p else {})
+
+
+def _crash_lines(log: str, candidate: Optional[str]) -> list[str]:
+    """The useful part of a dead worker's output: the fatal error line and the candidate's own frames."""
+    lines = [ln.strip() for ln in log.strip().splitlines() if ln.strip()]
+    keep = [ln for ln in lines if ln.startswith(("Fatal Python error", "Traceback", "RuntimeError", "CUDA error"))
+            or "Error" in ln.split(":")[0] or (candidate and candidate in ln)]
+    return (keep or lines)[-8:]
+
+
+def _fill(res: EvalResult, outcome: WorkerOutcome, manifest: Manifest, config: EvalConfig, device: str) -> None:
+    if outcome.died is not None:
+        step = (outcome.last_progress or {}).get("step", "start-up")
+        reason = "timeout" if outcome.died == "timeout" else "crash"
+        tail = _crash_lines(outcome.log_tail, res.candidate)
+        detail = f"{outcome.detail} during {step}" + (("; worker output: " + " | ".join(tail)) if tail else "")
+        res.correctness = CorrectnessReport(ok=False, first_failure=FailedCase(
+            reason=reason, detail=detail[:3000], **_progress_case(outcome)))
+        res.error = f"{reason}: {outcome.detail} during {step}"
+        return
+    if outcome.error is not None:
+        res.error = f"worker error: {outcome.error['error'][:1000]}"
+        res.correctness = CorrectnessReport(ok=False, first_failure=FailedCase(
+            reason="launch error", detail=(outcome.error["error"] + "\n" + outcome.error.get("traceback", ""))[:3000],
+            **_progress_case(outcome)))
+        return
+    r = outcome.result or {}
+    if r.get("build_error"):
+        res.build = BuildReport(ok=False, seconds=res.build.seconds, log=r["build_error"][:20000])
+        res.error = "build failed: " + r["build_error"].splitlines()[0][:300]
+        return
+    res.device = r.get("device", res.device)
+    if r.get("ceiling"):
+        _CEILING[device] = r["ceiling"]
+    c = r.get("correctness")
+    if c is not None:
+        ff = c.get("first_failure")
+        res.correctness = CorrectnessReport(
+            ok=c["ok"], cases_run=c["cases_run"], heldout_cases_run=c["heldout_cases_run"],
+            skipped_cases=c.get("skipped_cases", 0), notes=r.get("notes", [])[:20],
+            first_failure=FailedCase(**{k: v for k, v in ff.items() if k in FailedCase.model_fields}) if ff else None)
+        if not c["ok"]:
+            res.error = None
+    if device != "cuda" and not config.simulate_timing:
+        res.timing = None
+        return
+    if "timing" in r and r["timing"] is not None:
+        res.timing = _timing_report(r["timing"], r["ceiling"], config, res.candidate is not None)
+
+
+def _timing_report(rows: list[dict[str, Any]], ceiling: float, config: EvalConfig, has_cand: bool) -> TimingReport:
+    warmup, rep = config.timing_protocol()
+    shapes = [ShapeTiming(**{k: v for k, v in row.items() if k in ShapeTiming.model_fields}) for row in rows]
+    suspect = [f"{row['dims']} {row['dtype']}: {row['suspect_reason']}" for row in rows if row.get("suspect_reason")]
+    # a suspect number is never a win: it counts at most 1.0 in the geometric mean
+    speedups = [min(s.speedup, 1.0) if s.verdict == "suspect" else s.speedup for s in shapes if s.speedup]
+    geo = math.exp(sum(math.log(s) for s in speedups) / len(speedups)) if speedups and has_cand else None
+    methods = sorted({row.get("method", "cuda-graph replay") for row in rows})
+    rot = "inputs rotated over > %gx L2" % config.cold_l2_factor if config.mode == "cold" else "same buffers (warm L2)"
+    method = (f"{' / '.join(methods)}, {warmup} warm-up, {rep} timed per side, "
+              f"{'ABBA-interleaved with the original, ' if has_cand else ''}{rot}; medians")
+    return TimingReport(mode=config.mode, method=method, copy_ceiling_gbps=ceiling, shapes=shapes,
+                        geomean_speedup=geo, suspect=suspect)

@@ -1,0 +1,214 @@
+"""The correctness suite and the timed shapes of one evaluation, built from the manifest.
+
+Visible cases get seeds from a base seed that is recorded in every failure (fresh per evaluation unless fixed).
+Held-out cases are derived from a private secret (``heldout.py``) inside this process and handed to the
+worker over a pipe: they are never written to the manifest, the run folder or any file an agent reads.
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+import operator
+import random
+from dataclasses import asdict, dataclass, field
+from typing import Any, Optional
+
+from astra_sglang.errors import AstraError
+from astra_sglang.extract.manifest import Manifest
+from astra_sglang.harness.config import DISTRIBUTIONS, EvalConfig
+
+
+@dataclass(frozen=True)
+class Case:
+    dims: dict[str, int]
+    dtype: str
+    distribution: str
+    seed: int
+    heldout: bool = False
+    tags: tuple[str, ...] = field(default_factory=tuple)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.FloorDiv: operator.floordiv}
+
+
+def eval_dim(expr: str, dims: dict[str, int]) -> int:
+    """'2*H', 'T', 'H//2', '8' over the case's dims; nothing else is evaluated."""
+    def ev(node: ast.AST) -> int:
+        if isinstance(node, ast.Expression):
+            return ev(node.body)
+        if isinstance(node, ast.Constant) and isinstance(node.value, int):
+            return node.value
+        if isinstance(node, ast.Name):
+            if node.id not in dims:
+                raise AstraError(f"shape expression {expr!r}: unknown dim {node.id!r} (dims: {sorted(dims)})")
+            return dims[node.id]
+        if isinstance(node, ast.BinOp) and type(node.op) in _OPS:
+            return _OPS[type(node.op)](ev(node.left), ev(node.right))
+        raise AstraError(f"shape expression {expr!r} is not simple arithmetic over dim names")
+
+    return ev(ast.parse(expr, mode="eval"))
+
+
+def shape_of(shape: list[str], dims: dict[str, int]) -> tuple[int, ...]:
+    return tuple(eval_dim(s, dims) for s in shape)
+
+
+def largest_numel(manifest: Manifest, dims: dict[str, int]) -> int:
+    return max(math.prod(shape_of(t.shape, dims)) for t in manifest.signature.tensors)
+
+
+def _selected(manifest: Manifest, which: str) -> list[dict[str, int]]:
+    if which == "test":
+        tagged = [s.dims for s in manifest.shapes if "test" in s.tags]
+        return tagged or test_shapes(manifest)
+    if which == "all":
+        return [s.dims for s in manifest.shapes]
+    return [s.dims for s in manifest.shapes if which in s.tags]
+
+
+def timed_shapes(manifest: Manifest, config: EvalConfig) -> list[dict[str, int]]:
+    shapes = _selected(manifest, config.shapes)
+    if not shapes:
+        raise AstraError(f"{manifest.short_name}: no shapes tagged {config.shapes!r} in the manifest")
+    return shapes
+
+
+def check_dtypes(manifest: Manifest, config: EvalConfig) -> list[str]:
+    supported = manifest.signature.dtypes
+    wanted = config.dtypes or supported
+    bad = [d for d in wanted if d not in supported]
+    if bad:
+        raise AstraError(f"{manifest.short_name}: dtype(s) {bad} not supported (op supports {supported})")
+    return list(wanted)
+
+
+def timing_dtypes(manifest: Manifest, config: EvalConfig) -> list[str]:
+    if config.timing_dtypes:
+        bad = [d for d in config.timing_dtypes if d not in manifest.signature.dtypes]
+        if bad:
+            raise AstraError(f"{manifest.short_name}: dtype(s) {bad} not supported")
+        return list(config.timing_dtypes)
+    dtypes = check_dtypes(manifest, config)
+    return ["bfloat16"] if "bfloat16" in dtypes else dtypes[:1]
+
+
+def distributions(manifest: Manifest, config: EvalConfig) -> list[str]:
+    has_special = any(t.special_values for t in manifest.signature.tensors)
+    wanted = config.distributions or [d for d in DISTRIBUTIONS if d != "special" or has_special]
+    bad = [d for d in wanted if d not in DISTRIBUTIONS]
+    if bad:
+        raise AstraError(f"unknown value distribution(s) {bad}; choose from {DISTRIBUTIONS}")
+    return [d for d in wanted if d != "special" or has_special]
+
+
+def _dim_values(manifest: Manifest) -> dict[str, list[int]]:
+    values: dict[str, set[int]] = {d.name: set() for d in manifest.signature.dims}
+    for s in manifest.shapes:
+        for k, v in s.dims.items():
+            values.setdefault(k, set()).add(v)
+    return {k: sorted(v) for k, v in values.items()}
+
+
+def _fit(manifest: Manifest, name: str, value: int) -> int:
+    dim = next((d for d in manifest.signature.dims if d.name == name), None)
+    if dim is None:
+        return max(1, value)
+    m = max(1, dim.multiple_of)
+    value = max(dim.min, value)
+    value = -(-value // m) * m
+    if dim.max is not None and value > dim.max:
+        value = dim.max // m * m
+    return max(value, m)
+
+
+def _is_discrete(values: list[int]) -> bool:
+    """A dim that takes a few fixed values (head_dim 64/128/256) is drawn from them, not invented."""
+    return 0 < len(values) <= 4
+
+
+def test_shapes(manifest: Manifest) -> list[dict[str, int]]:
+    """Three tiny shapes for the CPU suite (TRITON_INTERPRET=1 runs ~2 ms per program).
+
+    Every dim takes 1, 5 and 3 in turn, raised to its min / multiple_of: odd counts exercise tails, and 5 also
+    reaches code keyed on multiples of 5. The dims' constraints in the manifest decide what is legal.
+    """
+    out: list[dict[str, int]] = []
+    for free in (1, 5, 3):
+        dims = {d.name: _fit(manifest, d.name, free) for d in manifest.signature.dims}
+        if dims not in out:
+            out.append(dims)
+    return out
+
+
+def build_suite(manifest: Manifest, config: EvalConfig, base_seed: int, secret: Optional[bytes]) -> list[Case]:
+    """Visible cases (timed shapes x dtypes x distributions, plus other manifest shapes) then held-out ones."""
+    rng = random.Random(base_seed)
+    dtypes = check_dtypes(manifest, config)
+    dists = distributions(manifest, config)
+    timed = timed_shapes(manifest, config)
+    shapes: list[tuple[dict[str, int], tuple[str, ...]]] = [(d, ("timed",)) for d in timed]
+    if config.check_all_shapes and config.shapes != "test":
+        for s in manifest.shapes:
+            if s.dims not in timed and largest_numel(manifest, s.dims) <= config.check_max_elems:
+                shapes.append((s.dims, tuple(s.tags)))
+    cases: list[Case] = []
+    for dims, tags in shapes:
+        small = config.shapes == "test" or largest_numel(manifest, dims) <= config.dist_max_elems
+        for dtype in dtypes:
+            for dist in dists:
+                if dist == "normal" or small:
+                    cases.append(Case(dict(dims), dtype, dist, rng.getrandbits(48), False, tags))
+    # Non-normal distributions on big shapes would dominate the time; make sure each still runs somewhere.
+    covered = {(c.dtype, c.distribution) for c in cases}
+    smallest = min((d for d, _ in shapes), key=lambda d: largest_numel(manifest, d))
+    for dtype in dtypes:
+        for dist in dists:
+            if (dtype, dist) not in covered:
+                cases.append(Case(dict(smallest), dtype, dist, rng.getrandbits(48), False, ("smallest",)))
+    names = {d.name for d in manifest.signature.dims}
+    for extra in config.extra_cases:
+        if set(extra.dims) != names:
+            raise AstraError(f"extra case dims {sorted(extra.dims)} do not match the op's dims {sorted(names)}")
+        if extra.dtype not in manifest.signature.dtypes or extra.distribution not in DISTRIBUTIONS:
+            raise AstraError(f"extra case {extra.dtype}/{extra.distribution}: unsupported dtype or distribution")
+        cases.append(Case(dict(extra.dims), extra.dtype, extra.distribution, rng.getrandbits(48), False, ("extra",)))
+    if config.include_heldout:
+        if secret is None:
+            raise AstraError("held-out cases need the private secret")
+        cases += heldout_cases(manifest, config, secret, dtypes, dists)
+    return cases
+
+
+def heldout_cases(manifest: Manifest, config: EvalConfig, secret: bytes, dtypes: list[str],
+                  dists: list[str]) -> list[Case]:
+    """Shapes no agent has seen, drawn inside the dims' constraints; seeds from the same private stream."""
+    import hashlib
+
+    rng = random.Random(hashlib.sha256(secret + manifest.op_id.encode() + config.shapes.encode()).digest())
+    values = _dim_values(manifest)
+    small = config.shapes == "test"
+    cases: list[Case] = []
+    tries = 0
+    while len(cases) < config.heldout_shapes * len(dtypes) and tries < 200:
+        tries += 1
+        dims: dict[str, int] = {}
+        for name, seen in values.items():
+            if _is_discrete(seen) and not small:
+                dims[name] = rng.choice(seen)
+                continue
+            lo, hi = (1, 9) if small else (max(1, seen[0]), max(seen[-1], 2))
+            v = int(round(math.exp(rng.uniform(math.log(lo), math.log(hi)))))
+            if rng.random() < 0.5:
+                v |= 1  # odd sizes exercise tail handling
+            dims[name] = _fit(manifest, name, v)
+        limit = 4096 if small else config.check_max_elems
+        if largest_numel(manifest, dims) > limit:
+            continue
+        dist = "special" if "special" in dists and rng.random() < 0.3 else "normal"
+        for dtype in dtypes:
+            cases.append(Case(dims, dtype, dist, rng.getrandbits(48), True, ("heldout",)))
+    return cases

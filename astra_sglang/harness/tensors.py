@@ -1,0 +1,172 @@
+"""Arguments of one check or timing run: guarded buffers, NaN-poisoned outputs, value distributions.
+
+Every tensor lives in the middle of a larger allocation whose guard bands hold a NaN pattern: a write past
+either end changes a guard (out-of-bounds write), and a read past the end of an input pulls in NaN. Outputs
+start as the same NaN pattern, so an element the kernel never writes is visible.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import torch
+
+from astra_sglang.extract.manifest import Manifest, TensorArg
+from astra_sglang.harness.suite import shape_of
+
+GUARD_BYTES = 4096  # keeps the view 4 KiB-aligned inside a 512 B-aligned allocation
+
+# Quiet NaNs with a payload no arithmetic produces by itself.
+_NAN_BITS = {torch.float32: 0x7FD5A5A5, torch.float16: 0x7ED5, torch.bfloat16: 0x7FD5, torch.float64: 0x7FFAA5A5A5A5A5A5}
+_INT_VIEW = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+_FINITE_FILL = 1234.5  # the second prefill, to tell "never written" from "NaN propagated from the buffer"
+
+
+def torch_dtype(name: str) -> torch.dtype:
+    dt = getattr(torch, name, None)
+    if not isinstance(dt, torch.dtype):
+        raise ValueError(f"unknown torch dtype {name!r}")
+    return dt
+
+
+def arg_dtype(t: TensorArg, case_dtype: str) -> torch.dtype:
+    return torch_dtype(case_dtype if t.dtype == "{dtype}" else t.dtype)
+
+
+def bits(x: torch.Tensor) -> torch.Tensor:
+    """The raw bits, so NaN == NaN and -0 != +0 where it matters."""
+    if x.dtype == torch.bool:
+        return x.view(torch.uint8)
+    return x.contiguous().view(_INT_VIEW[x.element_size()])
+
+
+def poison_value(dtype: torch.dtype) -> Optional[int]:
+    return _NAN_BITS.get(dtype)
+
+
+def fill_poison(x: torch.Tensor) -> None:
+    pattern = poison_value(x.dtype)
+    if pattern is None:  # integer/bool tensors: a value that is at least unusual
+        if x.dtype == torch.bool:
+            x.fill_(True)
+        else:
+            x.fill_(-0x55 if x.dtype.is_signed else 0x55)
+        return
+    iv = _INT_VIEW[x.element_size()]
+    info = torch.iinfo(iv)
+    signed = pattern - (1 << (8 * x.element_size())) if pattern > info.max else pattern
+    x.view(iv).fill_(signed)
+
+
+def is_poison(x: torch.Tensor) -> torch.Tensor:
+    ref = torch.empty((1,), dtype=x.dtype, device=x.device)
+    fill_poison(ref)
+    return bits(x) == bits(ref)
+
+
+@dataclass
+class Guarded:
+    """A tensor view in the middle of ``buf`` (same dtype); everything outside the view holds the poison."""
+
+    buf: torch.Tensor
+    view: torch.Tensor
+    start: int
+    numel: int
+
+    @staticmethod
+    def alloc(shape: tuple[int, ...], dtype: torch.dtype, device: str) -> "Guarded":
+        elem = torch.empty((), dtype=dtype).element_size()
+        guard = GUARD_BYTES // elem
+        numel = math.prod(shape)
+        body = -(-numel * elem // 16) * 16 // elem
+        buf = torch.empty(2 * guard + body, dtype=dtype, device=device)
+        fill_poison(buf)
+        return Guarded(buf, buf[guard:guard + numel].view(shape), guard, numel)
+
+    def guards_intact(self) -> bool:
+        outside = torch.cat([self.buf[: self.start], self.buf[self.start + self.numel:]])
+        return bool(is_poison(outside).all())
+
+
+def fill_values(x: torch.Tensor, dist: str, gen: torch.Generator, special: list[str]) -> None:
+    """Draw ``x`` in place from one value distribution (float tensors; ints get small non-negative values)."""
+    if not x.dtype.is_floating_point:
+        x.copy_(torch.randint(0, 16, x.shape, generator=gen, device=x.device, dtype=torch.int64).to(x.dtype))
+        return
+    if dist == "zeros":
+        x.zero_()
+        return
+    v = torch.randn(x.shape, generator=gen, device=x.device, dtype=torch.float32)
+    if dist == "wide":
+        v = v * torch.pow(10.0, torch.empty_like(v).uniform_(-3.0, 3.0, generator=gen))
+    elif dist == "tiny":
+        v = v * 1e-3
+    if dist == "special" and special and v.numel():
+        values = torch.tensor([_special(s) for s in special], dtype=torch.float32, device=x.device)
+        mask = torch.rand(v.shape, generator=gen, device=x.device) < 0.15
+        pick = torch.randint(0, len(special), v.shape, generator=gen, device=x.device)
+        v = torch.where(mask, values[pick], v)
+    x.copy_(v.to(x.dtype))
+
+
+def _special(s: str) -> float:
+    named = {"+inf": math.inf, "inf": math.inf, "-inf": -math.inf, "nan": math.nan, "-0": -0.0, "+0": 0.0}
+    key = s.strip().lower()
+    return named[key] if key in named else float(key)
+
+
+class ArgSet:
+    """One set of arguments for the op: guarded tensors by name plus scalars."""
+
+    def __init__(self, manifest: Manifest, dims: dict[str, int], dtype: str, device: str):
+        self.manifest = manifest
+        self.dims = dims
+        self.dtype = dtype
+        self.device = device
+        self.tensors: dict[str, Guarded] = {}
+        for t in manifest.signature.tensors:
+            self.tensors[t.name] = Guarded.alloc(shape_of(t.shape, dims), arg_dtype(t, dtype), device)
+        self.scalars: dict[str, Any] = {s.name: s.default for s in manifest.signature.scalars}
+
+    def args(self) -> dict[str, Any]:
+        out: dict[str, Any] = {n: g.view for n, g in self.tensors.items()}
+        out.update(self.scalars)
+        return out
+
+    def fill(self, dist: str, gen: torch.Generator, values: Optional[dict[str, torch.Tensor]] = None) -> None:
+        """Inputs (and in-place args) get fresh values, or copies of ``values``; outputs get the NaN poison."""
+        for t in self.manifest.signature.tensors:
+            g = self.tensors[t.name]
+            if t.role == "output":
+                fill_poison(g.view)
+            elif values is not None:
+                g.view.copy_(values[t.name])
+            else:
+                fill_values(g.view, dist, gen, t.special_values)
+
+    def fill_outputs(self, finite: bool = False) -> None:
+        for t in self.manifest.signature.tensors:
+            if t.role == "output":
+                g = self.tensors[t.name]
+                if finite and g.view.dtype.is_floating_point:
+                    g.view.fill_(_FINITE_FILL)
+                else:
+                    fill_poison(g.view)
+
+    def values(self) -> dict[str, torch.Tensor]:
+        """Copies of the input/in-place values (the pristine state to restore or compare)."""
+        return {t.name: self.tensors[t.name].view.clone() for t in self.manifest.signature.tensors if t.role != "output"}
+
+    def bytes_moved(self) -> int:
+        """Minimum traffic: inputs read once, outputs written once, in-place args both."""
+        total = 0
+        for t in self.manifest.signature.tensors:
+            v = self.tensors[t.name].view
+            n = v.numel() * v.element_size()
+            total += 2 * n if t.role == "inplace" else n
+        return total
+
+    def nbytes(self) -> int:
+        return sum(g.buf.numel() * g.buf.element_size() for g in self.tensors.values())

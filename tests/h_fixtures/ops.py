@@ -1,0 +1,91 @@
+"""Small extracted-op folders of our own for the loader and harness tests (no SGLang files needed).
+
+``h_scale``: a CUDA JIT op (our .cuh) for compile-only tests on CPU. ``h_merge``: a Triton op with
+merge_state's signature (our kernel) for harness tests under TRITON_INTERPRET=1 before/without extract.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+from pathlib import Path
+
+from astra_sglang.extract.manifest import (
+    CudaExport, CudaJitRecipe, Dim, Manifest, Reference, ScalarArg, ShapeCase, Signature, SourceFile, TensorArg,
+    Tolerance, TritonRecipe, write_manifest,
+)
+
+HERE = Path(__file__).parent
+
+
+def _files(op_dir: Path, entries: list[tuple[str, str]]) -> list[SourceFile]:
+    return [SourceFile(path=p, origin="astra", sha256=hashlib.sha256((op_dir / p).read_bytes()).hexdigest(),
+                       role=role, committed=True) for p, role in entries]
+
+
+def make_h_scale(dst: Path) -> Path:
+    op = dst / "h_scale"
+    shutil.copytree(HERE / "h_scale", op)
+    recipe = CudaJitRecipe(
+        module_name="h_scale", sources=["src/h_scale.cuh"], include_dirs=["src"],
+        template_args={"float32": "float", "bfloat16": "__nv_bfloat16", "float16": "__half"},
+        exports=[CudaExport(name="h_scale", symbol="HScaleKernel<{targs}>::run")], entry="h_scale",
+        call=["x", "out", "alpha"], cuda_cflags=["-DSGL_CUDA_ARCH=900", "-std=c++20", "-O3",
+                                                 "--expt-relaxed-constexpr"])
+    m = Manifest(
+        op_id="test.h_scale", short_name="h_scale", sglang_version="none", source_kind="cuda_jit",
+        entry_point="tests:h_scale", files=_files(op, [("src/h_scale.cuh", "kernel"), ("src/h_scale_math.h", "header"),
+                                 ("reference.py", "reference")]),
+        recipe=recipe,
+        signature=Signature(
+            dims=[Dim(name="T", meaning="tokens"), Dim(name="H", meaning="hidden", multiple_of=8)],
+            tensors=[TensorArg(name="x", role="input", shape=["T", "H"], dtype="{dtype}"),
+                     TensorArg(name="out", role="output", shape=["T", "H"], dtype="{dtype}")],
+            scalars=[ScalarArg(name="alpha", type="float", default=0.5)],
+            dtypes=["bfloat16", "float16", "float32"]),
+        reference=Reference(path="reference.py", origin="written"),
+        tolerances={"bfloat16": Tolerance(atol=1e-2, rtol=1e-2), "float16": Tolerance(atol=1e-3, rtol=1e-3),
+                    "float32": Tolerance(atol=1e-5, rtol=1e-5)},
+        shapes=[ShapeCase(dims={"T": 4, "H": 64}, tags=["test", "decode"], source="fixture"),
+                ShapeCase(dims={"T": 1024, "H": 4096}, tags=["paper", "prefill"], source="fixture")],
+    )
+    write_manifest(op, m)
+    return op
+
+
+def make_h_merge(dst: Path) -> Path:
+    op = dst / "h_merge"
+    shutil.copytree(HERE / "h_merge", op)
+    # the kernel is our correct merge_state candidate, so the fixture and the candidate cannot drift apart
+    shutil.copy(HERE.parent / "candidates" / "merge_state" / "h_correct.py", op / "h_merge.py")
+    lse = ["+inf", "-inf"]
+    m = Manifest(
+        op_id="test.h_merge", short_name="h_merge", sglang_version="none", source_kind="triton",
+        entry_point="tests:merge_state_triton",
+        files=_files(op, [("h_merge.py", "kernel"), ("reference.py", "reference")]),
+        recipe=TritonRecipe(source="h_merge.py", wrapper="merge_state_triton", kernels=["_h_merge_kernel"],
+                            call=["prefix_output", "prefix_lse", "suffix_output", "suffix_lse", "output",
+                                  "output_lse"]),
+        signature=Signature(
+            dims=[Dim(name="T", meaning="tokens"), Dim(name="H", meaning="heads"),
+                  Dim(name="D", meaning="head dim", multiple_of=8)],
+            tensors=[TensorArg(name="prefix_output", role="input", shape=["T", "H", "D"], dtype="{dtype}"),
+                     TensorArg(name="prefix_lse", role="input", shape=["T", "H"], dtype="float32",
+                               special_values=lse, align_bytes=4),
+                     TensorArg(name="suffix_output", role="input", shape=["T", "H", "D"], dtype="{dtype}"),
+                     TensorArg(name="suffix_lse", role="input", shape=["T", "H"], dtype="float32",
+                               special_values=lse, align_bytes=4),
+                     TensorArg(name="output", role="output", shape=["T", "H", "D"], dtype="{dtype}"),
+                     TensorArg(name="output_lse", role="output", shape=["T", "H"], dtype="float32",
+                               align_bytes=4)],
+            dtypes=["bfloat16", "float16", "float32"]),
+        reference=Reference(path="reference.py", origin="written"),
+        tolerances={"bfloat16": Tolerance(atol=1e-2, rtol=1.6e-2), "float16": Tolerance(atol=1e-3, rtol=2e-3),
+                    "float32": Tolerance(atol=1e-5, rtol=1e-5)},
+        shapes=[ShapeCase(dims={"T": 512, "H": 40, "D": 128}, tags=["paper"], source="fixture"),
+                ShapeCase(dims={"T": 1, "H": 32, "D": 128}, tags=["decode", "edge"], source="fixture"),
+                ShapeCase(dims={"T": 8192, "H": 32, "D": 128}, tags=["prefill"], source="fixture"),
+                ShapeCase(dims={"T": 768, "H": 32, "D": 256}, tags=["paper"], source="fixture")],
+    )
+    write_manifest(op, m)
+    return op
