@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import hashlib
 import math
+import os
 import random
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -62,17 +63,21 @@ def _build_cuda(op_dir: Path, manifest: Manifest, source: Optional[Path], dtypes
     """Compile (no load) for every dtype; one report: ok only if all built, resources of the first dtype."""
     from astra_sglang.loader.cuda_build import BuildError, build_cuda_module
 
-    reports: list[BuildReport] = []
-    for dt in dtypes:
+    def one(dt: str) -> BuildReport:
         try:
-            built = build_cuda_module(op_dir, manifest, dt, kernel_source=source, cache_dir=config.cache_dir,
-                                      arch=config.arch, load=False)
+            return build_cuda_module(op_dir, manifest, dt, kernel_source=source, cache_dir=config.cache_dir,
+                                     arch=config.arch, load=False).report
         except BuildError as e:
-            return BuildReport(ok=False, seconds=sum(r.seconds for r in reports) + e.report.seconds,
-                               log=f"[{dt}] {e.report.log}")
+            return e.report.model_copy(update={"ok": False, "log": f"[{dt}] {e.report.log}"})
         except AstraError as e:
             return BuildReport(ok=False, log=f"[{dt}] {e}")
-        reports.append(built.report)
+
+    # One nvcc per dtype at once: a candidate's build is most of its evaluation time on a many-core GPU host.
+    with ThreadPoolExecutor(max_workers=max(1, min(len(dtypes), os.cpu_count() or 1))) as pool:
+        reports = list(pool.map(one, dtypes))
+    failed = next((r for r in reports if not r.ok), None)
+    if failed is not None:
+        return failed
     return BuildReport(ok=True, seconds=sum(r.seconds for r in reports), log=reports[0].log if reports else "",
                        resources=reports[0].resources if reports else [], cached=all(r.cached for r in reports))
 

@@ -28,7 +28,7 @@ else:
     timing = None  # type: ignore[assignment]
 
 from astra_sglang.extract.manifest import Manifest, Tolerance
-from astra_sglang.harness.compare import Mismatch, compare, compare_to_reference, max_errors
+from astra_sglang.harness.compare import Mismatch, compare, compare_to_reference, max_errors, scale_key
 from astra_sglang.harness.suite import Case
 from astra_sglang.harness.tensors import ArgSet, is_poison
 from astra_sglang.loader.launch import load_reference, make_launcher
@@ -153,7 +153,7 @@ class Worker:
         if case.distribution == "tiny":  # values ~1e-3: an absolute tolerance made for values ~1 would accept 0
             tol = Tolerance(atol=tol.atol * 1e-3, rtol=tol.rtol)
         for name in self.compared:
-            m = compare(name, outs[name], orig[name], ref.get(name), tol)
+            m = compare(name, outs[name], orig[name], ref.get(name), tol, ref.get(scale_key(name)))
             if m is not None:
                 return name, m
         return None
@@ -172,7 +172,8 @@ class Worker:
             ref = self._reference(case, vals)
             for name in self.compared:
                 if name in ref:
-                    m = compare_to_reference(name, orig[name], ref[name], self.manifest.tolerances[case.dtype])
+                    m = compare_to_reference(name, orig[name], ref[name], self.manifest.tolerances[case.dtype],
+                                             ref.get(scale_key(name)))
                     if m is not None:
                         raise self._fail(case, m.reason, f"original: {m.detail}", name, m)
             return

@@ -33,7 +33,12 @@ def reference(**args):
     out = args["prefix_output"].float() * (p / total).unsqueeze(-1) + args["suffix_output"].float() * (
         s / total
     ).unsqueeze(-1)
-    return {"output": out, "output_lse": torch.log(total) + m}
+    # The size of the terms each result is mixed from: the rounding error of any valid arithmetic order
+    # scales with these, not with the (possibly cancelled) result (see harness.compare.scale_key).
+    out_scale = torch.maximum(args["prefix_output"].float().abs(), args["suffix_output"].float().abs())
+    lse_scale = torch.maximum(p_lse.abs(), s_lse.abs()).nan_to_num(0.0, posinf=0.0, neginf=0.0)
+    return {"output": out, "output_lse": torch.log(total) + m,
+            "output:scale": out_scale, "output_lse:scale": lse_scale}
 '''
 
 
