@@ -1,0 +1,95 @@
+"""Which model the agents talk to, and a preflight that fails once, clearly, before any work starts.
+
+``--model`` forms: ``NAME`` (an OpenAI-compatible server: OpenAI by default, or ``--base-url`` for a local
+SGLang/vLLM server or a gateway), ``litellm/PROVIDER/NAME`` (through the SDK's LiteLLM extension, when
+installed), ``file:DIR`` (requests as files, see ``file_provider``). The API key is read from the
+environment variable named by ``--api-key-env`` and is only ever held in memory.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Optional
+
+from astra_sglang.agents.config import ModelOptions
+from astra_sglang.errors import AstraError
+
+
+def _api_key(opts: ModelOptions, required: bool = True) -> Optional[str]:
+    key = os.environ.get(opts.api_key_env)
+    if not key and required:
+        raise AstraError(f"no API key: environment variable {opts.api_key_env} is not set (choose another with "
+                         f"--api-key-env; any non-empty value for a server without authentication)")
+    return key or None
+
+
+def build_model(opts: ModelOptions):  # -> agents.Model
+    """The transport only; the loop wraps it in RecordingModel for logging and retries."""
+    if opts.kind == "file":
+        from astra_sglang.agents.file_provider import FileModel
+
+        return FileModel(Path(opts.model[len("file:"):]), timeout_s=opts.file_timeout_s)
+    if opts.kind == "litellm":
+        try:
+            from agents.extensions.models.litellm_model import LitellmModel
+        except ImportError:
+            raise AstraError("litellm/ models need LiteLLM: pip install 'openai-agents[litellm]'") from None
+        return LitellmModel(model=opts.model[len("litellm/"):], base_url=opts.base_url, api_key=_api_key(opts))
+    from agents import OpenAIChatCompletionsModel
+    from openai import AsyncOpenAI
+
+    client = AsyncOpenAI(base_url=opts.base_url, api_key=_api_key(opts), max_retries=0,
+                         timeout=opts.request_timeout_s)
+    return OpenAIChatCompletionsModel(model=opts.model, openai_client=client)
+
+
+def configure_tracing(opts: ModelOptions) -> None:
+    """Tracing uploads prompts to OpenAI's trace store: off unless the user asked for it."""
+    from agents import set_tracing_disabled, set_tracing_export_api_key
+
+    if opts.trace and opts.kind == "openai":
+        set_tracing_disabled(False)
+        set_tracing_export_api_key(_api_key(opts) or "")
+    else:
+        set_tracing_disabled(True)
+
+
+async def preflight(opts: ModelOptions) -> str:
+    """One cheap request before any work: a missing key or an unreachable server is one clear error."""
+    if opts.kind == "file":
+        directory = Path(opts.model[len("file:"):])
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            probe = directory / ".astra-write-test"
+            probe.write_text("ok")
+            probe.unlink()
+        except OSError as e:
+            raise AstraError(f"file: model folder {directory} is not writable: {e}") from None
+        return f"requests go to {directory} (answer each NNNN-*.request.json with a .response.json)"
+    if opts.kind == "litellm":
+        build_model(opts)  # import check and key check; LiteLLM has no cheap provider-neutral probe
+        return f"LiteLLM {opts.model} (not probed: LiteLLM has no provider-neutral preflight)"
+    import openai
+
+    key = _api_key(opts)
+    url = opts.base_url or "https://api.openai.com/v1"
+    client = openai.AsyncOpenAI(base_url=opts.base_url, api_key=key, max_retries=1,
+                                timeout=min(30.0, opts.request_timeout_s))
+    try:
+        page = await client.models.list()
+        names = [m.id for m in page.data]
+    except openai.NotFoundError:
+        return f"{url} reachable (it has no /models listing)"
+    except (openai.AuthenticationError, openai.PermissionDeniedError) as e:
+        raise AstraError(f"the model server at {url} rejected the API key from {opts.api_key_env} "
+                         f"(HTTP {e.status_code})") from None
+    except openai.APIConnectionError as e:  # includes timeouts
+        raise AstraError(f"cannot reach the model server at {url}: {type(e).__name__}: {e.__cause__ or e}") from None
+    except openai.APIStatusError as e:
+        raise AstraError(f"model server preflight at {url} failed: HTTP {e.status_code}") from None
+    finally:
+        await client.close()
+    if names and opts.model not in names:
+        return f"{url} reachable; warning: it does not list model {opts.model!r} (it lists {len(names)} models)"
+    return f"{url} reachable; model {opts.model} listed"

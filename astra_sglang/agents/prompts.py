@@ -1,0 +1,15 @@
+"""Agent instructions live in Markdown files next to this module, so they can be read and reviewed as text."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from importlib import resources
+
+ROLES = ("testing", "profiling", "planning", "coding", "single")
+
+
+@lru_cache(maxsize=None)
+def load_prompt(role: str) -> str:
+    if role not in ROLES:
+        raise ValueError(f"no prompt for role {role!r}; roles: {ROLES}")
+    return resources.files("astra_sglang.agents").joinpath("prompts", f"{role}.md").read_text()

@@ -1,0 +1,182 @@
+"""A Model wrapper that records every request/response and retries transient failures with backoff.
+
+One wrapper for every provider (OpenAI-compatible HTTP, LiteLLM, ``file:``) so the run folder gets the same
+record of every prompt and response whatever the transport, and the retry policy is ours, logged, and the
+same everywhere (the OpenAI client's own retries are switched off).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from datetime import datetime, timezone
+from typing import Any, Callable, Optional, Protocol
+
+from agents.agent_output import AgentOutputSchemaBase
+from agents.handoffs import Handoff
+from agents.items import ModelResponse, TResponseInputItem, TResponseStreamEvent
+from agents.model_settings import ModelSettings
+from agents.models.interface import Model, ModelTracing
+from agents.tool import FunctionTool, Tool
+from pydantic import BaseModel, ConfigDict, Field
+
+from astra_sglang.agents.config import RetryPolicy, TokenCount
+
+
+class ModelCallRecord(BaseModel):
+    """One attempt of one model request, as written to the run folder."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    seq: int
+    round: Optional[int]
+    step: str
+    agent: str
+    attempt: int
+    started: str
+    wall_s: float
+    request: dict[str, Any]
+    response: Optional[list[dict[str, Any]]] = None
+    tokens: TokenCount = Field(default_factory=TokenCount)
+    error: Optional[str] = None
+
+
+class CallSink(Protocol):
+    """Where records go; ``scope`` says which round/step/agent is calling (set by the loop before each step)."""
+
+    def record_call(self, record: ModelCallRecord) -> None: ...
+
+    def scope(self) -> tuple[Optional[int], str, str]: ...
+
+
+class ModelCallFailed(Exception):
+    """The model could not be reached or kept failing after all retries: the step fails, not the run."""
+
+
+class ModelAuthFailed(Exception):
+    """The server rejected the credentials mid-run: no point in continuing."""
+
+
+def jsonable(value: Any) -> Any:
+    """Input/output items are a mix of dicts and pydantic objects; records must be plain JSON."""
+    if hasattr(value, "model_dump"):
+        return value.model_dump(mode="json", exclude_none=True)
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    return str(value)
+
+
+def describe_tools(tools: list[Tool]) -> list[dict[str, Any]]:
+    out = []
+    for tool in tools:
+        if isinstance(tool, FunctionTool):
+            out.append({"name": tool.name, "description": tool.description, "parameters": tool.params_json_schema})
+        else:
+            out.append({"name": getattr(tool, "name", type(tool).__name__)})
+    return out
+
+
+def describe_request(system: Optional[str], input: Any, tools: list[Tool],
+                     output_schema: Optional[AgentOutputSchemaBase]) -> dict[str, Any]:
+    schema = None
+    if output_schema is not None and not output_schema.is_plain_text():
+        schema = {"name": output_schema.name(), "strict": output_schema.is_strict_json_schema(),
+                  "schema": output_schema.json_schema()}
+    return {"system": system, "input": jsonable(input), "tools": describe_tools(tools), "output_schema": schema}
+
+
+def classify(error: BaseException) -> str:
+    """'retry' for transient transport failures, 'auth' for rejected credentials, else 'fail'."""
+    import openai
+
+    if isinstance(error, (openai.AuthenticationError, openai.PermissionDeniedError)):
+        return "auth"
+    if isinstance(error, (openai.APITimeoutError, openai.APIConnectionError, asyncio.TimeoutError,
+                          TimeoutError, ConnectionError)):
+        return "retry"
+    if isinstance(error, openai.APIStatusError):
+        return "retry" if error.status_code >= 500 or error.status_code in (408, 409, 429) else "fail"
+    for name in ("httpx2", "httpx"):  # openai>=3 ships httpx2; LiteLLM may raise plain httpx errors
+        try:
+            mod = __import__(name)
+        except ImportError:
+            continue
+        if isinstance(error, (mod.TimeoutException, mod.TransportError)):
+            return "retry"
+    return "fail"
+
+
+def short_error(error: BaseException) -> str:
+    text = f"{type(error).__name__}: {error}"
+    return text if len(text) < 600 else text[:600] + "..."
+
+
+class RecordingModel(Model):
+    def __init__(self, inner: Model, sink: CallSink, policy: RetryPolicy,
+                 sleep: Callable[[float], Any] = asyncio.sleep) -> None:
+        self.inner = inner
+        self.sink = sink
+        self.policy = policy
+        self._sleep = sleep
+        self._seq = 0
+
+    async def close(self) -> None:
+        await self.inner.close()
+        client = getattr(self.inner, "_client", None)  # the OpenAI model does not close its own client
+        if client is not None and hasattr(client, "close"):
+            await client.close()
+
+    async def get_response(
+        self,
+        system_instructions: Optional[str],
+        input: str | list[TResponseInputItem],
+        model_settings: ModelSettings,
+        tools: list[Tool],
+        output_schema: Optional[AgentOutputSchemaBase],
+        handoffs: list[Handoff],
+        tracing: ModelTracing,
+        *,
+        previous_response_id: Optional[str] = None,
+        conversation_id: Optional[str] = None,
+        prompt: Any = None,
+    ) -> ModelResponse:
+        request = describe_request(system_instructions, input, tools, output_schema)
+        rnd, step, agent = self.sink.scope()
+        last: Optional[BaseException] = None
+        for attempt in range(self.policy.retries + 1):
+            self._seq += 1
+            started = datetime.now(timezone.utc).isoformat(timespec="seconds")
+            t0 = time.monotonic()
+            try:
+                response = await self.inner.get_response(
+                    system_instructions, input, model_settings, tools, output_schema, handoffs, tracing,
+                    previous_response_id=previous_response_id, conversation_id=conversation_id, prompt=prompt)
+            except Exception as e:  # classified below; nothing is swallowed silently
+                kind = classify(e)
+                self.sink.record_call(ModelCallRecord(
+                    seq=self._seq, round=rnd, step=step, agent=agent, attempt=attempt, started=started,
+                    wall_s=time.monotonic() - t0, request=request, error=short_error(e)))
+                if kind == "auth":
+                    raise ModelAuthFailed(f"the model server rejected the credentials: {short_error(e)}") from e
+                if kind != "retry":
+                    raise
+                last = e
+                if attempt < self.policy.retries:
+                    await self._sleep(self.policy.delay(attempt))
+                continue
+            usage = response.usage
+            self.sink.record_call(ModelCallRecord(
+                seq=self._seq, round=rnd, step=step, agent=agent, attempt=attempt, started=started,
+                wall_s=time.monotonic() - t0, request=request, response=jsonable(response.output),
+                tokens=TokenCount(requests=1, input_tokens=usage.input_tokens, output_tokens=usage.output_tokens)))
+            return response
+        assert last is not None
+        raise ModelCallFailed(f"model request failed after {self.policy.retries + 1} attempts: {short_error(last)}")
+
+    def stream_response(self, *args: Any, **kwargs: Any) -> AsyncIterator[TResponseStreamEvent]:
+        raise NotImplementedError("the Astra loop never streams")

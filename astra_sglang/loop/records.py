@@ -1,0 +1,221 @@
+"""On-disk schemas of an optimizer run (``runs/<op>/<run-id>/``): options, rounds, steps, the winner.
+
+No openai-agents or torch import: ``evaluate`` on a GPU host and report tools read these too.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from astra_sglang.agents.config import ModelOptions, RetryPolicy, TokenCount
+from astra_sglang.agents.schemas import Diagnosis, OptimizationPlan, ProposedCase, Suggestion, SuiteProposal
+from astra_sglang.harness.result import EvalResult, ShapeTiming
+
+SCHEMA_VERSION = 1
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class EvalSpec(_Model):
+    """What to evaluate a kernel on; the loop's side of the harness's EvalConfig (see loop/evaluator.py)."""
+
+    shapes: str = "test"
+    include_heldout: bool = False
+    device: str = "auto"
+    mode: Literal["cold", "warm"] = "cold"
+    suite: list[ProposedCase] = Field(default_factory=list, description="the Testing agent's extra cases")
+    harness: dict[str, Any] = Field(default_factory=dict, description="extra EvalConfig fields, passed through")
+
+    def heldout(self) -> "EvalSpec":
+        return self.model_copy(update={"include_heldout": True})
+
+
+class QueueRequest(_Model):
+    """``QUEUE/<item>/request.json``: everything a GPU host needs, with the candidate file beside it."""
+
+    schema_version: int = 1
+    item_id: str
+    run_id: str
+    label: str
+    op: str
+    op_id: str
+    candidate_file: Optional[str] = None
+    candidate_sha256: Optional[str] = None
+    spec: EvalSpec
+    created: str
+    note: Optional[str] = None
+
+
+class LoopOptions(_Model):
+    rounds: int = Field(default=5, ge=0)
+    single_agent: bool = False
+    max_fix_attempts: int = Field(default=3, ge=0)
+    max_turns: int = Field(default=12, ge=2)
+    model: ModelOptions = Field(default_factory=ModelOptions)
+    retry: RetryPolicy = Field(default_factory=RetryPolicy)
+    eval_queue: Optional[str] = None
+    eval_wait_s: float = Field(default=0.0, ge=0, description="0 = stop the run and let --resume pick results up")
+    eval: EvalSpec = Field(default_factory=EvalSpec)
+    ncu: bool = False
+    label: Optional[str] = Field(default=None, description="shown in the log, the tables and best/, e.g. SCRIPTED")
+
+
+RunStatus = Literal["running", "waiting_eval", "done", "failed", "interrupted"]
+
+
+class WinnerInfo(_Model):
+    round: Optional[int] = Field(description="None: no candidate beat the original")
+    reason: str
+    geomean_speedup: Optional[float] = None
+    heldout_ok: Optional[bool] = None
+    heldout_geomean_speedup: Optional[float] = None
+    rejected: list[str] = Field(default_factory=list, description="candidates that ranked higher but failed held-out")
+    timing_source: Optional[str] = None
+
+
+class RunMeta(_Model):
+    """``run.json``. ``model`` and ``rounds`` are top-level so the patch registry can cite them."""
+
+    schema_version: int = SCHEMA_VERSION
+    run_id: str
+    op: str
+    op_id: str
+    op_dir: str
+    model: str
+    rounds: int
+    mode: Literal["multi-agent", "single-agent"]
+    created: str
+    updated: str
+    status: RunStatus = "running"
+    message: Optional[str] = None
+    label: Optional[str] = None
+    options: LoopOptions
+    winner: Optional[WinnerInfo] = None
+
+
+class StepRecord(_Model):
+    """One line of ``steps.jsonl``: what each agent step cost."""
+
+    round: int
+    step: str
+    agent: str
+    attempt: int = 0
+    started: str
+    wall_s: float
+    tokens: TokenCount = Field(default_factory=TokenCount)
+    status: Literal["ok", "failed"]
+    error: Optional[str] = None
+
+
+class TranscriptEntry(_Model):
+    agent: str
+    step: str
+    attempt: int = 0
+    items: list[dict[str, Any]]
+
+
+class CheckReport(_Model):
+    """A quick verdict for the coding agent within a round (build + correctness where this host can)."""
+
+    built: bool
+    correct: Optional[bool] = None
+    how: Literal["harness", "compile-only", "static"]
+    log: str = ""
+    first_failure: Optional[str] = None
+    result: Optional[EvalResult] = None
+
+    def text(self) -> str:
+        lines = [f"check ({self.how}): " + ("BUILD OK" if self.built else "BUILD FAILED")]
+        if self.log:
+            lines.append(self.log)
+        if self.built:
+            if self.correct is True:
+                cases = self.result.correctness.cases_run if self.result and self.result.correctness else 0
+                lines.append(f"CORRECT on all {cases} checked cases")
+            elif self.correct is False:
+                lines.append(f"INCORRECT: {self.first_failure}")
+            else:
+                lines.append("correctness not checked on this host (it is checked when the round is evaluated)")
+        return "\n".join(lines)
+
+
+class SuiteStep(_Model):
+    """Round 0's testing step: what the agent proposed, what the contract allowed, what the harness runs."""
+
+    proposal: Optional[SuiteProposal] = None
+    accepted: list[ProposedCase] = Field(default_factory=list)
+    rejected: list[str] = Field(default_factory=list)
+    used_by_harness: bool = False
+    note: str = ""
+    transcript: list[TranscriptEntry] = Field(default_factory=list)
+
+
+class DiagnosisStep(_Model):
+    diagnosis: Diagnosis
+    base_round: int
+    base_sha256: str
+    reused_from: Optional[int] = None
+    transcript: list[TranscriptEntry] = Field(default_factory=list)
+
+
+class PlanStep(_Model):
+    plan: OptimizationPlan
+    base_round: int
+    transcript: list[TranscriptEntry] = Field(default_factory=list)
+
+
+class CodeAttempt(_Model):
+    attempt: int
+    kind: Literal["candidate", "invalid_reply"]
+    source_file: Optional[str] = None
+    check: Optional[CheckReport] = None
+    error: Optional[str] = None
+
+
+class CodeOutcome(_Model):
+    """The coding step's cached output: the last candidate and every attempt that led to it."""
+
+    source: Optional[str]
+    source_file: Optional[str]
+    changes: Optional[str]
+    built: bool
+    attempts: list[CodeAttempt]
+    diagnosis_text: Optional[str] = None  # single-agent mode
+    plan_text: list[str] = Field(default_factory=list)  # single-agent mode
+    error: Optional[str] = Field(default=None, description="why fixing stopped early (model call failed...)")
+    transcript: list[TranscriptEntry] = Field(default_factory=list)
+
+
+RoundStatus = Literal["ok", "incorrect", "build_failed", "failed"]
+
+
+class RoundRecord(_Model):
+    """One line of ``log.jsonl``: everything about one round, including the agents' transcript."""
+
+    round: int
+    status: RoundStatus
+    base_round: Optional[int] = None
+    candidate_file: Optional[str] = None
+    candidate_sha256: Optional[str] = None
+    source: Optional[str] = None
+    correct: Optional[bool] = None
+    first_failure: Optional[str] = None
+    geomean_speedup: Optional[float] = None
+    timing_source: Optional[str] = Field(default=None, description="device and method the times come from")
+    timing_suspect: list[str] = Field(default_factory=list)
+    times: list[ShapeTiming] = Field(default_factory=list)
+    diagnosis: Optional[Diagnosis] = None
+    diagnosis_text: Optional[str] = None
+    plan: Optional[OptimizationPlan] = None
+    suggestions: list[Suggestion] = Field(default_factory=list)
+    changes: Optional[str] = None
+    fix_attempts: int = 0
+    error: Optional[str] = None
+    tokens: TokenCount = Field(default_factory=TokenCount)
+    wall_s: float = 0.0
+    transcript: list[TranscriptEntry] = Field(default_factory=list)
+    label: Optional[str] = None

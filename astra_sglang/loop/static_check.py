@@ -1,0 +1,77 @@
+"""Cheap checks of a candidate's form before anything builds it: a reply that is not code fails here.
+
+Catches what a model most often gets wrong without spending a build: prose or a diff instead of a file, a
+renamed or re-signed entry point, a Triton candidate that imports sglang. The harness remains the judge of
+everything else.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+from typing import Optional
+
+from astra_sglang.extract.manifest import CudaJitRecipe, Manifest, TritonRecipe
+
+
+def candidate_suffix(manifest: Manifest) -> str:
+    return ".py" if isinstance(manifest.recipe, TritonRecipe) else Path(manifest.recipe.sources[0]).suffix or ".cuh"
+
+
+def original_source_path(op_dir: Path, manifest: Manifest) -> Path:
+    r = manifest.recipe
+    return Path(op_dir) / (r.source if isinstance(r, TritonRecipe) else r.sources[0])
+
+
+def _params(fn: ast.FunctionDef) -> list[str]:
+    a = fn.args
+    return [p.arg for p in a.posonlyargs + a.args + a.kwonlyargs]
+
+
+def _wrapper(tree: ast.Module, name: str) -> Optional[ast.FunctionDef]:
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name:
+            return node  # type: ignore[return-value]
+    return None
+
+
+def _imports_sglang(tree: ast.Module) -> bool:
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import) and any(a.name.split(".")[0] == "sglang" for a in node.names):
+            return True
+        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "sglang":
+            return True
+    return False
+
+
+def check_source(source: str, op_dir: Path, manifest: Manifest) -> Optional[str]:
+    """None if the form is right, else the problem in words the coding agent can act on."""
+    if not source.strip():
+        return "the source is empty"
+    r = manifest.recipe
+    if isinstance(r, TritonRecipe):
+        try:
+            tree = ast.parse(source)
+        except SyntaxError as e:
+            line = (e.text or "").rstrip()
+            return f"SyntaxError: {e.msg} (line {e.lineno}){': ' + line if line else ''}"
+        fn = _wrapper(tree, r.wrapper)
+        if fn is None:
+            return f"the file defines no top-level function {r.wrapper!r} (the entry point must keep its name)"
+        try:
+            orig = _wrapper(ast.parse(original_source_path(op_dir, manifest).read_text()), r.wrapper)
+        except (OSError, SyntaxError):
+            orig = None
+        if orig is not None and _params(orig) != _params(fn):
+            return f"{r.wrapper} must keep its parameters {_params(orig)}, got {_params(fn)}"
+        if _imports_sglang(tree):
+            return "a candidate must not import sglang (it is built and run without SGLang)"
+        return None
+    if isinstance(r, CudaJitRecipe):
+        missing = [e.symbol for e in r.exports if e.symbol.split("<")[0].split("::")[-1] not in source]
+        if missing:
+            return f"the source does not define the exported entry point(s) {missing}"
+        if source.count("{") != source.count("}"):
+            return "unbalanced braces: this does not look like a complete source file"
+        return None
+    return None

@@ -1,0 +1,108 @@
+"""What the user watches: a rich live panel (round, agent, step, best speedup so far) and the final table.
+
+Without a terminal (CI, a log file) the same updates are printed as plain lines instead.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from rich.console import Console, Group
+from rich.live import Live
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from astra_sglang.loop.records import RoundRecord, WinnerInfo
+
+
+def _fmt(x: Optional[float], digits: int = 3) -> str:
+    return "-" if x is None else f"{x:.{digits}f}"
+
+
+class LiveView:
+    def __init__(self, title: str, rounds: int, label: Optional[str] = None, console: Optional[Console] = None,
+                 live: Optional[bool] = None) -> None:
+        self.console = console or Console()
+        self.title = title
+        self.rounds = rounds
+        self.label = label
+        self.round: Optional[int] = None
+        self.agent = "-"
+        self.step = "starting"
+        self.best: Optional[float] = None
+        self.best_round: Optional[int] = None
+        self.events: list[str] = []
+        use_live = self.console.is_terminal if live is None else live
+        self._live = Live(self._render(), console=self.console, refresh_per_second=4, transient=False) if use_live else None
+
+    def __enter__(self) -> "LiveView":
+        if self._live is not None:
+            self._live.start()
+        elif self.label:
+            self.console.print(f"[bold yellow]{self.label}[/]")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._live is not None:
+            self._live.update(self._render())
+            self._live.stop()
+
+    def _render(self) -> Panel:
+        head = Table.grid(padding=(0, 2))
+        head.add_row("round", f"{self.round if self.round is not None else '-'} / {self.rounds}")
+        head.add_row("agent", self.agent)
+        head.add_row("step", self.step)
+        best = "-" if self.best is None else f"{self.best:.3f}x (round {self.best_round})"
+        head.add_row("best speedup", best)
+        parts: list = [head]
+        if self.label:
+            parts.insert(0, Text(self.label, style="bold yellow"))
+        if self.events:
+            parts.append(Text("\n".join(self.events[-6:]), style="dim"))
+        return Panel(Group(*parts), title=self.title)
+
+    def _refresh(self, line: str) -> None:
+        if self._live is not None:
+            self._live.update(self._render())
+        else:
+            self.console.print(line, highlight=False)
+
+    def update(self, round: Optional[int], agent: str, step: str) -> None:
+        self.round, self.agent, self.step = round, agent, step
+        self._refresh(f"[round {round if round is not None else '-'}/{self.rounds}] {agent}: {step}")
+
+    def event(self, text: str) -> None:
+        self.events.append(text)
+        self._refresh(f"  {text}")
+
+    def round_done(self, record: RoundRecord) -> None:
+        if record.correct and record.round > 0 and record.geomean_speedup is not None and not record.timing_suspect:
+            if self.best is None or record.geomean_speedup > self.best:
+                self.best, self.best_round = record.geomean_speedup, record.round
+        sp = "" if record.geomean_speedup is None else f", geomean {record.geomean_speedup:.3f}x"
+        self.event(f"round {record.round}: {record.status}{sp}" + (f" ({record.error})" if record.error else ""))
+
+
+def final_table(records: list[RoundRecord], winner: Optional[WinnerInfo], title: str,
+                label: Optional[str] = None) -> Table:
+    caption = None
+    if winner is not None:
+        caption = (f"winner: round {winner.round}, {winner.geomean_speedup:.3f}x geomean, held-out "
+                   f"{'confirmed' if winner.heldout_ok else 'not confirmed'}" if winner.round is not None
+                   else f"no winner: {winner.reason}")
+        if winner.timing_source:
+            caption += f"\ntimes from: {winner.timing_source}"
+    if label:
+        caption = f"{label}\n{caption or ''}"
+    table = Table(title=title, caption=caption)
+    for col in ("round", "base", "status", "correct", "geomean speedup", "fixes", "tokens in/out", "wall s", "note"):
+        table.add_column(col, justify="right" if col in ("round", "base", "geomean speedup", "fixes", "wall s") else "left")
+    for r in records:
+        note = r.first_failure or r.error or r.changes or ""
+        style = "bold green" if winner is not None and winner.round == r.round else None
+        table.add_row(str(r.round), "-" if r.base_round is None else str(r.base_round), r.status,
+                      {True: "yes", False: "NO", None: "-"}[r.correct], _fmt(r.geomean_speedup), str(r.fix_attempts),
+                      f"{r.tokens.input_tokens}/{r.tokens.output_tokens}", f"{r.wall_s:.1f}",
+                      (note[:70] + "...") if len(note) > 70 else note, style=style)
+    return table

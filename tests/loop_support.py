@@ -1,0 +1,124 @@
+"""Shared pieces of the agents-loop tests: the merge_state op folder, scripted replies, a loop runner.
+
+Candidates are the developers' scripted merge_state kernels in tests/candidates/merge_state/scripted/
+(r1 does not parse, r2 leaves the last element of each head unwritten, r3-r5 are correct); none of them was
+written by a language model.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPTED = REPO / "tests" / "candidates" / "merge_state" / "scripted"
+API_KEY = "sk-astra-test-7f3a9c1e5b2d"  # fake; the tests grep run folders for it
+PY = sys.executable
+
+
+def candidate(name: str) -> str:
+    return (SCRIPTED / name).read_text()
+
+
+def merge_state_dir(tmp_root: Path) -> Path:
+    """extracted/merge_state when it is there with its SGLang source, else a fresh extract into tmp_root."""
+    repo_op = REPO / "extracted" / "merge_state"
+    if (repo_op / "manifest.json").is_file() and any((repo_op / "src").rglob("merge_state.py")):
+        return repo_op
+    out = tmp_root / "extracted"
+    if not (out / "merge_state" / "manifest.json").is_file():
+        subprocess.run([PY, "-m", "astra_sglang", "extract", "merge_state", "--out", str(out)], check=True,
+                       cwd=REPO, capture_output=True, text=True)
+    return out / "merge_state"
+
+
+# ------------------------------------------------------------------------------------ scripted replies
+
+def suite_reply(extra_invalid: bool = True) -> dict[str, Any]:
+    cases = [
+        {"dims": [{"name": "T", "value": 3}, {"name": "NH", "value": 2}, {"name": "D", "value": 96}],
+         "dtype": "float16", "distribution": "special", "why": "+-inf LSE with a padded head dim"},
+        {"dims": [{"name": "T", "value": 1}, {"name": "NH", "value": 1}, {"name": "D", "value": 128}],
+         "dtype": "bfloat16", "distribution": "tiny", "why": "smallest shape, near-underflow values"},
+    ]
+    if extra_invalid:
+        cases.append({"dims": [{"name": "T", "value": 0}, {"name": "NH", "value": 1}, {"name": "D", "value": 8}],
+                      "dtype": "bfloat16", "distribution": "normal", "why": "T=0 is outside the contract"})
+    return {"cases": cases, "rationale": "tails, special values, smallest sizes"}
+
+
+def diagnosis_reply(summary: str = "memory-bound; one program per (token, head) row") -> dict[str, Any]:
+    return {"bound": "memory", "pct_of_copy_ceiling": None, "where_time_goes": "loads of the two partial outputs",
+            "evidence": ["no timing on this device"], "summary": summary}
+
+
+def plan_reply(title: str = "tile rows") -> dict[str, Any]:
+    return {"suggestions": [{"title": title, "change": "process ROWS (token, head) rows per program",
+                             "expected_effect": "fewer programs, wider loads", "risk": "tail rows, +inf LSE"}],
+            "lessons_from_history": "none yet", "avoid": []}
+
+
+def code_reply(source: str, changes: str = "scripted candidate") -> dict[str, Any]:
+    return {"source": source, "changes": changes}
+
+
+def single_reply(source: str) -> dict[str, Any]:
+    return {"diagnosis": "memory-bound", "plan": ["tile rows"], "source": source, "changes": "scripted candidate"}
+
+
+# ---------------------------------------------------------------------------------------- running it
+
+def loop_env(extra: Optional[dict[str, str]] = None, interpret: bool = True) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
+    env["ASTRA_TEST_KEY"] = API_KEY
+    if interpret:
+        env["TRITON_INTERPRET"] = "1"
+    env.update(extra or {})
+    return env
+
+
+def optimize_args(op_dir: Path, runs: Path, base_url: str, *more: str) -> list[str]:
+    return ["optimize", str(op_dir), "--runs-dir", str(runs), "--model", "o4-mini", "--base-url", base_url,
+            "--api-key-env", "ASTRA_TEST_KEY", "--shapes", "test", "--device", "cpu", "--no-live",
+            "--retry-backoff-s", "0.05", "--request-timeout-s", "5", *more]
+
+
+def run_cli(args: list[str], env: dict[str, str], timeout: float = 240) -> subprocess.CompletedProcess:
+    return subprocess.run([PY, "-m", "astra_sglang", *args], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def only_run(runs: Path) -> Path:
+    found = sorted(p.parent for p in runs.glob("*/*/run.json"))
+    assert len(found) == 1, found
+    return found[0]
+
+
+def grep_tree(root: Path, needle: str) -> list[Path]:
+    hits = []
+    for path in root.rglob("*"):
+        if path.is_file() and needle.encode() in path.read_bytes():
+            hits.append(path)
+    return hits
+
+
+def answer_files(directory: Path, answer: Callable[[dict], dict], stop: threading.Event) -> None:
+    """Plays the person or gateway on the other side of ``file:DIR``: answers each request, in order."""
+    answered: set[str] = set()
+    while not stop.is_set():
+        for req in sorted(directory.glob("*.request.json")):
+            if req.name in answered:
+                continue
+            answered.add(req.name)
+            body = answer(json.loads(req.read_text()))
+            tmp = req.with_name("." + req.name + ".tmp")
+            tmp.write_text(json.dumps(body))
+            tmp.rename(req.with_name(req.name.replace(".request.json", ".response.json")))
+        time.sleep(0.05)

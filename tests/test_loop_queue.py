@@ -1,0 +1,183 @@
+"""Two ways in when the model or the GPU is elsewhere: the evaluation queue and the ``file:`` provider.
+
+The queue run also decides a winner. This host has no GPU, so the harness reports no timing here; the test
+plays the GPU host: the harness's real correctness verdict is kept and a timing it did NOT measure is added,
+marked ``INJECTED BY TEST`` in the method and device fields, so nobody can mistake it for a measurement.
+What the test shows is the choice: the fastest correct candidate wins, a wrong one never does (not even
+with the biggest injected speedup), and the winner is confirmed on held-out shapes before it is kept.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from astra_sglang.cli.main import main
+from astra_sglang.harness import evaluate
+from astra_sglang.harness.result import EvalResult, ShapeTiming, TimingReport
+from astra_sglang.loop.evaluator import REQUEST_NAME, RESULT_NAME, list_queue, to_eval_config
+from astra_sglang.loop.records import QueueRequest
+from astra_sglang.loop.runfolder import atomic_write
+from fake_openai_server import FakeOpenAIServer, Reply, Script, final, role_of, tool_call
+from loop_support import (
+    API_KEY,
+    answer_files,
+    candidate,
+    code_reply,
+    diagnosis_reply,
+    grep_tree,
+    loop_env,
+    merge_state_dir,
+    only_run,
+    optimize_args,
+    plan_reply,
+    run_cli,
+    single_reply,
+    suite_reply,
+)
+
+pytestmark = pytest.mark.timeout(500)
+INJECTED = "INJECTED BY TEST: no GPU on this host, not a measurement"
+SPEEDUPS = {"r000-original": 1.0, "r001": 5.0, "r002": 1.8, "r003": 0.7, "r002-heldout": 1.7}
+
+
+@pytest.fixture(scope="module")
+def op_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return merge_state_dir(tmp_path_factory.getbasetemp())
+
+
+def inject_timing(result: EvalResult, speedup: float) -> EvalResult:
+    shape = ShapeTiming(dims={"T": 5, "NH": 3, "D": 64}, dtype="bfloat16", original_us=10.0,
+                        candidate_us=10.0 / speedup, spread_pct=0.0, speedup=speedup,
+                        verdict="faster" if speedup > 1 else ("slower" if speedup < 1 else "no change"),
+                        bytes_moved=1, original_gbps=0.0, candidate_gbps=0.0, original_pct_ceiling=0.0,
+                        candidate_pct_ceiling=0.0)
+    timing = TimingReport(method=INJECTED, copy_ceiling_gbps=1.0, shapes=[shape], geomean_speedup=speedup)
+    return result.model_copy(update={"timing": timing, "device": f"{result.device} + {INJECTED}"})
+
+
+def _inject_file(path: Path, label: str) -> None:
+    result = EvalResult.model_validate_json(path.read_text())
+    atomic_write(path, inject_timing(result, SPEEDUPS[label]).model_dump_json(indent=1))
+
+
+def _gpu_host(queue: Path, op_dir: Path, stop: threading.Event, seen: list[str]) -> None:
+    """Answers queue requests like `evaluate QUEUE` would, plus the marked timing, in one atomic write."""
+    while not stop.is_set():
+        for item_dir, request, result in list_queue(queue):
+            if result is not None:
+                continue
+            cand = item_dir / request.candidate_file if request.candidate_file else None
+            res = evaluate(op_dir, cand, to_eval_config(request.spec))
+            atomic_write(item_dir / RESULT_NAME, inject_timing(res, SPEEDUPS[request.label]).model_dump_json())
+            seen.append(request.label)
+        time.sleep(0.2)
+
+
+def test_queue_run_chooses_fastest_correct_confirmed_on_heldout(op_dir: Path, tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "1")  # for this process's harness calls (the "GPU host")
+    runs, queue, patches = tmp_path / "runs", tmp_path / "queue", tmp_path / "patches"
+    s = Script()
+    s.add("testing", final(suite_reply()))
+    s.add("profiling", final(diagnosis_reply()))
+    s.add("planning", final(plan_reply("r1")), final(plan_reply("r2")), final(plan_reply("r3")))
+    s.add("coding", final(code_reply(candidate("r2.py"), "wrong: drops the last element")),
+          final(code_reply(candidate("r5.py"), "big tiles")), final(code_reply(candidate("r3.py"), "chunks")))
+    s.add("profiling", final(diagnosis_reply("round 3")))
+    # The loop's host has no TRITON_INTERPRET and no GPU: it only writes requests and reads results.
+    env = loop_env(interpret=False)
+    with FakeOpenAIServer(s, api_key=API_KEY) as srv:
+        args = optimize_args(op_dir, runs, srv.url, "--rounds", "3", "--eval-queue", str(queue),
+                             "--run-id", "q1")
+        first = run_cli(args, env)
+        assert first.returncode == 3, first.stdout + first.stderr
+        assert "waiting for 1 evaluation" in first.stdout and "evaluate" in first.stdout
+        run = only_run(runs)
+        assert json.loads((run / "run.json").read_text())["status"] == "waiting_eval"
+        (item,) = [p.parent for p in queue.glob(f"*/{REQUEST_NAME}")]
+        assert QueueRequest.model_validate_json((item / REQUEST_NAME).read_text()).candidate_file is None
+
+        # The GPU host's command, for real (here on CPU): it fills in the result; the test adds the timing.
+        filled = run_cli(["evaluate", str(queue), "--extracted", str(op_dir.parent)], loop_env())
+        assert filled.returncode == 0, filled.stdout + filled.stderr
+        assert "1 done, 0 pending" in filled.stdout
+        _inject_file(item / RESULT_NAME, "r000-original")
+
+        # Resume, this time waiting on the queue while the "GPU host" answers each request.
+        stop, seen = threading.Event(), []
+        host = threading.Thread(target=_gpu_host, args=(queue, op_dir, stop, seen), daemon=True)
+        host.start()
+        try:
+            second = run_cli(["optimize", "--resume", "q1", "--runs-dir", str(runs), "--eval-wait-s", "200",
+                              "--no-live", "--register-patch", "--patch-id", "ms-queue-test"],
+                             loop_env({"ASTRA_SGLANG_PATCHES_DIR": str(patches)}, interpret=False))
+        finally:
+            stop.set()
+            host.join(timeout=60)
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert seen == ["r001", "r002", "r003", "r002-heldout"]
+
+    log = [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines()]
+    assert [(r["round"], r["status"], r["geomean_speedup"]) for r in log] == [
+        (0, "ok", 1.0), (1, "incorrect", 5.0), (2, "ok", 1.8), (3, "ok", 0.7)]
+    assert [r["base_round"] for r in log[1:]] == [0, 0, 2]  # round 1 was wrong: round 2 starts from the original
+    meta = json.loads((run / "run.json").read_text())
+    winner = meta["winner"]
+    assert meta["status"] == "done" and winner["round"] == 2 and winner["heldout_ok"] is True
+    assert INJECTED in winner["timing_source"]
+    best = run / "best"
+    assert (best / "merge_state.py").read_text() == candidate("r5.py")
+    held = EvalResult.model_validate_json((best / "heldout.json").read_text())
+    assert held.correctness.ok and held.correctness.heldout_cases_run > 0
+    assert "INJECTED" in second.stdout  # the final table says where the times came from
+    # Handed to the patch registry with its evidence.
+    patch = patches / "merge_state" / "ms-queue-test"
+    assert (patch / "kernel.py").read_text() == candidate("r5.py")
+    assert grep_tree(run, API_KEY) == [] and grep_tree(queue, API_KEY) == []
+
+
+def _as_file_answer(script: Script):
+    def answer(body: dict) -> dict:
+        reply: Reply = script(body)
+        if reply.tool_calls:
+            return {"tool_calls": [{"name": n, "arguments": a} for n, a in reply.tool_calls]}
+        return {"content": reply.content}
+    return answer
+
+
+def test_single_agent_run_through_the_file_provider(op_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)  # the file: provider needs no key
+    runs, inbox = tmp_path / "runs", tmp_path / "inbox"
+    s = Script()
+    s.add("single", final(suite_reply(extra_invalid=False)),
+          tool_call("check_candidate", {"source": candidate("r4.py")}), final(single_reply(candidate("r4.py"))))
+    stop = threading.Event()
+    t = threading.Thread(target=answer_files, args=(inbox, _as_file_answer(s), stop), daemon=True)
+    t.start()
+    try:
+        rc = main(["optimize", str(op_dir), "--runs-dir", str(runs), "--model", f"file:{inbox}", "--single-agent",
+                   "--rounds", "1", "--shapes", "test", "--device", "cpu", "--no-live", "--file-timeout-s", "60"])
+    finally:
+        stop.set()
+        t.join(timeout=10)
+    assert rc == 0
+    requests = sorted(inbox.glob("*.request.json"))
+    assert len(requests) == 3 and len(list(inbox.glob("*.response.json"))) == 3
+    body = json.loads(requests[1].read_text())
+    assert role_of(body) == "single"
+    assert {t["function"]["name"] for t in body["tools"]} == {"check_candidate", "run_timing", "resource_report"}
+    assert body["response_format"]["json_schema"]["schema"]["title"] == "SingleAgentRound"
+    run = only_run(runs)
+    meta = json.loads((run / "run.json").read_text())
+    assert meta["mode"] == "single-agent" and meta["status"] == "done"
+    log = [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines()]
+    assert [(r["round"], r["status"]) for r in log] == [(0, "ok"), (1, "ok")]
+    assert log[1]["diagnosis_text"] == "memory-bound" and log[1]["source"] == candidate("r4.py")
+    tool_outputs = [i["output"] for t in log[1]["transcript"] for i in t["items"] if i.get("type") == "function_call_output"]
+    assert tool_outputs and "CORRECT on all" in tool_outputs[0]
