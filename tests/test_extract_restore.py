@@ -52,3 +52,15 @@ def test_restore_cli_reports_one_line_on_a_bad_folder(tmp_path):
                        capture_output=True, text=True)
     assert r.returncode == 2
     assert "Traceback" not in r.stderr and r.stderr.count("\n") == 1 and "not valid JSON" in r.stderr
+
+
+def test_materialize_completes_a_committed_only_folder_in_a_cache(tmp_path):
+    """A wheel carries only the committed part of an op folder; the plugin needs SGLang's headers back."""
+    from astra_sglang.extract.restore import is_complete, materialize
+
+    clone = _clone_committed_part(tmp_path, "fused_add_rmsnorm")
+    assert not is_complete(clone)
+    done = materialize(clone, tmp_path / "cache")
+    assert done != clone and is_complete(done) and not is_complete(clone)
+    assert materialize(clone, tmp_path / "cache") == done  # reused, keyed by the manifest's hash
+    assert materialize(ROOT / "extracted" / "fused_add_rmsnorm", tmp_path / "cache") == ROOT / "extracted" / "fused_add_rmsnorm"

@@ -7,7 +7,9 @@ differs from the one the folder was extracted from, and the folder must be re-ex
 
 from __future__ import annotations
 
+import hashlib
 import shutil
+import tempfile
 from pathlib import Path
 
 from astra_sglang.errors import AstraError
@@ -60,3 +62,43 @@ def restore_all(root: Path) -> list[tuple[Path, int]]:
     if not folders:
         raise AstraError(f"no extracted op folders under {root}")
     return [(d, restore_folder(d)) for d in folders]
+
+
+def is_complete(op_dir: Path) -> bool:
+    """Every file the manifest names is present (hashes are checked when a folder is restored)."""
+    manifest = load_manifest(op_dir)
+    return all((op_dir / f.path).is_file() for f in manifest.files)
+
+
+def materialize(op_dir: Path, cache_root: Path) -> Path:
+    """``op_dir`` if complete, else a hash-verified copy refilled from the installed SGLang/FlashInfer.
+
+    A wheel carries only the committed part of a folder (SGLang's files are never redistributed), and its
+    site-packages may be read-only: the copy goes to ``cache_root``, keyed by the manifest's hash so another
+    extraction never reuses it. A different installed SGLang fails the hash check: the caller falls back.
+    """
+    op_dir = Path(op_dir)
+    if is_complete(op_dir):
+        return op_dir
+    manifest = load_manifest(op_dir)
+    key = hashlib.sha256((op_dir / MANIFEST_NAME).read_bytes()).hexdigest()[:16]
+    dest = Path(cache_root) / "extracted" / f"{op_dir.name}-{key}"
+    if dest.is_dir() and is_complete(dest):
+        return dest
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{op_dir.name}.tmp-", dir=dest.parent))
+    try:
+        shutil.copyfile(op_dir / MANIFEST_NAME, tmp / MANIFEST_NAME)
+        for f in manifest.files:
+            if f.committed:
+                (tmp / f.path).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(op_dir / f.path, tmp / f.path)
+        restore_folder(tmp)
+        if dest.exists():  # a concurrent process finished first: keep its copy
+            shutil.rmtree(tmp, ignore_errors=True)
+        else:
+            tmp.rename(dest)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return dest

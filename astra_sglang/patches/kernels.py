@@ -13,10 +13,12 @@ import os
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from astra_sglang.data_paths import bundled_extracted, user_cache
 from astra_sglang.errors import AstraError
+from astra_sglang.extract.manifest import MANIFEST_NAME
+from astra_sglang.extract.restore import materialize
 from astra_sglang.patches.adapters.base import Args, OpAdapter
 from astra_sglang.patches.manifest import PatchManifest
-from astra_sglang.patches.registry import repo_root
 
 ENV_EXTRACTED = "ASTRA_SGLANG_EXTRACTED_DIR"
 Kernel = Callable[[Args], Any]
@@ -54,11 +56,13 @@ def compile_call(call: list[str], names: set[str]) -> Callable[[Args], tuple[lis
 
 
 def extracted_op_dir(m: PatchManifest) -> Path:
+    """The op's extracted folder, completed from the installed SGLang when only its committed part is here."""
     rel = m.kernel.op_dir or f"extracted/{m.op}"
     base = os.environ.get(ENV_EXTRACTED)
-    if base:
-        return Path(base).expanduser() / Path(rel).name
-    return repo_root() / rel
+    folder = Path(base).expanduser() / Path(rel).name if base else bundled_extracted() / Path(rel).name
+    if not (folder / MANIFEST_NAME).is_file():
+        return folder  # the caller's load_manifest reports it
+    return materialize(folder, user_cache())
 
 
 def load_kernel(patch_dir: Path, m: PatchManifest, adapter: OpAdapter, *, dtypes: list[str],

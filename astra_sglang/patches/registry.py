@@ -20,6 +20,7 @@ from typing import Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from astra_sglang.data_paths import bundled_patches
 from astra_sglang.errors import AstraError
 from astra_sglang.patches.env import ALL_VALUES, ENV_SELECT, OFF_VALUES
 from astra_sglang.patches.manifest import (
@@ -45,14 +46,10 @@ ENV_STATE = "ASTRA_SGLANG_STATE_FILE"
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
-def repo_root() -> Path:
-    return Path(__file__).resolve().parents[2]
-
-
 def patches_root() -> Path:
-    """``$ASTRA_SGLANG_PATCHES_DIR``, else the ``patches/`` folder beside the package (editable installs)."""
+    """``$ASTRA_SGLANG_PATCHES_DIR``, else the registry shipped with the package (the checkout's in editable mode)."""
     env = os.environ.get(ENV_ROOT)
-    return Path(env).expanduser().resolve() if env else repo_root() / "patches"
+    return Path(env).expanduser().resolve() if env else bundled_patches()
 
 
 # ----------------------------------------------------------------------------------------------- discovery

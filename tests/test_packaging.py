@@ -1,0 +1,47 @@
+"""`pip install astra-sglang` (not editable) must carry the patch registry and the extracted manifests, and
+never SGLang's own files; the patches must then resolve without a checkout."""
+
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("wheel")
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(out),
+                    str(ROOT)], check=True, capture_output=True, cwd=out)
+    wheel = next(out.glob("astra_sglang-*.whl"))
+    target = out / "site"
+    with zipfile.ZipFile(wheel) as z:
+        names = z.namelist()
+        z.extractall(target)
+    assert not [n for n in names if "/src/" in n or "/baseline_src/" in n or "/build/" in n], "SGLang files in wheel"
+    assert any(n.endswith("agents/prompts/coding.md") for n in names)
+    return target
+
+
+def test_wheel_patches_resolve_without_a_checkout(installed, tmp_path):
+    code = (
+        "import astra_sglang, sys; from pathlib import Path\n"
+        "assert Path(astra_sglang.__file__).is_relative_to(Path(sys.argv[1])), astra_sglang.__file__\n"
+        "from astra_sglang.patches.registry import patches_root, discover\n"
+        "from astra_sglang.patches.kernels import extracted_op_dir\n"
+        "from astra_sglang.extract.restore import is_complete\n"
+        "root = patches_root(); assert root.is_relative_to(Path(sys.argv[1])), root\n"
+        "found = {p.manifest.patch_id: p for p in discover()}\n"
+        "assert 'fused-add-rmsnorm-regs-v1' in found, sorted(found)\n"
+        "d = extracted_op_dir(found['fused-add-rmsnorm-regs-v1'].manifest)\n"
+        "assert is_complete(d) and not d.is_relative_to(Path(sys.argv[1])), d\n"
+        "print('ok', d)\n"
+    )
+    env = {"PYTHONPATH": str(installed), "ASTRA_SGLANG_CACHE": str(tmp_path / "cache"), "PATH": "/usr/bin:/bin"}
+    r = subprocess.run([sys.executable, "-c", code, str(installed)], capture_output=True, text=True, env=env,
+                       cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "ok" in r.stdout
