@@ -3,7 +3,6 @@ never imports sglang (it runs inside SGLang servers and on GPU hosts without SGL
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import sys

@@ -12,7 +12,6 @@ from __future__ import annotations
 import faulthandler
 import os
 import sys
-import time
 import traceback
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -28,9 +27,9 @@ else:
     timing = None  # type: ignore[assignment]
 
 from astra_sglang.extract.manifest import Manifest, Tolerance
-from astra_sglang.harness.compare import Mismatch, compare, compare_to_reference, max_errors, scale_key
+from astra_sglang.harness.compare import Mismatch, compare, compare_to_reference, scale_key
 from astra_sglang.harness.suite import Case
-from astra_sglang.harness.tensors import ArgSet, is_poison
+from astra_sglang.harness.tensors import ArgSet
 from astra_sglang.loader.launch import load_reference, make_launcher
 
 _CUDA_STICKY = ("illegal memory access", "illegal address", "unspecified launch failure", "misaligned address",

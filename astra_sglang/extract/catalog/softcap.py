@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from astra_sglang.extract.catalog.base import CatalogEntry, DEFAULT_TOLERANCES
 from astra_sglang.extract.manifest import Dim, ScalarArg, ShapeCase, Signature, TensorArg, Tolerance
-from astra_sglang.extract.shapes import DECODE_T, MODELS, case, dedup
+from astra_sglang.extract.shapes import DECODE_T, case, dedup
 
 _MODULE = "sglang.kernels.ops.activation.softcap"
 _VOCAB = {"LLaMA-2": 32000, "LLaMA-3": 128256, "Qwen2.5": 152064, "Gemma-2 (softcap user)": 256000}
