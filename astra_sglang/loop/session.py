@@ -70,6 +70,7 @@ def run_optimize(req: OptimizeRequest, console: Optional[Console] = None) -> int
     from astra_sglang.agents.models import build_model, configure_tracing, preflight
     from astra_sglang.agents.recording import ModelAuthFailed, RecordingModel
     from astra_sglang.loop.optimizer import Optimizer
+    from astra_sglang.loop.plot import plot_run
     from astra_sglang.loop.view import LiveView, final_table
 
     if console is None:
@@ -136,8 +137,12 @@ def run_optimize(req: OptimizeRequest, console: Optional[Console] = None) -> int
         folder.write_meta(meta)
         folder.unlock()
 
-    console.print(final_table(folder.records(), winner, title, opts.label))
+    records = folder.records()
+    console.print(final_table(records, winner, title, opts.label))
     console.print(f"run log: {folder.path / 'log.jsonl'}; best: {folder.best_dir}", highlight=False)
+    png = plot_run(records, winner, title, folder.path / "speedup.png", opts.label)
+    if png is not None:
+        console.print(f"plot: {png}", highlight=False)
     if req.register_patch:
         if winner is None or winner.round is None:
             console.print("no winner: nothing to register as a patch")
