@@ -31,13 +31,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
+from astra_sglang.data_paths import CACHE_ENV
 from astra_sglang.errors import AstraError
 from astra_sglang.extract.manifest import CudaJitRecipe, Manifest
 from astra_sglang.harness.result import BuildReport
 from astra_sglang.loader import toolchain
 from astra_sglang.loader.ptxas import parse_ptxas, resource_lines
 
-CACHE_ENV = "ASTRA_SGLANG_CACHE"
 BUILD_TIMEOUT_S = 900
 _LOG_LIMIT = 20000
 
