@@ -29,8 +29,9 @@ sys.path.insert(0, str(REPO))
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-from astra_sglang.extract.manifest import load_manifest  # noqa: E402
-from astra_sglang.harness import EvalConfig, evaluate, evaluate_many  # noqa: E402
+from astra_sglang.contract.eval_config import EvalConfig  # noqa: E402
+from astra_sglang.contract.op import load_manifest  # noqa: E402
+from astra_sglang.harness.evaluate import evaluate, evaluate_many  # noqa: E402
 from astra_sglang.harness.report import print_result  # noqa: E402
 
 OPS = ["silu_and_mul", "fused_add_rmsnorm", "merge_state"]

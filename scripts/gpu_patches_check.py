@@ -32,10 +32,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-time", action="store_true")
     args = ap.parse_args(argv)
 
-    from astra_sglang.extract.manifest import load_manifest
+    from astra_sglang.contract.op import load_manifest
+    from astra_sglang.contract.patch import write_patch_manifest
     from astra_sglang.patches.devcheck import check_on_device
     from astra_sglang.patches.kernels import extracted_op_dir
-    from astra_sglang.patches.manifest import write_patch_manifest
     from astra_sglang.patches.registry import discover
 
     entries = [e for e in discover() if not args.patch_ids or e.patch_id in args.patch_ids]

@@ -12,21 +12,24 @@ import httpx2 as httpx
 import openai
 import pytest
 from agents import Agent, RunConfig, Runner, function_tool
+from fake_openai_server import ROLE_RE
+from h_fixtures.ops import make_h_merge
+from loop_support import answer_files
 
-from astra_sglang.agents.file_provider import FileModel, FileModelProvider, parse_response
+from astra_sglang.agents.file_provider import (
+    FileModel,
+    FileModelProvider,
+    parse_response,
+)
 from astra_sglang.agents.prompts import ROLES, load_prompt
 from astra_sglang.agents.recording import classify
 from astra_sglang.agents.schemas import CandidateSource, ProposedCase, SuiteProposal
-from astra_sglang.extract.manifest import load_manifest
+from astra_sglang.contract.op import load_manifest
 from astra_sglang.loop.agent_views import op_view, validate_suite
 from astra_sglang.loop.evaluator import to_eval_config
 from astra_sglang.loop.records import EvalSpec, RoundRecord
 from astra_sglang.loop.static_check import check_source
 from astra_sglang.loop.winner import pick_base, ranked
-from h_fixtures.ops import make_h_merge
-
-from fake_openai_server import ROLE_RE
-from loop_support import answer_files
 
 
 @pytest.fixture()

@@ -43,9 +43,10 @@ def test_compiled_only_op_is_refused_with_reason(capsys, tmp_path: Path) -> None
 
 
 def test_unparseable_triton_source_leaves_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import dataclasses
+
     from astra_sglang.extract.catalog.merge_state import MERGE_STATE
     from astra_sglang.extract.extractor import write_op
-    import dataclasses
 
     pkg = tmp_path / "pkg"
     pkg.mkdir()

@@ -9,8 +9,9 @@ import pytest
 
 pytest.importorskip("sglang")
 
-from astra_sglang.extract.closure import includes_of, sha256  # noqa: E402
-from astra_sglang.extract.manifest import CudaJitRecipe, TritonRecipe, load_manifest  # noqa: E402
+from astra_sglang.contract.op import CudaJitRecipe, TritonRecipe, load_manifest  # noqa: E402
+from astra_sglang.contract.base import sha256_file as sha256  # noqa: E402
+from astra_sglang.extract.closure import includes_of  # noqa: E402
 
 PAPER = ["silu_and_mul", "fused_add_rmsnorm", "merge_state"]
 

@@ -15,7 +15,7 @@ import pytest
 pytest.importorskip("sglang")
 import torch  # noqa: E402
 
-from astra_sglang.extract.manifest import load_manifest  # noqa: E402
+from astra_sglang.contract.op import load_manifest  # noqa: E402
 
 OPS = ["silu_and_mul", "fused_add_rmsnorm", "merge_state", "softcap_inplace_logits", "gelu_and_mul",
        "silu_and_mul_with_activation_rounding"]

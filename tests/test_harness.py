@@ -10,14 +10,14 @@ import sys
 from pathlib import Path
 
 import pytest
+from h_fixtures.ops import make_h_merge
 
+from astra_sglang.contract.eval_config import EvalConfig
+from astra_sglang.contract.op import load_manifest
 from astra_sglang.errors import AstraError
-from astra_sglang.extract.manifest import load_manifest
-from astra_sglang.harness import EvalConfig, evaluate, evaluate_many
-from astra_sglang.harness.evaluate import build_all
+from astra_sglang.harness.evaluate import build_all, evaluate, evaluate_many
 from astra_sglang.harness.suite import build_suite
 from astra_sglang.loader import toolchain
-from h_fixtures.ops import make_h_merge
 
 REPO = Path(__file__).resolve().parent.parent
 CANDS = REPO / "tests" / "candidates" / "merge_state"

@@ -10,8 +10,9 @@ import pytest
 torch = pytest.importorskip("torch")
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
-from astra_sglang.extract.manifest import load_manifest  # noqa: E402
-from astra_sglang.harness import EvalConfig, evaluate, evaluate_many  # noqa: E402
+from astra_sglang.contract.eval_config import EvalConfig  # noqa: E402
+from astra_sglang.contract.op import load_manifest  # noqa: E402
+from astra_sglang.harness.evaluate import evaluate, evaluate_many  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 CANDS = REPO / "tests" / "candidates"

@@ -10,14 +10,20 @@ import textwrap
 from pathlib import Path
 
 import pytest
-
-from astra_sglang.errors import AstraError
-from astra_sglang.extract.manifest import CudaJitRecipe, load_manifest
-from astra_sglang.loader import BuildError, build_cuda_module, load_triton_wrapper, resolve_call
-from astra_sglang.loader import toolchain
-from astra_sglang.loader.cuda_build import cuda_flags, parse_arch
-from astra_sglang.loader.ptxas import parse_ptxas
 from h_fixtures.ops import make_h_scale
+
+from astra_sglang.contract.op import CudaJitRecipe, load_manifest
+from astra_sglang.errors import AstraError
+from astra_sglang.loader import toolchain
+from astra_sglang.loader.cuda_build import (
+    BuildError,
+    build_cuda_module,
+    cuda_flags,
+    parse_arch,
+)
+from astra_sglang.loader.launch import resolve_call
+from astra_sglang.loader.ptxas import parse_ptxas
+from astra_sglang.loader.pyimport import load_triton_wrapper
 
 REPO = Path(__file__).resolve().parent.parent
 EXTRACTED = REPO / "extracted"

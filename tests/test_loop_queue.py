@@ -15,14 +15,14 @@ import time
 from pathlib import Path
 
 import pytest
-
-from astra_sglang.cli.main import main
-from astra_sglang.harness import evaluate
-from astra_sglang.harness.result import EvalResult, ShapeTiming, TimingReport
-from astra_sglang.loop.evaluator import REQUEST_NAME, RESULT_NAME, list_queue, to_eval_config
-from astra_sglang.loop.records import QueueRequest
-from astra_sglang.loop.runfolder import atomic_write
-from fake_openai_server import FakeOpenAIServer, Reply, Script, final, role_of, tool_call
+from fake_openai_server import (
+    FakeOpenAIServer,
+    Reply,
+    Script,
+    final,
+    role_of,
+    tool_call,
+)
 from loop_support import (
     API_KEY,
     answer_files,
@@ -39,6 +39,18 @@ from loop_support import (
     single_reply,
     suite_reply,
 )
+
+from astra_sglang.cli.main import main
+from astra_sglang.contract.result import EvalResult, ShapeTiming, TimingReport
+from astra_sglang.harness.evaluate import evaluate
+from astra_sglang.loop.evaluator import (
+    REQUEST_NAME,
+    RESULT_NAME,
+    list_queue,
+    to_eval_config,
+)
+from astra_sglang.loop.records import QueueRequest
+from astra_sglang.loop.runfolder import atomic_write
 
 pytestmark = pytest.mark.timeout(500)
 INJECTED = "INJECTED BY TEST: no GPU on this host, not a measurement"

@@ -8,7 +8,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from fake_openai_server import FakeOpenAIServer, Script, delayed, final
 from loop_support import (
     API_KEY,

@@ -12,9 +12,14 @@ import socket
 from pathlib import Path
 
 import pytest
-
-from astra_sglang.cli.main import main
-from fake_openai_server import FakeOpenAIServer, Script, delayed, final, http_error, tool_call
+from fake_openai_server import (
+    FakeOpenAIServer,
+    Script,
+    delayed,
+    final,
+    http_error,
+    tool_call,
+)
 from loop_support import (
     API_KEY,
     candidate,
@@ -27,6 +32,8 @@ from loop_support import (
     plan_reply,
     suite_reply,
 )
+
+from astra_sglang.cli.main import main
 
 pytestmark = pytest.mark.timeout(400)
 

@@ -34,9 +34,9 @@ def test_merge_state_patch_serves_covered_calls_and_matches_the_extracted_origin
     if torch.cuda.is_available():
         pytest.skip("the CPU path; on a GPU see test_patches_gpu.py")
     monkeypatch.setenv("TRITON_INTERPRET", "1")  # read when the kernel modules are imported (fresh, by path)
+    from astra_sglang.contract.patch import load_patch_manifest, write_patch_manifest
     from astra_sglang.patches import counters, status
     from astra_sglang.patches.devcheck import extracted_original
-    from astra_sglang.patches.manifest import load_patch_manifest, write_patch_manifest
     from astra_sglang.patches.registry import discover
     from astra_sglang.patches.runtime import PatchRuntime
 

@@ -9,9 +9,15 @@ from pathlib import Path
 import pytest
 
 from astra_sglang.cli.main import main
-from astra_sglang.harness.result import BuildReport, CorrectnessReport, EvalResult, ShapeTiming, TimingReport
+from astra_sglang.contract.patch import file_problem, load_patch_manifest
+from astra_sglang.contract.result import (
+    BuildReport,
+    CorrectnessReport,
+    EvalResult,
+    ShapeTiming,
+    TimingReport,
+)
 from astra_sglang.patches import registry, status
-from astra_sglang.patches.manifest import file_problem, load_patch_manifest
 
 REPO = Path(__file__).resolve().parents[1]
 SHIPPED = REPO / "patches" / "silu_and_mul" / "triton-silu-and-mul-v1"

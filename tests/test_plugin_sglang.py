@@ -237,7 +237,11 @@ def _patch_root(tmp: Path) -> Path:
 
 def _variant(root: Path, new_id: str, *, kernel_edit=None, manifest_edit=None, repin: bool = True) -> None:
     """A copy of the shipped patch under another id, broken in one way."""
-    from astra_sglang.patches.manifest import load_patch_manifest, pin_files, write_patch_manifest
+    from astra_sglang.contract.patch import (
+        load_patch_manifest,
+        pin_files,
+        write_patch_manifest,
+    )
 
     d = root / "silu_and_mul" / new_id
     shutil.copytree(SHIPPED, d, ignore=shutil.ignore_patterns("__pycache__"))

@@ -4,14 +4,12 @@ from __future__ import annotations
 
 from typing import Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from astra_sglang.contract.base import Model
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class ModelOptions(_Model):
+class ModelOptions(Model):
     """Which model; persisted in the run folder: names only, never a key."""
 
     model: str = "o4-mini"
@@ -35,7 +33,7 @@ class ModelOptions(_Model):
         return self.model
 
 
-class RetryPolicy(_Model):
+class RetryPolicy(Model):
     retries: int = Field(default=3, ge=0, description="retries after the first failed attempt")
     backoff_s: float = Field(default=2.0, ge=0, description="first delay; doubles each retry")
     max_backoff_s: float = 60.0
@@ -44,7 +42,7 @@ class RetryPolicy(_Model):
         return min(self.max_backoff_s, self.backoff_s * (2 ** attempt))
 
 
-class TokenCount(_Model):
+class TokenCount(Model):
     requests: int = 0
     input_tokens: int = 0
     output_tokens: int = 0

@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-import os
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -40,6 +39,8 @@ from openai.types.chat.chat_completion_message_function_tool_call import (
     Function,
 )
 
+from astra_sglang.contract.base import write_atomic
+
 README = """\
 Model requests from astra-sglang's optimizer (file: provider).
 For each NNNN-<hash>.request.json write NNNN-<hash>.response.json next to it (atomically: write a
@@ -51,12 +52,6 @@ When `response_format` is present, `content` must be JSON matching its schema.
 
 class FileModelTimeout(TimeoutError):
     """No response file appeared in time: the step fails like a model server that timed out."""
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 def parse_response(raw: dict[str, Any], key: str) -> tuple[ChatCompletionMessage, Usage]:
@@ -130,14 +125,14 @@ class FileModel(Model):
         self.directory.mkdir(parents=True, exist_ok=True)
         readme = self.directory / "README.txt"
         if not readme.exists():
-            _atomic_write(readme, README)
+            write_atomic(readme, README)
         body = self._request_body(system_instructions, input, tools, output_schema)
         key = hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:16]
         stem = self._slot(key)
         request_path = stem.with_name(stem.name + ".request.json")
         response_path = stem.with_name(stem.name + ".response.json")
         if not request_path.exists():
-            _atomic_write(request_path, json.dumps(body, indent=1))
+            write_atomic(request_path, json.dumps(body, indent=1))
         deadline = time.monotonic() + self.timeout_s
         last_error = ""
         while True:

@@ -19,15 +19,15 @@ from agents.items import ModelResponse, TResponseInputItem, TResponseStreamEvent
 from agents.model_settings import ModelSettings
 from agents.models.interface import Model, ModelTracing
 from agents.tool import FunctionTool, Tool
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from astra_sglang.agents.config import RetryPolicy, TokenCount
+from astra_sglang.contract.base import Model as Record
 
 
-class ModelCallRecord(BaseModel):
+class ModelCallRecord(Record):
     """One attempt of one model request, as written to the run folder."""
 
-    model_config = ConfigDict(extra="forbid")
 
     seq: int
     round: Optional[int]

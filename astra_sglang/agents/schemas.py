@@ -13,38 +13,37 @@ from __future__ import annotations
 import json
 from typing import Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
+
+from astra_sglang.contract.base import Model
 
 Distribution = Literal["normal", "wide", "tiny", "zeros", "special"]
 
-
-class _Out(BaseModel):
-    model_config = ConfigDict(extra="forbid")
 
 
 # ----------------------------------------------------------------------------------------------- outputs
 
 
-class DimValue(_Out):
+class DimValue(Model):
     name: str = Field(description="a dimension name of the signature (e.g. 'T', 'H', 'D')")
     value: int
 
 
-class ProposedCase(_Out):
+class ProposedCase(Model):
     dims: list[DimValue] = Field(description="one value for every dimension of the signature")
     dtype: str = Field(description="one of the op's dtypes")
     distribution: Distribution = Field(description="how input values are drawn")
     why: str = Field(description="what this case exercises (edge, tail, alignment, special values...)")
 
 
-class SuiteProposal(_Out):
+class SuiteProposal(Model):
     """The Testing agent's answer: cases to add to the harness's own suite. The harness decides correctness."""
 
     cases: list[ProposedCase]
     rationale: str
 
 
-class Diagnosis(_Out):
+class Diagnosis(Model):
     """The Profiling agent's reading of timing and resource numbers."""
 
     bound: Literal["memory", "latency", "compute", "mixed", "unknown"]
@@ -54,14 +53,14 @@ class Diagnosis(_Out):
     summary: str
 
 
-class Suggestion(_Out):
+class Suggestion(Model):
     title: str
     change: str = Field(description="the concrete code change")
     expected_effect: str
     risk: str = Field(description="what could break (correctness, registers, tails, special values)")
 
 
-class OptimizationPlan(_Out):
+class OptimizationPlan(Model):
     """The Planning agent's answer."""
 
     suggestions: list[Suggestion]
@@ -69,14 +68,14 @@ class OptimizationPlan(_Out):
     avoid: list[str] = Field(description="things not to try again, and why")
 
 
-class CandidateSource(_Out):
+class CandidateSource(Model):
     """The Coding agent's answer: a complete file of the same form as the current kernel."""
 
     source: str = Field(description="the complete new source file, not a diff")
     changes: str = Field(description="what was changed and why, briefly")
 
 
-class SingleAgentRound(_Out):
+class SingleAgentRound(Model):
     """The single-agent baseline does diagnosis, plan and code in one answer."""
 
     diagnosis: str
@@ -88,7 +87,7 @@ class SingleAgentRound(_Out):
 # ----------------------------------------------------------------------------------------------- inputs
 
 
-class ShapeLine(_Out):
+class ShapeLine(Model):
     dims: dict[str, int]
     dtype: str
     original_us: Optional[float] = None
@@ -97,7 +96,7 @@ class ShapeLine(_Out):
     pct_of_copy_ceiling: Optional[float] = None
 
 
-class ResultView(_Out):
+class ResultView(Model):
     """What an agent may know of an evaluation: test shapes only, never the held-out ones."""
 
     device: str
@@ -114,7 +113,7 @@ class ResultView(_Out):
     error: Optional[str] = None
 
 
-class RoundView(_Out):
+class RoundView(Model):
     """One earlier round as the planner sees it."""
 
     round: int
@@ -128,7 +127,7 @@ class RoundView(_Out):
     failure: Optional[str]
 
 
-class OpView(_Out):
+class OpView(Model):
     """The op's contract as shown to agents (from the manifest, held-out shapes removed)."""
 
     op_id: str
@@ -144,12 +143,12 @@ class OpView(_Out):
     distributions: list[str]
 
 
-class SuiteInput(_Out):
+class SuiteInput(Model):
     op: OpView
     kernel_source: str
 
 
-class ProfilingInput(_Out):
+class ProfilingInput(Model):
     op: OpView
     round: int
     kernel_round: int
@@ -157,7 +156,7 @@ class ProfilingInput(_Out):
     result: ResultView
 
 
-class PlanningInput(_Out):
+class PlanningInput(Model):
     op: OpView
     round: int
     rounds_total: int
@@ -168,14 +167,14 @@ class PlanningInput(_Out):
     history: list[RoundView]
 
 
-class CodingInput(_Out):
+class CodingInput(Model):
     op: OpView
     round: int
     kernel_source: str
     plan: OptimizationPlan
 
 
-class SingleAgentInput(_Out):
+class SingleAgentInput(Model):
     op: OpView
     round: int
     rounds_total: int

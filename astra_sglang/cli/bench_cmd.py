@@ -44,8 +44,8 @@ def op_folder(op: str, extracted: Path) -> Path:
 
 
 def handle(args: argparse.Namespace) -> int:
-    from astra_sglang.harness import EvalConfig, evaluate
-    from astra_sglang.harness.evaluate import resolve_device
+    from astra_sglang.contract.eval_config import EvalConfig
+    from astra_sglang.harness.evaluate import evaluate, resolve_device
 
     op_dir = op_folder(args.op, args.extracted)
     config = EvalConfig(shapes=args.shapes, dtypes=args.dtypes, timing_dtypes=args.dtypes,

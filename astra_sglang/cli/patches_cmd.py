@@ -179,7 +179,7 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    from astra_sglang.patches.manifest import write_patch_manifest
+    from astra_sglang.contract.patch import write_patch_manifest
     from astra_sglang.patches.registry import discover, find, installed_sglang_version
     from astra_sglang.patches.verify import verify_entry
 
@@ -230,7 +230,7 @@ def cmd_enable(args: argparse.Namespace, on: bool) -> int:
 
 
 def cmd_add(args: argparse.Namespace) -> int:
-    from astra_sglang.patches.manifest import Provenance
+    from astra_sglang.contract.patch import Provenance
     from astra_sglang.patches.registry import add_patch, load_evidence
 
     prov = Provenance(kind=args.provenance, run=args.run, model=args.model, rounds=args.rounds,
@@ -252,7 +252,7 @@ def cmd_add_run(args: argparse.Namespace) -> int:
 
 
 def _report_added(dest: Path) -> None:
-    from astra_sglang.patches.manifest import load_patch_manifest
+    from astra_sglang.contract.patch import load_patch_manifest
 
     m = load_patch_manifest(dest)
     print(f"added {m.patch_id} at {dest}")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from astra_sglang.extract.manifest import CallSite
+from astra_sglang.contract.op import CallSite
 from astra_sglang.extract.sglang_env import import_optional
 
 

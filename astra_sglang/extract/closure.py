@@ -9,7 +9,6 @@ self-contained).
 
 from __future__ import annotations
 
-import hashlib
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,9 +25,6 @@ class Closure:
     files: list[Path] = field(default_factory=list)  # absolute, the roots first, then in discovery order
     external: list[str] = field(default_factory=list)  # include names resolved outside the roots
 
-
-def sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def includes_of(text: str) -> list[tuple[str, str]]:

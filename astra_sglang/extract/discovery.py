@@ -14,9 +14,9 @@ from typing import Optional
 
 from pydantic import BaseModel
 
+from astra_sglang.contract.op import SourceKind
 from astra_sglang.errors import AstraError
 from astra_sglang.extract import catalog
-from astra_sglang.extract.manifest import SourceKind
 from astra_sglang.extract.sglang_env import require_sglang, sglang_root
 from astra_sglang.extract.source_scan import imported_modules_of, scan_module
 

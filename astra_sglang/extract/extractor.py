@@ -13,13 +13,8 @@ import tempfile
 from pathlib import Path
 from typing import Callable, Optional
 
-from astra_sglang.errors import AstraError
-from astra_sglang.extract import catalog
-from astra_sglang.extract.callsites import scan_call_sites
-from astra_sglang.extract.catalog.base import CatalogEntry, FlashInferBaseline
-from astra_sglang.extract.closure import include_closure, sha256
-from astra_sglang.extract.discovery import list_ops, resolve
-from astra_sglang.extract.manifest import (
+from astra_sglang.contract.base import sha256_file as sha256
+from astra_sglang.contract.op import (
     MANIFEST_NAME,
     Baseline,
     CudaExport,
@@ -33,8 +28,25 @@ from astra_sglang.extract.manifest import (
     load_manifest,
     write_manifest,
 )
-from astra_sglang.extract.recipe import capture_jit_request, resolve_target, sm90_cuda_cflags, sm90_ldflags
-from astra_sglang.extract.sglang_env import flashinfer_root, flashinfer_version, jit_dir, sglang_root, sglang_version
+from astra_sglang.errors import AstraError
+from astra_sglang.extract import catalog
+from astra_sglang.extract.callsites import scan_call_sites
+from astra_sglang.extract.catalog.base import CatalogEntry, FlashInferBaseline
+from astra_sglang.extract.closure import include_closure
+from astra_sglang.extract.discovery import list_ops, resolve
+from astra_sglang.extract.recipe import (
+    capture_jit_request,
+    resolve_target,
+    sm90_cuda_cflags,
+    sm90_ldflags,
+)
+from astra_sglang.extract.sglang_env import (
+    flashinfer_root,
+    flashinfer_version,
+    jit_dir,
+    sglang_root,
+    sglang_version,
+)
 from astra_sglang.extract.source_scan import module_file, scan_module
 
 GLUE_DIR = Path(__file__).parent / "glue"

@@ -100,7 +100,10 @@ def sm90_cuda_cflags(extra: list[str]) -> list[str]:
     The toolchain adds ``-Xcompiler -fPIC``, ``-gencode=arch=compute_90a,code=sm_90a`` and the -I flags itself
     (see the manifest notes); those are not part of the recipe's flags, as in SGLang's BuildSpec.
     """
-    from sglang.kernels.jit.utils.arch import get_default_target_flags, make_jit_cuda_arch
+    from sglang.kernels.jit.utils.arch import (
+        get_default_target_flags,
+        make_jit_cuda_arch,
+    )
 
     return list(get_default_target_flags(make_jit_cuda_arch(9, 0))) + list(extra)
 

@@ -7,14 +7,13 @@ differs from the one the folder was extracted from, and the folder must be re-ex
 
 from __future__ import annotations
 
-import hashlib
 import shutil
 import tempfile
 from pathlib import Path
 
+from astra_sglang.contract.base import sha256_file as sha256
+from astra_sglang.contract.op import MANIFEST_NAME, load_manifest
 from astra_sglang.errors import AstraError
-from astra_sglang.extract.closure import sha256
-from astra_sglang.extract.manifest import MANIFEST_NAME, load_manifest
 from astra_sglang.extract.sglang_env import flashinfer_root, sglang_root
 
 
@@ -81,7 +80,7 @@ def materialize(op_dir: Path, cache_root: Path) -> Path:
     if is_complete(op_dir):
         return op_dir
     manifest = load_manifest(op_dir)
-    key = hashlib.sha256((op_dir / MANIFEST_NAME).read_bytes()).hexdigest()[:16]
+    key = sha256((op_dir / MANIFEST_NAME))[:16]
     dest = Path(cache_root) / "extracted" / f"{op_dir.name}-{key}"
     if dest.is_dir() and is_complete(dest):
         return dest

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
-from astra_sglang.extract.manifest import ShapeCase
+from astra_sglang.contract.op import ShapeCase
 
 
 @dataclass(frozen=True)

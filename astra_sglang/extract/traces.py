@@ -11,9 +11,14 @@ import json
 import re
 from pathlib import Path
 
+from astra_sglang.contract.op import (
+    ManifestError,
+    ShapeCase,
+    load_manifest,
+    write_manifest,
+)
 from astra_sglang.errors import AstraError
 from astra_sglang.extract import catalog
-from astra_sglang.extract.manifest import ManifestError, ShapeCase, load_manifest, write_manifest
 
 _TENSOR = re.compile(r"^(?:torch\.)?(\w+)\[([\d,\s]*)\]$")
 

@@ -13,7 +13,7 @@ from typing import Optional
 
 import torch
 
-from astra_sglang.extract.manifest import Tolerance
+from astra_sglang.contract.op import Tolerance
 from astra_sglang.harness.tensors import is_poison
 
 

@@ -8,7 +8,6 @@ their timings do not disturb each other. The copy ceiling is measured by the fir
 from __future__ import annotations
 
 import ast
-import hashlib
 import math
 import os
 import random
@@ -17,14 +16,20 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Optional
 
+from astra_sglang.contract.base import sha256_file
+from astra_sglang.contract.eval_config import EvalConfig
+from astra_sglang.contract.op import Manifest, ManifestError, load_manifest
+from astra_sglang.contract.result import (
+    BuildReport,
+    CorrectnessReport,
+    EvalResult,
+    FailedCase,
+    ShapeTiming,
+    TimingReport,
+)
 from astra_sglang.errors import AstraError
-from astra_sglang.extract.manifest import ManifestError, Manifest, load_manifest
-from astra_sglang.harness.config import EvalConfig
 from astra_sglang.harness.heldout import heldout_secret
 from astra_sglang.harness.isolation import WorkerOutcome, run_worker
-from astra_sglang.harness.result import (
-    BuildReport, CorrectnessReport, EvalResult, FailedCase, ShapeTiming, TimingReport,
-)
 from astra_sglang.harness.suite import build_suite, timed_shapes, timing_dtypes
 
 _CEILING: dict[str, float] = {}  # device kind -> measured copy ceiling, for the life of this process
@@ -46,9 +51,6 @@ def _cuda_available() -> bool:
     except Exception:  # noqa: BLE001
         return False
 
-
-def _sha(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def _load(op_dir: Path) -> Manifest:
@@ -118,7 +120,7 @@ def build_baselines(op_dir: Path, manifest: Manifest, dtypes: list[str], config:
     """Names of the CUDA baselines that build for the timed dtypes (a failure only drops the baseline)."""
     if not config.time_baselines:
         return []
-    from astra_sglang.extract.manifest import CudaJitRecipe
+    from astra_sglang.contract.op import CudaJitRecipe
     from astra_sglang.loader.cuda_build import build_cuda_module
 
     names = []
@@ -171,7 +173,7 @@ def evaluate_many(op_dir: Path, candidates: list[Optional[Path]],
     for cand, build in zip(candidates, builds):
         start = time.monotonic()
         res = EvalResult(op_id=manifest.op_id, candidate=str(cand) if cand else None,
-                         candidate_sha256=_sha(cand) if cand else None,
+                         candidate_sha256=sha256_file(cand) if cand else None,
                          device="cpu (TRITON_INTERPRET=1)" if device == "cpu" else "cuda",
                          sglang_version=manifest.sglang_version, build=build)
         if not build.ok:

@@ -7,7 +7,7 @@ from typing import Optional
 from rich.console import Console
 from rich.table import Table
 
-from astra_sglang.harness.result import EvalResult
+from astra_sglang.contract.result import EvalResult
 
 
 def _dims(d: dict[str, int]) -> str:

@@ -14,9 +14,9 @@ import random
 from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
+from astra_sglang.contract.eval_config import DISTRIBUTIONS, EvalConfig
+from astra_sglang.contract.op import Manifest
 from astra_sglang.errors import AstraError
-from astra_sglang.extract.manifest import Manifest
-from astra_sglang.harness.config import DISTRIBUTIONS, EvalConfig
 
 
 @dataclass(frozen=True)

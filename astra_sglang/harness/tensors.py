@@ -13,7 +13,7 @@ from typing import Any, Optional
 
 import torch
 
-from astra_sglang.extract.manifest import Manifest, TensorArg
+from astra_sglang.contract.op import Manifest, TensorArg
 from astra_sglang.harness.suite import shape_of
 
 GUARD_BYTES = 4096  # keeps the view 4 KiB-aligned inside a 512 B-aligned allocation

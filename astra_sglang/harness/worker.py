@@ -20,14 +20,21 @@ from typing import Any, Callable, Optional
 import torch
 
 if torch.cuda.is_available() and os.environ.get("ASTRA_WORKER_DEVICE") == "cuda":
-    from astra_sglang.harness import timing  # binds the timer primitives before any candidate is imported
+    from astra_sglang.harness import (
+        timing,  # binds the timer primitives before any candidate is imported
+    )
 elif os.environ.get("ASTRA_HARNESS_SIMULATE_TIMING") == "1":
     from astra_sglang.harness import timing_sim as timing  # type: ignore[no-redef]
 else:
     timing = None  # type: ignore[assignment]
 
-from astra_sglang.extract.manifest import Manifest, Tolerance
-from astra_sglang.harness.compare import Mismatch, compare, compare_to_reference, scale_key
+from astra_sglang.contract.op import Manifest, Tolerance
+from astra_sglang.harness.compare import (
+    Mismatch,
+    compare,
+    compare_to_reference,
+    scale_key,
+)
 from astra_sglang.harness.suite import Case
 from astra_sglang.harness.tensors import ArgSet
 from astra_sglang.loader.launch import load_reference, make_launcher

@@ -31,10 +31,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
+from astra_sglang.contract.base import sha256_file
+from astra_sglang.contract.op import CudaJitRecipe, Manifest
+from astra_sglang.contract.result import BuildReport
 from astra_sglang.data_paths import CACHE_ENV
 from astra_sglang.errors import AstraError
-from astra_sglang.extract.manifest import CudaJitRecipe, Manifest
-from astra_sglang.harness.result import BuildReport
 from astra_sglang.loader import toolchain
 from astra_sglang.loader.ptxas import parse_ptxas, resource_lines
 
@@ -136,13 +137,6 @@ def _quote(flag: str) -> str:
             return prefix + shlex.quote(flag[2:]).replace("$", "$$")
     return flag.replace("$", "$$")
 
-
-def _sha(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
-def _file_sha(path: Path) -> str:
-    return _sha(path.read_bytes())
 
 
 def default_cache_dir(op_dir: Path) -> Path:
@@ -294,7 +288,7 @@ def _depfile_hashes(depfile: Path) -> dict[str, str]:
         p = Path(tok.replace("\\ ", " "))
         if p.name == "cuda.cu" or not p.is_absolute() or not p.exists():
             continue
-        out[str(p)] = _file_sha(p)
+        out[str(p)] = sha256_file(p)
     return out
 
 
@@ -308,7 +302,7 @@ def _valid_entry(entry: Path, so_path: Path) -> Optional[BuildReport]:
         return None
     for path, sha in deps.items():
         p = Path(path)
-        if not p.exists() or _file_sha(p) != sha:
+        if not p.exists() or sha256_file(p) != sha:
             return None
     return report
 

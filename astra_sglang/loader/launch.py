@@ -10,8 +10,8 @@ import ast
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from astra_sglang.contract.op import CudaJitRecipe, Manifest, Recipe, TritonRecipe
 from astra_sglang.errors import AstraError
-from astra_sglang.extract.manifest import CudaJitRecipe, Manifest, Recipe, TritonRecipe
 from astra_sglang.loader.pyimport import load_function, load_triton_wrapper
 
 Launcher = Callable[[dict[str, Any]], Any]

@@ -10,7 +10,7 @@ import re
 import shutil
 import subprocess
 
-from astra_sglang.harness.result import KernelResources
+from astra_sglang.contract.result import KernelResources
 
 _ENTRY = re.compile(r"ptxas info\s*:\s*Compiling entry function '([^']+)'")
 _PROPS = re.compile(r"ptxas info\s*:\s*Function properties for (\S+)")

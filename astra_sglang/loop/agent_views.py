@@ -9,9 +9,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
-from astra_sglang.agents.schemas import OpView, ProposedCase, ResultView, RoundView, ShapeLine
-from astra_sglang.extract.manifest import CudaJitRecipe, Manifest, TritonRecipe
-from astra_sglang.harness.result import EvalResult, ShapeTiming
+from astra_sglang.agents.schemas import (
+    OpView,
+    ProposedCase,
+    ResultView,
+    RoundView,
+    ShapeLine,
+)
+from astra_sglang.contract.op import CudaJitRecipe, Manifest, TritonRecipe
+from astra_sglang.contract.result import EvalResult, ShapeTiming
 from astra_sglang.loop.records import RoundRecord
 
 DISTRIBUTIONS = ["normal", "wide", "tiny", "zeros", "special"]

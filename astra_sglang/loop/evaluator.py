@@ -10,16 +10,21 @@ compile-only build for CUDA, else the static form check).
 
 from __future__ import annotations
 
-import hashlib
 import os
 import time
 from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Any, Optional
 
+from astra_sglang.contract.base import sha256_text
+from astra_sglang.contract.op import (
+    CudaJitRecipe,
+    Manifest,
+    TritonRecipe,
+    load_manifest,
+)
+from astra_sglang.contract.result import BuildReport, EvalResult
 from astra_sglang.errors import AstraError
-from astra_sglang.extract.manifest import CudaJitRecipe, Manifest, TritonRecipe, load_manifest
-from astra_sglang.harness.result import BuildReport, EvalResult
 from astra_sglang.loop.records import CheckReport, EvalSpec, QueueRequest
 from astra_sglang.loop.runfolder import atomic_write, now_iso
 from astra_sglang.loop.static_check import check_source
@@ -34,9 +39,6 @@ class EvalPending(Exception):
         super().__init__(f"waiting for {len(items)} evaluation(s) in {queue_dir}: {', '.join(items)}")
 
 
-def sha256_text(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()
-
 
 def spec_key(spec: EvalSpec, timing: bool = True) -> str:
     return sha256_text(spec.model_dump_json() + f"|timing={timing}")[:12]
@@ -44,7 +46,7 @@ def spec_key(spec: EvalSpec, timing: bool = True) -> str:
 
 def to_eval_config(spec: EvalSpec, *, timing: bool = True) -> Any:
     """EvalSpec -> the harness's EvalConfig. The Testing agent's cases go in if the harness takes them."""
-    from astra_sglang.harness.config import EvalConfig
+    from astra_sglang.contract.eval_config import EvalConfig
 
     fields = EvalConfig.model_fields
     kw: dict[str, Any] = {"shapes": spec.shapes, "include_heldout": spec.include_heldout, "device": spec.device,
@@ -64,7 +66,7 @@ def to_eval_config(spec: EvalSpec, *, timing: bool = True) -> Any:
 def suite_supported() -> bool:
     """Whether the harness runs the Testing agent's cases (else they are recorded only, and the log says so)."""
     try:
-        from astra_sglang.harness.config import EvalConfig
+        from astra_sglang.contract.eval_config import EvalConfig
     except ImportError:
         return False
     return "extra_cases" in EvalConfig.model_fields
@@ -148,7 +150,7 @@ class LocalEvaluator(Evaluator):
         other = self._cached(self._key(candidate, spec, not timing))
         if other is not None and (not timing or other.timing is None and other.device.startswith("cpu")):
             return other
-        from astra_sglang.harness import evaluate
+        from astra_sglang.harness.evaluate import evaluate
 
         result = evaluate(self.op_dir, candidate, to_eval_config(spec, timing=timing))
         if self.cache_dir is not None:
@@ -259,7 +261,7 @@ def _can_run_locally(recipe: Any) -> bool:
 def _compile_only(op_dir: Path, manifest: Manifest, candidate: Path) -> CheckReport:
     """nvcc without a GPU: the build errors are the ones the coding agent must see before the queue trip."""
     try:
-        from astra_sglang.loader import build_cuda_module
+        from astra_sglang.loader.cuda_build import build_cuda_module
 
         dtype = manifest.signature.dtypes[0]
         built = build_cuda_module(op_dir, manifest, dtype, kernel_source=candidate, load=False)
@@ -292,7 +294,7 @@ def list_queue(queue_dir: Path) -> list[tuple[Path, QueueRequest, Optional[EvalR
 def process_queue(queue_dir: Path, extracted_root: Path, device: Optional[str] = None,
                   progress: Any = None) -> list[tuple[str, EvalResult]]:
     """Fill in every pending request (the GPU-host side of the queue). Returns what was evaluated."""
-    from astra_sglang.harness import evaluate
+    from astra_sglang.harness.evaluate import evaluate
 
     done: list[tuple[str, EvalResult]] = []
     for item_dir, request, result in list_queue(queue_dir):

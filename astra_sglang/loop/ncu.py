@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-from astra_sglang.extract.manifest import Manifest, load_manifest
+from astra_sglang.contract.op import Manifest, load_manifest
 from astra_sglang.loop.records import EvalSpec
 
 SECTIONS = ("SpeedOfLight", "Occupancy", "LaunchStats", "MemoryWorkloadAnalysis")
@@ -77,7 +77,7 @@ def _target(op_dir: str, candidate: str, dtype: str, dims_json: str) -> None:
     import torch
 
     from astra_sglang.harness.suite import shape_of
-    from astra_sglang.loader import make_launcher
+    from astra_sglang.loader.launch import make_launcher
 
     manifest = load_manifest(Path(op_dir))
     dims = json.loads(dims_json)

@@ -35,11 +35,12 @@ from astra_sglang.agents.schemas import (
 )
 from astra_sglang.agents.team import make_team
 from astra_sglang.agents.tools import make_tools
+from astra_sglang.contract.base import sha256_text
+from astra_sglang.contract.op import Manifest
+from astra_sglang.contract.result import EvalResult
 from astra_sglang.errors import AstraError
-from astra_sglang.extract.manifest import Manifest
-from astra_sglang.harness.result import EvalResult
 from astra_sglang.loop import agent_views as views
-from astra_sglang.loop.evaluator import EvalPending, Evaluator, sha256_text, suite_supported
+from astra_sglang.loop.evaluator import EvalPending, Evaluator, suite_supported
 from astra_sglang.loop.records import (
     CheckReport,
     CodeAttempt,

@@ -7,20 +7,24 @@ from __future__ import annotations
 
 from typing import Any, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from astra_sglang.agents.config import ModelOptions, RetryPolicy, TokenCount
-from astra_sglang.agents.schemas import Diagnosis, OptimizationPlan, ProposedCase, Suggestion, SuiteProposal
-from astra_sglang.harness.result import EvalResult, ShapeTiming
+from astra_sglang.agents.schemas import (
+    Diagnosis,
+    OptimizationPlan,
+    ProposedCase,
+    Suggestion,
+    SuiteProposal,
+)
+from astra_sglang.contract.base import Model
+from astra_sglang.contract.result import EvalResult, ShapeTiming
 
 SCHEMA_VERSION = 1
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid")
 
-
-class EvalSpec(_Model):
+class EvalSpec(Model):
     """What to evaluate a kernel on; the loop's side of the harness's EvalConfig (see loop/evaluator.py)."""
 
     shapes: str = "test"
@@ -34,7 +38,7 @@ class EvalSpec(_Model):
         return self.model_copy(update={"include_heldout": True})
 
 
-class QueueRequest(_Model):
+class QueueRequest(Model):
     """``QUEUE/<item>/request.json``: everything a GPU host needs, with the candidate file beside it."""
 
     schema_version: int = 1
@@ -50,7 +54,7 @@ class QueueRequest(_Model):
     note: Optional[str] = None
 
 
-class LoopOptions(_Model):
+class LoopOptions(Model):
     rounds: int = Field(default=5, ge=0)
     single_agent: bool = False
     max_fix_attempts: int = Field(default=3, ge=0)
@@ -67,7 +71,7 @@ class LoopOptions(_Model):
 RunStatus = Literal["running", "waiting_eval", "done", "failed", "interrupted"]
 
 
-class WinnerInfo(_Model):
+class WinnerInfo(Model):
     round: Optional[int] = Field(description="None: no candidate beat the original")
     reason: str
     geomean_speedup: Optional[float] = None
@@ -77,7 +81,7 @@ class WinnerInfo(_Model):
     timing_source: Optional[str] = None
 
 
-class RunMeta(_Model):
+class RunMeta(Model):
     """``run.json``. ``model`` and ``rounds`` are top-level so the patch registry can cite them."""
 
     schema_version: int = SCHEMA_VERSION
@@ -97,7 +101,7 @@ class RunMeta(_Model):
     winner: Optional[WinnerInfo] = None
 
 
-class StepRecord(_Model):
+class StepRecord(Model):
     """One line of ``steps.jsonl``: what each agent step cost."""
 
     round: int
@@ -111,14 +115,14 @@ class StepRecord(_Model):
     error: Optional[str] = None
 
 
-class TranscriptEntry(_Model):
+class TranscriptEntry(Model):
     agent: str
     step: str
     attempt: int = 0
     items: list[dict[str, Any]]
 
 
-class CheckReport(_Model):
+class CheckReport(Model):
     """A quick verdict for the coding agent within a round (build + correctness where this host can)."""
 
     built: bool
@@ -143,7 +147,7 @@ class CheckReport(_Model):
         return "\n".join(lines)
 
 
-class SuiteStep(_Model):
+class SuiteStep(Model):
     """Round 0's testing step: what the agent proposed, what the contract allowed, what the harness runs."""
 
     proposal: Optional[SuiteProposal] = None
@@ -154,7 +158,7 @@ class SuiteStep(_Model):
     transcript: list[TranscriptEntry] = Field(default_factory=list)
 
 
-class DiagnosisStep(_Model):
+class DiagnosisStep(Model):
     diagnosis: Diagnosis
     base_round: int
     base_sha256: str
@@ -162,13 +166,13 @@ class DiagnosisStep(_Model):
     transcript: list[TranscriptEntry] = Field(default_factory=list)
 
 
-class PlanStep(_Model):
+class PlanStep(Model):
     plan: OptimizationPlan
     base_round: int
     transcript: list[TranscriptEntry] = Field(default_factory=list)
 
 
-class CodeAttempt(_Model):
+class CodeAttempt(Model):
     attempt: int
     kind: Literal["candidate", "invalid_reply"]
     source_file: Optional[str] = None
@@ -176,7 +180,7 @@ class CodeAttempt(_Model):
     error: Optional[str] = None
 
 
-class CodeOutcome(_Model):
+class CodeOutcome(Model):
     """The coding step's cached output: the last candidate and every attempt that led to it."""
 
     source: Optional[str]
@@ -193,7 +197,7 @@ class CodeOutcome(_Model):
 RoundStatus = Literal["ok", "incorrect", "build_failed", "failed"]
 
 
-class RoundRecord(_Model):
+class RoundRecord(Model):
     """One line of ``log.jsonl``: everything about one round, including the agents' transcript."""
 
     round: int

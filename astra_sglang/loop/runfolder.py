@@ -21,6 +21,7 @@ from typing import Optional, TypeVar
 from pydantic import BaseModel
 
 from astra_sglang.agents.config import TokenCount
+from astra_sglang.contract.base import write_atomic as atomic_write
 from astra_sglang.errors import AstraError
 from astra_sglang.loop.records import RoundRecord, RunMeta, StepRecord
 
@@ -30,12 +31,6 @@ M = TypeVar("M", bound=BaseModel)
 def now_iso() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
-
-def atomic_write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 def new_run_id() -> str:

@@ -12,9 +12,14 @@ from typing import Any, Optional
 
 from rich.console import Console
 
+from astra_sglang.contract.op import ManifestError, load_manifest
 from astra_sglang.errors import AstraError
-from astra_sglang.extract.manifest import ManifestError, load_manifest
-from astra_sglang.loop.evaluator import EvalPending, Evaluator, LocalEvaluator, QueueEvaluator
+from astra_sglang.loop.evaluator import (
+    EvalPending,
+    Evaluator,
+    LocalEvaluator,
+    QueueEvaluator,
+)
 from astra_sglang.loop.records import LoopOptions, RunMeta, WinnerInfo
 from astra_sglang.loop.runfolder import RunFolder, new_run_id, now_iso
 

@@ -11,7 +11,7 @@ import ast
 from pathlib import Path
 from typing import Optional
 
-from astra_sglang.extract.manifest import CudaJitRecipe, Manifest, TritonRecipe
+from astra_sglang.contract.op import CudaJitRecipe, Manifest, TritonRecipe
 
 
 def candidate_suffix(manifest: Manifest) -> str:

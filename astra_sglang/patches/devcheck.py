@@ -50,7 +50,7 @@ def extracted_original(entry: PatchEntry) -> Callable[..., Any]:
     m = entry.manifest
     assert m is not None
     ad = get_adapter(m.op)
-    from astra_sglang.extract.manifest import load_manifest
+    from astra_sglang.contract.op import load_manifest
 
     op_dir = extracted_op_dir(m)
     kernel = op_kernel(op_dir, ad, dtypes=load_manifest(op_dir).signature.dtypes, arch="sm_90a")
@@ -72,7 +72,7 @@ def check_on_device(entry: PatchEntry, *, time_it: bool = True, reps: int = 100)
     m = entry.manifest
     if m is None:
         return DeviceReport(entry.patch_id, False, None, entry.error or "unreadable manifest")
-    from astra_sglang.patches.manifest import file_problem
+    from astra_sglang.contract.patch import file_problem
 
     bad = file_problem(entry.path, m)
     arch = device_arch("cuda") if torch.cuda.is_available() else None
@@ -194,7 +194,7 @@ def _outside_guard(hook, original, ad, m, compare) -> dict[str, str]:
     dtype = getattr(torch, m.guard.dtypes[0])
     out: dict[str, str] = {}
     probes: dict[str, tuple[tuple, dict]] = {}
-    from astra_sglang.extract.manifest import load_manifest
+    from astra_sglang.contract.op import load_manifest
     from astra_sglang.patches.kernels import extracted_op_dir
 
     supported = load_manifest(extracted_op_dir(m)).signature.dtypes

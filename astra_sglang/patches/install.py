@@ -11,8 +11,8 @@ import pkgutil
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from astra_sglang.contract.patch import file_problem
 from astra_sglang.patches import status
-from astra_sglang.patches.manifest import file_problem
 from astra_sglang.patches.registry import (
     PatchEntry,
     discover,

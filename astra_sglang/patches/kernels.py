@@ -13,12 +13,12 @@ import os
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from astra_sglang.contract.op import MANIFEST_NAME
+from astra_sglang.contract.patch import PatchManifest
 from astra_sglang.data_paths import bundled_extracted, user_cache
 from astra_sglang.errors import AstraError
-from astra_sglang.extract.manifest import MANIFEST_NAME
 from astra_sglang.extract.restore import materialize
 from astra_sglang.patches.adapters.base import Args, OpAdapter
-from astra_sglang.patches.manifest import PatchManifest
 
 ENV_EXTRACTED = "ASTRA_SGLANG_EXTRACTED_DIR"
 Kernel = Callable[[Args], Any]
@@ -69,7 +69,7 @@ def load_kernel(patch_dir: Path, m: PatchManifest, adapter: OpAdapter, *, dtypes
                 arch: Optional[str]) -> Kernel:
     src = Path(patch_dir) / m.kernel.source
     if m.kernel.kind == "triton":
-        from astra_sglang.loader import load_triton_wrapper
+        from astra_sglang.loader.pyimport import load_triton_wrapper
 
         fn = load_triton_wrapper(src, m.kernel.entry)
         resolve = compile_call(m.kernel.call, set(adapter.tensor_names) | set(adapter.scalar_names))
@@ -98,7 +98,7 @@ def op_kernel(op_dir: Path, adapter: OpAdapter, *, dtypes: list[str], arch: Opti
     """
     import torch
 
-    from astra_sglang.extract.manifest import CudaJitRecipe, load_manifest
+    from astra_sglang.contract.op import CudaJitRecipe, load_manifest
 
     try:
         op_manifest = load_manifest(op_dir)
@@ -116,13 +116,13 @@ def op_kernel(op_dir: Path, adapter: OpAdapter, *, dtypes: list[str], arch: Opti
     resolve = compile_call(call or recipe.call, set(sig_tensors) | set(sig_scalars))
     fns: dict[Any, Callable[..., Any]] = {}
     if isinstance(recipe, CudaJitRecipe):
-        from astra_sglang.loader import build_cuda_module
+        from astra_sglang.loader.cuda_build import build_cuda_module
 
         for d in dtypes:
             built = build_cuda_module(op_dir, op_manifest, d, kernel_source=kernel_source, arch=arch or "sm_90a")
             fns[getattr(torch, d)] = getattr(built.module, entry or recipe.entry)
     else:
-        from astra_sglang.loader import load_triton_wrapper
+        from astra_sglang.loader.pyimport import load_triton_wrapper
 
         fn = load_triton_wrapper(Path(kernel_source) if kernel_source else Path(op_dir) / recipe.source,
                                  entry or recipe.wrapper)

@@ -18,12 +18,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
-from astra_sglang.data_paths import bundled_patches
-from astra_sglang.errors import AstraError
-from astra_sglang.patches.env import ALL_VALUES, ENV_SELECT, OFF_VALUES
-from astra_sglang.patches.manifest import (
+from astra_sglang.contract.base import Model, sha256_file, write_atomic
+from astra_sglang.contract.patch import (
     CPU_INTERPRET_ARCH,
     MANIFEST_NAME,
     CallSite,
@@ -37,9 +35,11 @@ from astra_sglang.patches.manifest import (
     file_problem,
     load_patch_manifest,
     pin_files,
-    sha256_file,
     write_patch_manifest,
 )
+from astra_sglang.data_paths import bundled_patches
+from astra_sglang.errors import AstraError
+from astra_sglang.patches.env import ALL_VALUES, ENV_SELECT, OFF_VALUES
 
 ENV_ROOT = "ASTRA_SGLANG_PATCHES_DIR"
 ENV_STATE = "ASTRA_SGLANG_STATE_FILE"
@@ -90,8 +90,7 @@ def find(patch_id: str, root: Optional[Path] = None) -> PatchEntry:
 # ---------------------------------------------------------------------------------------------- state file
 
 
-class VerifyRecord(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class VerifyRecord(Model):
     ok: bool
     sglang_version: str
     arch: str
@@ -101,8 +100,7 @@ class VerifyRecord(BaseModel):
     detail: str = ""
 
 
-class PatchState(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class PatchState(Model):
     schema_version: int = 1
     disabled: list[str] = Field(default_factory=list)
     verified: dict[str, list[VerifyRecord]] = Field(default_factory=dict)
@@ -128,10 +126,7 @@ def load_state() -> PatchState:
 
 def save_state(state: PatchState) -> Path:
     p = state_path()
-    p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = p.with_suffix(".tmp")
-    tmp.write_text(state.model_dump_json(indent=2) + "\n")
-    tmp.replace(p)
+    write_atomic(p, state.model_dump_json(indent=2) + "\n")
     return p
 
 
@@ -338,7 +333,7 @@ def arch_of_device_text(device: str) -> Optional[str]:
 
 def load_evidence(paths: list[Path]) -> Evidence:
     """EvalResult JSON files (one result, or a list of them) -> Evidence."""
-    from astra_sglang.harness.result import EvalResult
+    from astra_sglang.contract.result import EvalResult
 
     results = []
     for p in paths:
@@ -378,7 +373,7 @@ def add_from_run(
         raise AstraError(f"{best}: expected one kernel source (*.cuh or *.py), found {len(sources)}")
     op = op or run_dir.parent.name
     results, meta = [], {}
-    from astra_sglang.harness.result import EvalResult
+    from astra_sglang.contract.result import EvalResult
 
     for p in sorted(best.glob("*.json")) + sorted(run_dir.glob("*.json")):
         try:

@@ -18,9 +18,9 @@ import threading
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from astra_sglang.contract.patch import CPU_INTERPRET_ARCH, PatchManifest
 from astra_sglang.patches import status
 from astra_sglang.patches.adapters import OpAdapter, Prepared, get_adapter, make_guard
-from astra_sglang.patches.manifest import CPU_INTERPRET_ARCH, PatchManifest
 from astra_sglang.patches.registry import device_problem
 
 Original = Callable[..., Any]

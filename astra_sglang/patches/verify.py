@@ -11,9 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from astra_sglang.harness.result import EvalResult
+from astra_sglang.contract.base import sha256_file
+from astra_sglang.contract.patch import MANIFEST_NAME, file_problem
+from astra_sglang.contract.result import EvalResult
 from astra_sglang.patches import status
-from astra_sglang.patches.manifest import MANIFEST_NAME, file_problem, sha256_file
 from astra_sglang.patches.registry import (
     PatchEntry,
     VerifyRecord,
@@ -96,7 +97,7 @@ def verify_entry(entry: PatchEntry, *, shapes: str = "all", harness: bool = True
 
 
 def _harness(entry: PatchEntry, shapes: str) -> tuple[Optional[EvalResult], Optional[str]]:
-    from astra_sglang.extract.manifest import load_manifest
+    from astra_sglang.contract.op import load_manifest
     from astra_sglang.patches.kernels import extracted_op_dir
 
     m = entry.manifest
@@ -109,7 +110,8 @@ def _harness(entry: PatchEntry, shapes: str) -> tuple[Optional[EvalResult], Opti
     if op.recipe.kind != m.kernel.kind:
         return None, (f"harness skipped: a {m.kernel.kind} patch for a {op.recipe.kind} op is not a harness candidate; "
                       "scripts/gpu_patches_check.py times it")
-    from astra_sglang.harness import EvalConfig, evaluate
+    from astra_sglang.contract.eval_config import EvalConfig
+    from astra_sglang.harness.evaluate import evaluate
 
     cfg: Any = EvalConfig(shapes=shapes, include_heldout=True)  # type: ignore[arg-type]
     return evaluate(op_dir, entry.path / m.kernel.source, cfg), None

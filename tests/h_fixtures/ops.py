@@ -10,9 +10,20 @@ import hashlib
 import shutil
 from pathlib import Path
 
-from astra_sglang.extract.manifest import (
-    CudaExport, CudaJitRecipe, Dim, Manifest, Reference, ScalarArg, ShapeCase, Signature, SourceFile, TensorArg,
-    Tolerance, TritonRecipe, write_manifest,
+from astra_sglang.contract.op import (
+    CudaExport,
+    CudaJitRecipe,
+    Dim,
+    Manifest,
+    Reference,
+    ScalarArg,
+    ShapeCase,
+    Signature,
+    SourceFile,
+    TensorArg,
+    Tolerance,
+    TritonRecipe,
+    write_manifest,
 )
 
 HERE = Path(__file__).parent

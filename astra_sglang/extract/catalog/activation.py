@@ -6,8 +6,8 @@ the gated ops call the ``run_activation`` export with the activation's name.
 
 from __future__ import annotations
 
+from astra_sglang.contract.op import Dim, ShapeCase, Signature, TensorArg
 from astra_sglang.extract.catalog.base import CatalogEntry
-from astra_sglang.extract.manifest import Dim, ShapeCase, Signature, TensorArg
 from astra_sglang.extract.shapes import case, decode_prefill, dedup, model_widths
 
 _DTYPES = ["bfloat16", "float16", "float32"]

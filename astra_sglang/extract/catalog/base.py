@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal, Optional
 
-from astra_sglang.extract.manifest import Baseline, ShapeCase, Signature, Tolerance
+from astra_sglang.contract.op import Baseline, ShapeCase, Signature, Tolerance
 
 # Justification of the default tolerances (relative, per dtype). A kernel and a float32 reference that
 # round at different points differ by about one unit in the last place of the stored dtype:

@@ -7,8 +7,8 @@ with cast_x_before_out_mul=True and otherwise serves with sgl_kernel.fused_add_r
 
 from __future__ import annotations
 
+from astra_sglang.contract.op import Dim, ScalarArg, ShapeCase, Signature, TensorArg
 from astra_sglang.extract.catalog.base import CatalogEntry, FlashInferBaseline
-from astra_sglang.extract.manifest import Dim, ScalarArg, ShapeCase, Signature, TensorArg
 from astra_sglang.extract.shapes import DECODE_T, MODELS, PREFILL_T, case, dedup
 
 _ENTRY = "sglang.kernels.ops.layernorm.norm:fused_add_rmsnorm"

@@ -6,8 +6,8 @@ out = (a*v_a + b*v_b)/(a+b), lse = log(a+b). An LSE of +inf marks an empty parti
 
 from __future__ import annotations
 
+from astra_sglang.contract.op import Dim, ShapeCase, Signature, TensorArg
 from astra_sglang.extract.catalog.base import CatalogEntry, FlashInferBaseline
-from astra_sglang.extract.manifest import Dim, ShapeCase, Signature, TensorArg
 from astra_sglang.extract.shapes import case, decode_prefill, dedup, model_widths
 
 _ENTRY = "sglang.kernels.ops.attention.merge_state:merge_state_triton"

@@ -7,9 +7,16 @@ template arguments are per dtype only, so each folder pins that width (Dim min =
 
 from __future__ import annotations
 
+from astra_sglang.contract.op import Dim, ScalarArg, ShapeCase, Signature, TensorArg
 from astra_sglang.extract.catalog.base import CatalogEntry
-from astra_sglang.extract.manifest import Dim, ScalarArg, ShapeCase, Signature, TensorArg
-from astra_sglang.extract.shapes import DECODE_T, MODELS, PREFILL_T, TP_SIZES, case, dedup
+from astra_sglang.extract.shapes import (
+    DECODE_T,
+    MODELS,
+    PREFILL_T,
+    TP_SIZES,
+    case,
+    dedup,
+)
 
 _MODULE = "sglang.kernels.ops.layernorm.norm"
 _RMS_H = 4096

@@ -6,8 +6,8 @@ width is the per-TP query width heads*head_dim.
 
 from __future__ import annotations
 
+from astra_sglang.contract.op import Dim, ShapeCase, Signature, TensorArg, Tolerance
 from astra_sglang.extract.catalog.base import CatalogEntry
-from astra_sglang.extract.manifest import Dim, Signature, TensorArg, Tolerance, ShapeCase
 from astra_sglang.extract.shapes import case, decode_prefill, dedup, model_widths
 
 _MODULE = "sglang.kernels.ops.elementwise.row_scale"

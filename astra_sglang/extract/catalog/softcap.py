@@ -6,8 +6,15 @@ output, and a plain float32 cast (APPLY_SOFTCAP=False).
 
 from __future__ import annotations
 
-from astra_sglang.extract.catalog.base import CatalogEntry, DEFAULT_TOLERANCES
-from astra_sglang.extract.manifest import Dim, ScalarArg, ShapeCase, Signature, TensorArg, Tolerance
+from astra_sglang.contract.op import (
+    Dim,
+    ScalarArg,
+    ShapeCase,
+    Signature,
+    TensorArg,
+    Tolerance,
+)
+from astra_sglang.extract.catalog.base import DEFAULT_TOLERANCES, CatalogEntry
 from astra_sglang.extract.shapes import DECODE_T, case, dedup
 
 _MODULE = "sglang.kernels.ops.activation.softcap"

@@ -12,7 +12,9 @@ def get_adapter(op: str) -> OpAdapter:
 
         return SiluAndMulAdapter()
     if op == "fused_add_rmsnorm":
-        from astra_sglang.patches.adapters.fused_add_rmsnorm import FusedAddRMSNormAdapter
+        from astra_sglang.patches.adapters.fused_add_rmsnorm import (
+            FusedAddRMSNormAdapter,
+        )
 
         return FusedAddRMSNormAdapter()
     if op == "merge_state":

@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
-from astra_sglang.extract.manifest import Tolerance
-from astra_sglang.patches.manifest import DimRange, GuardSpec
+from astra_sglang.contract.op import Tolerance
+from astra_sglang.contract.patch import DimRange, GuardSpec
 
 Args = dict[str, Any]
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any, Callable, Optional
 
+from astra_sglang.contract.patch import GuardSpec
 from astra_sglang.patches.adapters.base import Args, OpAdapter, Prepared, dim_ranges
-from astra_sglang.patches.manifest import GuardSpec
 
 
 class FusedAddRMSNormAdapter(OpAdapter):

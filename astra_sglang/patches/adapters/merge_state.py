@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any, Callable, Optional
 
+from astra_sglang.contract.patch import GuardSpec
 from astra_sglang.patches.adapters.base import Args, OpAdapter, Prepared, dim_ranges
-from astra_sglang.patches.manifest import GuardSpec
 
 _NAMES = ("prefix_output", "prefix_lse", "suffix_output", "suffix_lse", "output", "output_lse")
 

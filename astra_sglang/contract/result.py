@@ -8,14 +8,12 @@ from __future__ import annotations
 
 from typing import Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from astra_sglang.contract.base import Model
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class KernelResources(_Model):
+class KernelResources(Model):
     """One kernel's line of the ``-Xptxas -v`` report (Triton: from the compiled kernel's metadata)."""
 
     kernel: str
@@ -26,7 +24,7 @@ class KernelResources(_Model):
     stack_frame_bytes: Optional[int] = None
 
 
-class BuildReport(_Model):
+class BuildReport(Model):
     ok: bool
     seconds: float = 0.0
     log: str = Field(default="", description="compiler output, trimmed; the error message on failure")
@@ -34,7 +32,7 @@ class BuildReport(_Model):
     cached: bool = False
 
 
-class FailedCase(_Model):
+class FailedCase(Model):
     """The first check that failed, with everything needed to reproduce it."""
 
     reason: str = Field(description="e.g. 'mismatch', 'nan', 'unwritten output', 'input mutated', 'timeout', "
@@ -51,7 +49,7 @@ class FailedCase(_Model):
     heldout: bool = False
 
 
-class CorrectnessReport(_Model):
+class CorrectnessReport(Model):
     ok: bool
     cases_run: int = 0
     heldout_cases_run: int = 0
@@ -60,7 +58,7 @@ class CorrectnessReport(_Model):
     notes: list[str] = Field(default_factory=list)
 
 
-class ShapeTiming(_Model):
+class ShapeTiming(Model):
     dims: dict[str, int]
     dtype: str
     original_us: float
@@ -80,7 +78,7 @@ class ShapeTiming(_Model):
     baseline_us: Optional[float] = Field(default=None, description="its time, interleaved with the others")
 
 
-class TimingReport(_Model):
+class TimingReport(Model):
     mode: Literal["cold", "warm"] = "cold"
     method: str = Field(description="e.g. 'cuda-graph replay, 20 warm-up, 100 timed, ABAB interleaved'")
     copy_ceiling_gbps: float
@@ -89,7 +87,7 @@ class TimingReport(_Model):
     suspect: list[str] = Field(default_factory=list, description="why a number is not trusted (above ceiling...)")
 
 
-class EvalResult(_Model):
+class EvalResult(Model):
     """Everything known about one candidate (or the original alone when ``candidate`` is None)."""
 
     op_id: str

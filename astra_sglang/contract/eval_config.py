@@ -5,24 +5,24 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from astra_sglang.contract.base import Model
 
 ShapeSet = Literal["paper", "decode", "prefill", "all", "test"]
 DISTRIBUTIONS = ("normal", "wide", "tiny", "zeros", "special")
 
 
-class ExtraCase(BaseModel):
+class ExtraCase(Model):
     """A case someone asked for (e.g. the loop's Testing agent): checked like the visible ones, fresh seed."""
 
-    model_config = ConfigDict(extra="forbid")
 
     dims: dict[str, int]
     dtype: str
     distribution: str = "normal"
 
 
-class EvalConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class EvalConfig(Model):
 
     shapes: ShapeSet = Field("paper", description="shapes timed (and always checked); 'test' = tiny CPU suite")
     dtypes: Optional[list[str]] = Field(None, description="dtypes checked; None = every dtype the op supports")

@@ -8,15 +8,15 @@ Pydantic only: the plugin reads this inside every SGLang process without torch b
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 from typing import Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
-from astra_sglang.extract.manifest import Tolerance
-from astra_sglang.harness.result import EvalResult
+from astra_sglang.contract.base import Model, sha256_file
+from astra_sglang.contract.op import Tolerance
+from astra_sglang.contract.result import EvalResult
 
 SCHEMA_VERSION = 1
 MANIFEST_NAME = "manifest.json"
@@ -27,17 +27,14 @@ ProvenanceKind = Literal["run", "scripted", "hand-written"]
 CPU_INTERPRET_ARCH = "cpu-interpret"
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid")
 
-
-class PatchFile(_Model):
+class PatchFile(Model):
     path: str = Field(description="relative to the patch folder, POSIX separators")
     sha256: str
     role: Literal["kernel", "header", "evidence", "other"] = "kernel"
 
 
-class KernelSpec(_Model):
+class KernelSpec(Model):
     """How the plugin obtains a callable from the patch's source.
 
     ``call`` lists the kernel's arguments as the op adapter's canonical names (``input``, ``out``, ...) or
@@ -55,13 +52,13 @@ class KernelSpec(_Model):
     )
 
 
-class CallSite(_Model):
+class CallSite(Model):
     target: str = Field(description="dotted path given to SGLang's HookRegistry (REPLACE), e.g. "
                         "'sglang.kernels.ops.activation.activation.silu_and_mul'")
     note: str = ""
 
 
-class DimRange(_Model):
+class DimRange(Model):
     min: int = 1
     max: Optional[int] = None
     multiple_of: int = 1
@@ -70,7 +67,7 @@ class DimRange(_Model):
         return value >= self.min and (self.max is None or value <= self.max) and value % self.multiple_of == 0
 
 
-class GuardSpec(_Model):
+class GuardSpec(Model):
     """The calls the patch was validated on; every other call goes to SGLang's original."""
 
     dtypes: list[str] = Field(description="torch dtype names, e.g. ['bfloat16', 'float16']")
@@ -79,12 +76,12 @@ class GuardSpec(_Model):
     contiguous: bool = True
 
 
-class ValidatedOn(_Model):
+class ValidatedOn(Model):
     sglang_versions: list[str]
     archs: list[str] = Field(description="'sm_90' style (torch's compute capability), or 'cpu-interpret'")
 
 
-class Provenance(_Model):
+class Provenance(Model):
     kind: ProvenanceKind
     run: Optional[str] = Field(default=None, description="runs/<op>/<run-id> the patch came from")
     model: Optional[str] = None
@@ -93,7 +90,7 @@ class Provenance(_Model):
     note: str = ""
 
 
-class Evidence(_Model):
+class Evidence(Model):
     """Why the patch is believed correct and faster: the harness's verdicts, kept verbatim."""
 
     baseline: str = Field(default="SGLang's serving path for this op",
@@ -109,7 +106,7 @@ class Evidence(_Model):
         return rows
 
 
-class PatchManifest(_Model):
+class PatchManifest(Model):
     schema_version: int = SCHEMA_VERSION
     patch_id: str
     op: str = Field(description="the extracted op's short name: silu_and_mul, fused_add_rmsnorm, merge_state")
@@ -129,13 +126,6 @@ class PatchManifest(_Model):
 class PatchManifestError(ValueError):
     """A patch folder that cannot be read: one clear reason."""
 
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def load_patch_manifest(patch_dir: Path) -> PatchManifest:
