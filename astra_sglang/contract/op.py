@@ -69,6 +69,12 @@ class Signature(Model):
     scalars: list[ScalarArg] = Field(default_factory=list)
     dtypes: list[str] = Field(description="torch dtype names the op supports, e.g. ['bfloat16', 'float16']")
     relations: list[str] = Field(default_factory=list, description="human-readable shape/semantic relations")
+    returns: Optional[list[str]] = Field(
+        default=None,
+        description="what the entry point returns, in order (output/in-place names): a buffer that is passed "
+        "must come back as that very buffer, one that is not as a new tensor; [] = None, one name = that tensor "
+        "alone, several = a tuple. None = unchecked: outputs not passed are read from the return value in order",
+    )
 
 
 class CudaExport(Model):

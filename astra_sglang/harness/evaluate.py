@@ -24,12 +24,12 @@ from astra_sglang.contract.result import (
     CorrectnessReport,
     EvalResult,
     FailedCase,
-    ShapeTiming,
     TimingReport,
 )
 from astra_sglang.errors import AstraError
 from astra_sglang.harness.heldout import heldout_secret
-from astra_sglang.harness.isolation import WorkerOutcome, run_worker
+from astra_sglang.harness.isolation import WorkerOutcome, crash_lines, run_checker
+from astra_sglang.harness.protocol import TIMING_BATCH, CheckJob, TimedShape
 from astra_sglang.harness.suite import build_suite, timed_shapes, timing_dtypes
 
 _CEILING: dict[str, float] = {}  # device kind -> measured copy ceiling, for the life of this process
@@ -167,8 +167,6 @@ def evaluate_many(op_dir: Path, candidates: list[Optional[Path]],
     baselines = build_baselines(op_dir, manifest, t_dtypes, config) if device == "cuda" and config.timing else []
     build_wall = time.monotonic() - t0
     warmup, rep = config.timing_protocol()
-    job_cfg: dict[str, Any] = config.model_dump(mode="json")
-    job_cfg.update(warmup=warmup, rep=rep, timing_seed=base_seed ^ 0x5EED)
     results: list[EvalResult] = []
     for cand, build in zip(candidates, builds):
         start = time.monotonic()
@@ -181,86 +179,76 @@ def evaluate_many(op_dir: Path, candidates: list[Optional[Path]],
             res.wall_s = build.seconds
             results.append(res)
             continue
-        job = dict(op_dir=str(op_dir), manifest=manifest.model_dump_json(), candidate=str(cand) if cand else None,
-                   device=device, config=job_cfg, cases=[c.as_dict() for c in cases], timed_shapes=shapes,
-                   timing_dtypes=t_dtypes, cache_dir=str(config.cache_dir) if config.cache_dir else None,
-                   arch=config.arch, ceiling=config.copy_ceiling_gbps or _CEILING.get(device), baselines=baselines)
-        sim = {"ASTRA_HARNESS_SIMULATE_TIMING": "1"} if config.simulate_timing and device == "cpu" else None
-        outcome = run_worker(job, device=device, timeout_s=config.timeout_s, max_wall_s=config.max_wall_s,
-                             env_extra=sim)
-        _fill(res, outcome, manifest, config, device)
+        job = CheckJob(op_dir=str(op_dir), manifest=manifest, candidate=str(cand) if cand else None,
+                       device=device, config=config.model_copy(update={"simulate_timing": config.simulate_timing
+                                                                       and device == "cpu"}),
+                       warmup=warmup, rep=rep, timing_seed=base_seed ^ 0x5EED, cases=cases, timed_shapes=shapes,
+                       timing_dtypes=t_dtypes, ceiling=config.copy_ceiling_gbps or _CEILING.get(device),
+                       baselines=baselines)
+        # the checker waits timeout_s on a silent candidate before it reports the hang itself
+        outcome = run_checker(job, timeout_s=config.timeout_s + 60.0, max_wall_s=config.max_wall_s)
+        _fill(res, outcome, config, device)
         res.wall_s = time.monotonic() - start + (build.seconds if len(candidates) == 1 else build_wall / len(candidates))
         results.append(res)
     return results
 
 
 def _progress_case(outcome: WorkerOutcome) -> dict[str, Any]:
-    p = outcome.last_progress or {}
-    case = p.get("case") or {}
-    if p.get("heldout"):
+    p = outcome.last_progress
+    if p is None:
+        return {}
+    if p.heldout:
         return {"heldout": True}
-    return {k: case[k] for k in ("dims", "dtype", "distribution", "seed") if k in case} | (
-        {"dims": p["dims"], "dtype": p.get("dtype")} if "dims" in p else {})
+    if p.case is not None:
+        return dict(dims=p.case.dims, dtype=p.case.dtype, distribution=p.case.distribution, seed=p.case.seed)
+    return {"dims": p.dims, "dtype": p.dtype} if p.dims else {}
 
 
-def _crash_lines(log: str, candidate: Optional[str]) -> list[str]:
-    """The useful part of a dead worker's output: the fatal error line and the candidate's own frames."""
-    lines = [ln.strip() for ln in log.strip().splitlines() if ln.strip()]
-    keep = [ln for ln in lines if ln.startswith(("Fatal Python error", "Traceback", "RuntimeError", "CUDA error"))
-            or "Error" in ln.split(":")[0] or (candidate and candidate in ln)]
-    return (keep or lines)[-8:]
-
-
-def _fill(res: EvalResult, outcome: WorkerOutcome, manifest: Manifest, config: EvalConfig, device: str) -> None:
-    if outcome.died is not None:
-        step = (outcome.last_progress or {}).get("step", "start-up")
+def _fill(res: EvalResult, outcome: WorkerOutcome, config: EvalConfig, device: str) -> None:
+    if outcome.died is not None:  # the checker itself died or hung (the original, or a candidate that killed it)
+        step = outcome.last_progress.step if outcome.last_progress else "start-up"
         reason = "timeout" if outcome.died == "timeout" else "crash"
-        tail = _crash_lines(outcome.log_tail, res.candidate)
-        detail = f"{outcome.detail} during {step}" + (("; worker output: " + " | ".join(tail)) if tail else "")
+        tail = crash_lines(outcome.log_tail, res.candidate)
+        detail = f"{outcome.detail} during {step}" + (("; checker output: " + " | ".join(tail)) if tail else "")
         res.correctness = CorrectnessReport(ok=False, first_failure=FailedCase(
             reason=reason, detail=detail[:3000], **_progress_case(outcome)))
         res.error = f"{reason}: {outcome.detail} during {step}"
         return
     if outcome.error is not None:
-        res.error = f"worker error: {outcome.error['error'][:1000]}"
+        res.error = f"checker error: {outcome.error.error[:1000]}"
         res.correctness = CorrectnessReport(ok=False, first_failure=FailedCase(
-            reason="launch error", detail=(outcome.error["error"] + "\n" + outcome.error.get("traceback", ""))[:3000],
+            reason="launch error", detail=(outcome.error.error + "\n" + outcome.error.traceback)[:3000],
             **_progress_case(outcome)))
         return
-    r = outcome.result or {}
-    if r.get("build_error"):
-        res.build = BuildReport(ok=False, seconds=res.build.seconds, log=r["build_error"][:20000])
-        res.error = "build failed: " + r["build_error"].splitlines()[0][:300]
+    r = outcome.result
+    assert r is not None
+    if r.build_error:
+        res.build = BuildReport(ok=False, seconds=res.build.seconds, log=r.build_error[:20000])
+        res.error = "build failed: " + (r.build_error.splitlines() or [""])[0][:300]
         return
-    res.device = r.get("device", res.device)
-    if r.get("ceiling"):
-        _CEILING[device] = r["ceiling"]
-    c = r.get("correctness")
-    if c is not None:
-        ff = c.get("first_failure")
-        res.correctness = CorrectnessReport(
-            ok=c["ok"], cases_run=c["cases_run"], heldout_cases_run=c["heldout_cases_run"],
-            skipped_cases=c.get("skipped_cases", 0), notes=r.get("notes", [])[:20],
-            first_failure=FailedCase(**{k: v for k, v in ff.items() if k in FailedCase.model_fields}) if ff else None)
-        if not c["ok"]:
-            res.error = None
+    res.device = r.device
+    if r.ceiling:
+        _CEILING[device] = r.ceiling
+    if r.correctness is not None:
+        res.correctness = r.correctness.model_copy(update={"notes": r.notes[:20]})
     if device != "cuda" and not config.simulate_timing:
         res.timing = None
         return
-    if "timing" in r and r["timing"] is not None:
-        res.timing = _timing_report(r["timing"], r["ceiling"], config, res.candidate is not None)
+    if r.timing is not None and r.ceiling is not None:
+        res.timing = _timing_report(r.timing, r.ceiling, config, res.candidate is not None)
 
 
-def _timing_report(rows: list[dict[str, Any]], ceiling: float, config: EvalConfig, has_cand: bool) -> TimingReport:
+def _timing_report(rows: list[TimedShape], ceiling: float, config: EvalConfig, has_cand: bool) -> TimingReport:
     warmup, rep = config.timing_protocol()
-    shapes = [ShapeTiming(**{k: v for k, v in row.items() if k in ShapeTiming.model_fields}) for row in rows]
-    suspect = [f"{row['dims']} {row['dtype']}: {row['suspect_reason']}" for row in rows if row.get("suspect_reason")]
+    shapes = [row.row for row in rows]
+    suspect = [f"{row.row.dims} {row.row.dtype}: {row.suspect_reason}" for row in rows if row.suspect_reason]
     # a suspect number is never a win: it counts at most 1.0 in the geometric mean
     speedups = [min(s.speedup, 1.0) if s.verdict == "suspect" else s.speedup for s in shapes if s.speedup]
     geo = math.exp(sum(math.log(s) for s in speedups) / len(speedups)) if speedups and has_cand else None
-    methods = sorted({row.get("method", "cuda-graph replay") for row in rows})
+    methods = sorted({row.method for row in rows})
     rot = "inputs rotated over > %gx L2" % config.cold_l2_factor if config.mode == "cold" else "same buffers (warm L2)"
-    method = (f"{' / '.join(methods)}, {warmup} warm-up, {rep} timed per side, "
-              f"{'ABBA-interleaved with the original, ' if has_cand else ''}{rot}; medians")
+    interleave = ("ABBA-interleaved with the original in batches of %d, candidate in its own process, each batch "
+                  "checked against the wall clock, " % TIMING_BATCH) if has_cand else ""
+    method = f"{' / '.join(methods)}, {warmup} warm-up, {rep} timed per side, {interleave}{rot}; medians"
     return TimingReport(mode=config.mode, method=method, copy_ceiling_gbps=ceiling, shapes=shapes,
                         geomean_speedup=geo, suspect=suspect)

@@ -1,8 +1,9 @@
-"""Run one worker process with a wall-clock watchdog; whatever the candidate does, the caller gets a verdict.
+"""Child processes with watchdogs: whatever a child does, its parent gets an answer or a named death.
 
-A fresh interpreter per candidate (``python -m astra_sglang.harness.worker``), job and results over a private
-pipe pair (the child's stdout/stderr go to a log whose tail explains a crash). The worker reports progress
-before each step; silence longer than ``timeout_s`` (a hang) or a total beyond ``max_wall_s`` kills it.
+A fresh interpreter per child (``python -m <module> RFD WFD [FD...]``) in its own session, messages over a
+private pipe pair (typed JSON, ``protocol.py``), stdout/stderr to a log whose tail explains a crash. Used
+twice: the evaluate parent runs the trusted checker (``run_checker``), the checker runs the candidate worker
+(``Child`` directly, one request at a time).
 """
 
 from __future__ import annotations
@@ -16,22 +17,30 @@ import time
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional, TypeVar
+
+from astra_sglang.contract.base import Model
+from astra_sglang.harness.protocol import (
+    CheckerError,
+    CheckerMessage,
+    CheckJob,
+    CheckResult,
+    Progress,
+    ProtocolError,
+    send,
+)
+
+M = TypeVar("M", bound=Model)
 
 
-@dataclass
-class WorkerOutcome:
-    result: Optional[dict[str, Any]] = None
-    error: Optional[dict[str, Any]] = None  # exception inside the worker, with traceback
-    died: Optional[str] = None  # 'timeout' or 'crash'
-    detail: str = ""
-    last_progress: Optional[dict[str, Any]] = None
-    log_tail: str = ""
-    wall_s: float = 0.0
-    progress: list[dict[str, Any]] = field(default_factory=list)
+class ChildDied(Exception):
+    def __init__(self, kind: str, detail: str):
+        super().__init__(detail)
+        self.kind = kind  # 'timeout' or 'crash'
+        self.detail = detail
 
 
-def _describe_exit(code: Optional[int]) -> str:
+def describe_exit(code: Optional[int]) -> str:
     if code is None:
         return "still running"
     if code < 0:
@@ -43,83 +52,149 @@ def _describe_exit(code: Optional[int]) -> str:
     return f"exited with status {code}"
 
 
-def run_worker(job: dict[str, Any], *, device: str, timeout_s: float, max_wall_s: float,
-               env_extra: Optional[dict[str, str]] = None) -> WorkerOutcome:
-    p2c_r, p2c_w = os.pipe()
-    c2p_r, c2p_w = os.pipe()
-    env = dict(os.environ)
-    # the worker imports this very package, wherever the caller runs from (installed or a source checkout)
-    root = str(Path(__file__).resolve().parent.parent.parent)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
-    env["ASTRA_WORKER_DEVICE"] = device
-    env["PYTHONFAULTHANDLER"] = "1"
-    if device == "cpu":
-        env["TRITON_INTERPRET"] = "1"
-    env.update(env_extra or {})
-    log = tempfile.TemporaryFile(mode="w+b")
-    t0 = time.monotonic()
-    proc = subprocess.Popen([sys.executable, "-m", "astra_sglang.harness.worker", str(p2c_r), str(c2p_w)],
-                            pass_fds=(p2c_r, c2p_w), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                            env=env, start_new_session=True)
-    os.close(p2c_r)
-    os.close(c2p_w)
-    to_child = Connection(p2c_w, readable=False)
-    from_child = Connection(c2p_r, writable=False)
-    out = WorkerOutcome()
-    try:
-        to_child.send(job)
-        to_child.close()
-        last = time.monotonic()
+def crash_lines(log: str, candidate: Optional[str]) -> list[str]:
+    """The useful part of a dead child's output: the fatal error line and the candidate's own frames."""
+    lines = [ln.strip() for ln in log.strip().splitlines() if ln.strip()]
+    keep = [ln for ln in lines if ln.startswith(("Fatal Python error", "Traceback", "RuntimeError", "CUDA error"))
+            or "Error" in ln.split(":")[0] or (candidate and candidate in ln)]
+    return (keep or lines)[-8:]
+
+
+class Child:
+    def __init__(self, module: str, *, device: str, env_extra: Optional[dict[str, str]] = None,
+                 pass_fds: tuple[int, ...] = (), name: str = "worker"):
+        self.name = name
+        p2c_r, p2c_w = os.pipe()
+        c2p_r, c2p_w = os.pipe()
+        env = dict(os.environ)
+        # the child imports this very package, wherever the caller runs from (installed or a source checkout)
+        root = str(Path(__file__).resolve().parent.parent.parent)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
+        env["ASTRA_WORKER_DEVICE"] = device
+        env["PYTHONFAULTHANDLER"] = "1"
+        if device == "cpu":
+            env["TRITON_INTERPRET"] = "1"
+        env.update(env_extra or {})
+        self.log = tempfile.TemporaryFile(mode="w+b")
+        self.t0 = time.monotonic()
+        args = [str(p2c_r), str(c2p_w), *(str(fd) for fd in pass_fds)]
+        self.proc = subprocess.Popen([sys.executable, "-m", module, *args], pass_fds=(p2c_r, c2p_w, *pass_fds),
+                                     stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                                     start_new_session=True)
+        os.close(p2c_r)
+        os.close(c2p_w)
+        self.to_child = Connection(p2c_w, readable=False)
+        self.from_child = Connection(c2p_r, writable=False)
+
+    def send(self, msg: Model) -> None:
+        try:
+            send(self.to_child, msg)
+        except OSError:
+            self.proc.wait(timeout=10)
+            raise ChildDied("crash", f"{self.name} {describe_exit(self.proc.returncode)}") from None
+
+    def recv_bytes(self, timeout_s: float, deadline: Optional[float] = None, maxlength: int = 64 << 20) -> bytes:
+        """The next message, or ChildDied: silence beyond ``timeout_s`` (or past ``deadline``) is a hang."""
+        start = time.monotonic()
         while True:
             now = time.monotonic()
-            wait = min(timeout_s - (now - last), max_wall_s - (now - t0))
-            if wait <= 0 or not from_child.poll(wait):
-                if proc.poll() is not None and not from_child.poll(0):
-                    out.died, out.detail = "crash", f"worker {_describe_exit(proc.returncode)}"
-                    break
-                if from_child.poll(0):
+            wait = timeout_s - (now - start)
+            if deadline is not None:
+                wait = min(wait, deadline - now)
+            if wait <= 0 or not self.from_child.poll(wait):
+                if self.from_child.poll(0):
                     continue
-                out.died = "timeout"
-                quiet = time.monotonic() - last
-                out.detail = (f"no progress for {quiet:.0f} s (limit {timeout_s:.0f} s)" if quiet >= timeout_s
-                              else f"total time over {max_wall_s:.0f} s")
-                break
+                if self.proc.poll() is not None:
+                    raise ChildDied("crash", f"{self.name} {describe_exit(self.proc.returncode)}")
+                quiet = time.monotonic() - start
+                raise ChildDied("timeout", f"no progress for {quiet:.0f} s (limit {timeout_s:.0f} s)"
+                                if quiet >= timeout_s or deadline is None else
+                                f"total time over {deadline - self.t0:.0f} s")
             try:
-                kind, payload = from_child.recv()
+                return self.from_child.recv_bytes(maxlength)
             except (EOFError, OSError):
-                proc.wait(timeout=10)
-                out.died, out.detail = "crash", f"worker {_describe_exit(proc.returncode)}"
-                break
-            last = time.monotonic()
-            if kind == "progress":
-                out.last_progress = payload
-                out.progress.append(payload)
-            elif kind == "result":
-                out.result = payload
-                break
-            else:
-                out.error = payload
-                break
-    finally:
-        _kill(proc)
-        from_child.close()
-        out.wall_s = time.monotonic() - t0
-        log.seek(0, os.SEEK_END)
-        size = log.tell()
-        log.seek(max(0, size - 6000))
-        out.log_tail = log.read().decode(errors="replace")
-        log.close()
-    return out
+                try:
+                    self.proc.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    pass
+                raise ChildDied("crash", f"{self.name} {describe_exit(self.proc.returncode)}") from None
 
-
-def _kill(proc: subprocess.Popen) -> None:
-    """The worker's whole session (it may have spawned helpers), by its own process-group id."""
-    if proc.poll() is None:
+    def recv(self, model: type[M], timeout_s: float, deadline: Optional[float] = None) -> M:
+        data = self.recv_bytes(timeout_s, deadline)
         try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
+            return model.model_validate_json(data)
+        except Exception as e:  # noqa: BLE001 - pydantic.ValidationError: the peer broke the protocol
+            raise ProtocolError(f"not a valid {model.__name__}: {str(e)[:500]}") from None
+
+    def log_tail(self, n: int = 6000) -> str:
+        self.log.seek(0, os.SEEK_END)
+        size = self.log.tell()
+        self.log.seek(max(0, size - n))
+        return self.log.read().decode(errors="replace")
+
+    def close(self) -> None:
+        """Kill the child's whole session (it may have spawned helpers), by its own process-group id."""
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
             pass
-    try:
-        proc.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        pass
+        for c in (self.to_child, self.from_child):
+            try:
+                c.close()
+            except OSError:
+                pass
+
+    def __enter__(self) -> "Child":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+        self.log.close()
+
+
+@dataclass
+class WorkerOutcome:
+    result: Optional[CheckResult] = None
+    error: Optional[CheckerError] = None  # exception inside the checker, with traceback
+    died: Optional[str] = None  # 'timeout' or 'crash'
+    detail: str = ""
+    last_progress: Optional[Progress] = None
+    log_tail: str = ""
+    wall_s: float = 0.0
+    progress: list[Progress] = field(default_factory=list)
+
+
+def run_checker(job: CheckJob, *, timeout_s: float, max_wall_s: float,
+                env_extra: Optional[dict[str, str]] = None) -> WorkerOutcome:
+    """Run the trusted checker on one job; its progress resets the hang watchdog."""
+    out = WorkerOutcome()
+    with Child("astra_sglang.harness.checker", device=job.device, env_extra=env_extra, name="checker") as child:
+        deadline = child.t0 + max_wall_s
+        try:
+            child.send(job)
+            child.to_child.close()
+            while True:
+                msg = child.recv(CheckerMessage, timeout_s, deadline).msg
+                if isinstance(msg, Progress):
+                    out.last_progress = msg
+                    out.progress.append(msg)
+                elif isinstance(msg, CheckResult):
+                    out.result = msg
+                    break
+                else:
+                    out.error = msg
+                    break
+        except ChildDied as d:
+            out.died, out.detail = d.kind, d.detail
+        except ProtocolError as e:
+            out.died, out.detail = "crash", f"checker sent an unreadable message: {e}"
+        finally:
+            child.close()
+            out.wall_s = time.monotonic() - child.t0
+            out.log_tail = child.log_tail()
+    return out

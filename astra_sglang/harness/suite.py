@@ -11,25 +11,14 @@ import ast
 import math
 import operator
 import random
-from dataclasses import asdict, dataclass, field
-from typing import Any, Optional
+from typing import Optional
 
 from astra_sglang.contract.eval_config import DISTRIBUTIONS, EvalConfig
 from astra_sglang.contract.op import Manifest
 from astra_sglang.errors import AstraError
+from astra_sglang.harness.protocol import CaseSpec
 
-
-@dataclass(frozen=True)
-class Case:
-    dims: dict[str, int]
-    dtype: str
-    distribution: str
-    seed: int
-    heldout: bool = False
-    tags: tuple[str, ...] = field(default_factory=tuple)
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+Case = CaseSpec  # one case of the suite, as it travels to the checker
 
 
 _OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.FloorDiv: operator.floordiv}
@@ -161,21 +150,24 @@ def build_suite(manifest: Manifest, config: EvalConfig, base_seed: int, secret: 
         for dtype in dtypes:
             for dist in dists:
                 if dist == "normal" or small:
-                    cases.append(Case(dict(dims), dtype, dist, rng.getrandbits(48), False, tags))
+                    cases.append(Case(dims=dict(dims), dtype=dtype, distribution=dist, seed=rng.getrandbits(48),
+                                      tags=list(tags)))
     # Non-normal distributions on big shapes would dominate the time; make sure each still runs somewhere.
     covered = {(c.dtype, c.distribution) for c in cases}
     smallest = min((d for d, _ in shapes), key=lambda d: largest_numel(manifest, d))
     for dtype in dtypes:
         for dist in dists:
             if (dtype, dist) not in covered:
-                cases.append(Case(dict(smallest), dtype, dist, rng.getrandbits(48), False, ("smallest",)))
+                cases.append(Case(dims=dict(smallest), dtype=dtype, distribution=dist, seed=rng.getrandbits(48),
+                                  tags=["smallest"]))
     names = {d.name for d in manifest.signature.dims}
     for extra in config.extra_cases:
         if set(extra.dims) != names:
             raise AstraError(f"extra case dims {sorted(extra.dims)} do not match the op's dims {sorted(names)}")
         if extra.dtype not in manifest.signature.dtypes or extra.distribution not in DISTRIBUTIONS:
             raise AstraError(f"extra case {extra.dtype}/{extra.distribution}: unsupported dtype or distribution")
-        cases.append(Case(dict(extra.dims), extra.dtype, extra.distribution, rng.getrandbits(48), False, ("extra",)))
+        cases.append(Case(dims=dict(extra.dims), dtype=extra.dtype, distribution=extra.distribution,
+                          seed=rng.getrandbits(48), tags=["extra"]))
     if config.include_heldout:
         if secret is None:
             raise AstraError("held-out cases need the private secret")
@@ -210,5 +202,6 @@ def heldout_cases(manifest: Manifest, config: EvalConfig, secret: bytes, dtypes:
             continue
         dist = "special" if "special" in dists and rng.random() < 0.3 else "normal"
         for dtype in dtypes:
-            cases.append(Case(dims, dtype, dist, rng.getrandbits(48), True, ("heldout",)))
+            cases.append(Case(dims=dict(dims), dtype=dtype, distribution=dist, seed=rng.getrandbits(48), heldout=True,
+                              tags=["heldout"]))
     return cases

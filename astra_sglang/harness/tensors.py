@@ -130,6 +130,14 @@ class ArgSet:
             self.tensors[t.name] = Guarded.alloc(shape_of(t.shape, dims), arg_dtype(t, dtype), device)
         self.scalars: dict[str, Any] = {s.name: s.default for s in manifest.signature.scalars}
 
+    @classmethod
+    def from_tensors(cls, manifest: Manifest, dims: dict[str, int], dtype: str, device: str,
+                     tensors: dict[str, Guarded], scalars: dict[str, Any]) -> "ArgSet":
+        """An argument set over buffers that already exist (e.g. copied out of the shared arena)."""
+        a = cls.__new__(cls)
+        a.manifest, a.dims, a.dtype, a.device, a.tensors, a.scalars = manifest, dims, dtype, device, tensors, scalars
+        return a
+
     def args(self) -> dict[str, Any]:
         out: dict[str, Any] = {n: g.view for n, g in self.tensors.items()}
         out.update(self.scalars)

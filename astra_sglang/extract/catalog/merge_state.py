@@ -94,6 +94,8 @@ MERGE_STATE = CatalogEntry(
             "output = (exp(p_lse)*prefix_output + exp(s_lse)*suffix_output) / (exp(p_lse) + exp(s_lse))",
             "output_lse = log(exp(p_lse) + exp(s_lse))",
         ],
+        # callers unpack it (`o, _ = _safe_merge_state(...)` in flashinfer_backend.py)
+        returns=["output", "output_lse"],
     ),
     reference=_REFERENCE,
     shapes=_shapes,

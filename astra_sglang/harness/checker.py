@@ -1,0 +1,105 @@
+"""The trusted checker process: ``python -m astra_sglang.harness.checker RFD WFD``, started by ``evaluate``.
+
+It never imports candidate code. It starts the candidate's worker first (so the worker's imports overlap its
+own), makes itself undumpable (a same-user process cannot then ptrace it or write its memory through
+``/proc``), then decides the verdict (``checks.py``) and sends it to the parent. The job arrives on a pipe, not
+a file: held-out cases never touch disk and never reach the worker.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import math
+import os
+import sys
+import traceback
+from multiprocessing.connection import Connection
+
+from astra_sglang.harness.isolation import Child
+from astra_sglang.harness.protocol import (
+    CheckerError,
+    CheckerMessage,
+    CheckJob,
+    Progress,
+    WorkerJob,
+    recv,
+    send,
+)
+from astra_sglang.harness.suite import shape_of
+
+_ELEM = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2, "int64": 8, "int32": 4, "int16": 2, "int8": 1,
+         "uint8": 1, "bool": 1}
+GUARD_BYTES = 4096  # tensors.GUARD_BYTES, restated so the worker can start before torch is imported here
+ALIGN = 4096
+
+
+def arena_bytes(job: CheckJob) -> int:
+    """Room for the largest case or timed shape, at the largest shift the checker places a case at."""
+    sig = job.manifest.signature
+    dims = [c.dims for c in job.cases] + list(job.timed_shapes)
+    dtypes = sorted({c.dtype for c in job.cases} | set(job.timing_dtypes))
+    need = 0
+    for d in dims:
+        for dt in dtypes:
+            total = 0
+            for t in sig.tensors:
+                elem = _ELEM.get(dt if t.dtype == "{dtype}" else t.dtype, 8)
+                body = -(-math.prod(shape_of(t.shape, d)) * elem // 16) * 16
+                total += -(-(2 * GUARD_BYTES + body) // ALIGN) * ALIGN
+            need = max(need, total)
+    return need + 16 * ALIGN
+
+
+def _undumpable() -> None:
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 4
+    except (OSError, AttributeError):  # not Linux: no /proc/<pid>/mem to protect
+        pass
+
+
+def main(argv: list[str]) -> None:
+    faulthandler.enable()
+    rfd, wfd = int(argv[0]), int(argv[1])
+    conn_in, conn_out = Connection(rfd, writable=False), Connection(wfd, readable=False)
+
+    def progress(p: Progress) -> None:
+        send(conn_out, CheckerMessage(msg=p))
+
+    worker = None
+    try:
+        job = recv(conn_in, CheckJob)
+        progress(Progress(step="started"))
+        arena = None
+        if job.candidate is not None:
+            size = arena_bytes(job)
+            fd = os.memfd_create("astra-arena", 0)
+            os.ftruncate(fd, -(-size // ALIGN) * ALIGN)
+            sim = {"ASTRA_HARNESS_SIMULATE_TIMING": "1"} if job.config.simulate_timing else None
+            worker = Child("astra_sglang.harness.worker", device=job.device, env_extra=sim, pass_fds=(fd,))
+            worker.send(WorkerJob(op_dir=job.op_dir, manifest=job.manifest, candidate=job.candidate,
+                                  device=job.device, simulate_timing=job.config.simulate_timing,
+                                  cache_dir=str(job.config.cache_dir) if job.config.cache_dir else None,
+                                  arch=job.config.arch, arena_bytes=size))
+        _undumpable()
+        from astra_sglang.harness.arena import Arena
+        from astra_sglang.harness.checks import Checker
+
+        if job.candidate is not None:
+            arena = Arena(size, fd)
+        result = Checker(job, progress, worker, arena).run()
+        send(conn_out, CheckerMessage(msg=result))
+    except BaseException as e:  # noqa: BLE001 - report anything, then exit; the parent decides what it means
+        send(conn_out, CheckerMessage(msg=CheckerError(error=f"{type(e).__name__}: {e}",
+                                                   traceback=traceback.format_exc()[-4000:])))
+    finally:
+        if worker is not None:
+            worker.close()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,641 @@
+"""The verdict on one candidate, decided where no candidate code ever runs.
+
+The checker process holds the original, the reference, the tolerances, the held-out cases and every
+comparison; the candidate computes in its own worker (``worker.py``) and is asked one thing at a time over
+the protocol. Per case the candidate runs first, on fresh guarded buffers with NaN-poisoned outputs, before
+the original has computed that case; it runs again after, at new addresses; what it leaves in the arena is
+copied out before it is looked at. Its return value is checked against the op contract. For timing the
+original (and SGLang's library baseline) is timed here, the candidate there, in ABBA-interleaved batches;
+each of the candidate's batches is held against the wall clock of this process, and the timed graph is
+re-checked on new values afterwards. The worker's own tripwire (``timing.tampered``) is read after import
+and after timing; a rebound primitive rejects the candidate.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import torch
+
+from astra_sglang.contract.op import Tolerance
+from astra_sglang.contract.result import CorrectnessReport, FailedCase, ShapeTiming
+from astra_sglang.harness import timing
+from astra_sglang.harness.arena import Arena, put, take
+from astra_sglang.harness.compare import (
+    Mismatch,
+    compare,
+    compare_to_reference,
+    scale_key,
+)
+from astra_sglang.harness.isolation import Child, ChildDied, crash_lines
+from astra_sglang.harness.protocol import (
+    TIMING_BATCH as BATCH,
+)
+from astra_sglang.harness.protocol import (
+    CaseSpec,
+    CheckJob,
+    CheckResult,
+    Load,
+    Ping,
+    Prepare,
+    Progress,
+    ProtocolError,
+    Recheck,
+    Release,
+    Reply,
+    Request,
+    Returned,
+    ReturnValue,
+    Run,
+    Time,
+    TimedShape,
+    Verify,
+    failed_case,
+)
+from astra_sglang.harness.tensors import ArgSet, bits, torch_dtype
+from astra_sglang.harness.worker import CUDA_STICKY
+from astra_sglang.loader.launch import load_reference, make_launcher
+
+Launcher = Callable[[dict[str, Any]], Any]
+WALL_RATIO = 0.6  # a candidate batch reporting under this share of its wall time (less allowances) is suspect
+
+
+class CaseFailure(Exception):
+    def __init__(self, failure: FailedCase, sticky: bool = False):
+        super().__init__(failure.detail)
+        self.failure = failure
+        self.sticky = sticky
+
+
+class Skip(Exception):
+    """The original itself refuses this case (e.g. a width its kernel does not support)."""
+
+
+class Checker:
+    def __init__(self, job: CheckJob, progress: Callable[[Progress], None], worker: Optional[Child],
+                 arena: Optional[Arena]):
+        self.job = job
+        self.progress = progress
+        self.manifest = job.manifest
+        self.op_dir = Path(job.op_dir)
+        self.device = job.device
+        self.cfg = job.config
+        self.worker = worker
+        self.arena = arena
+        self.candidate = job.candidate
+        self.timed = self.device == "cuda" or self.cfg.simulate_timing
+        self.clock = timing.clock_for(self.device)
+        self._orig: dict[str, Launcher] = {}
+        self.reference = load_reference(self.op_dir, self.manifest)
+        call_names = {item.partition("=")[2] or item for item in self.manifest.recipe.call}
+        tensors = self.manifest.signature.tensors
+        self.passed = {t.name for t in tensors if t.name in call_names}
+        self.by_value = [t.name for t in tensors if t.role == "output" and t.name not in call_names]
+        self.compared = [t.name for t in tensors if t.role in ("output", "inplace")]
+        self.inputs = [t.name for t in tensors if t.role == "input"]
+        self.notes: list[str] = []
+        self.skipped = 0
+        self.deadline = time.monotonic() + max(1.0, self.cfg.max_wall_s - 30.0)
+        self._latency_us: Optional[float] = None
+
+    # -- the candidate's worker ------------------------------------------------------------------------------
+    def _ask(self, req: Any, case: Optional[CaseSpec], label: str) -> tuple[Reply, list[torch.Tensor]]:
+        """One request; its reply and any tensors returned by value. Death, silence or a malformed reply is
+        the candidate's verdict."""
+        assert self.worker is not None
+        try:
+            self.worker.send(Request(req=req))
+            reply = self.worker.recv(Reply, self.cfg.timeout_s, self.deadline)
+            frames = []
+            for item in reply.returned.items if reply.returned else []:
+                if item.kind == "tensor":
+                    frames.append(self._frame(item))
+        except ChildDied as d:
+            tail = crash_lines(self.worker.log_tail(), self.candidate)
+            detail = f"{d.detail} during {label}" + (("; worker output: " + " | ".join(tail)) if tail else "")
+            raise CaseFailure(self._case_failure(case, d.kind, detail[:3000])) from None
+        except ProtocolError as e:
+            raise CaseFailure(self._case_failure(case, "protocol violation", f"{label}: {e}")) from None
+        return reply, frames
+
+    def _frame(self, item: Returned) -> torch.Tensor:
+        assert self.worker is not None
+        limit = max((math.prod(item.shape) if item.shape else 1) * 8, 1)
+        dt = torch_dtype(item.dtype or "")  # ValueError on a dtype torch does not know
+        elem = torch.empty((), dtype=dt).element_size()
+        if item.nbytes != math.prod(item.shape) * elem or item.nbytes > limit:
+            raise ProtocolError(f"returned tensor of {item.nbytes} bytes for shape {item.shape} {item.dtype}")
+        raw = self.worker.recv_bytes(self.cfg.timeout_s, self.deadline, maxlength=max(item.nbytes, 1))
+        if len(raw) != item.nbytes:
+            raise ProtocolError("returned tensor bytes do not match the reply")
+        return torch.frombuffer(bytearray(raw), dtype=torch.uint8).view(dt).reshape(item.shape).to(self.device)
+
+    def _case_failure(self, case: Optional[CaseSpec], reason: str, detail: str,
+                      tensor: Optional[str] = None, m: Optional[Mismatch] = None) -> FailedCase:
+        if case is None:
+            return FailedCase(reason=reason, detail=detail, tensor=tensor)
+        return failed_case(case, reason, detail, tensor, m.max_abs_err if m else None, m.max_rel_err if m else None)
+
+    def _fail(self, case: CaseSpec, reason: str, detail: str, tensor: Optional[str] = None,
+              m: Optional[Mismatch] = None) -> CaseFailure:
+        return CaseFailure(self._case_failure(case, reason, detail, tensor, m))
+
+    def _tampered(self, tampered: list[str], when: str) -> None:
+        if tampered:
+            raise CaseFailure(FailedCase(reason="clock tampered", detail=f"{when}, the candidate's process had "
+                                         f"rebound: {', '.join(tampered[:8])}"))
+
+    # -- the original, the reference ---------------------------------------------------------------------
+    def _orig_launcher(self, dtype: str) -> Launcher:
+        if dtype not in self._orig:
+            kw: dict[str, Any] = {}
+            if self.manifest.source_kind == "cuda_jit":
+                kw = dict(cache_dir=self.cfg.cache_dir, arch=self.cfg.arch)
+            self._orig[dtype] = make_launcher(self.op_dir, self.manifest, dtype, **kw)
+        return self._orig[dtype]
+
+    def _outs(self, ret: Any, a: ArgSet) -> dict[str, torch.Tensor]:
+        """The original's outputs: the buffers, plus outputs it returns by value (in order)."""
+        outs = {n: a.tensors[n].view for n in self.compared if n not in self.by_value}
+        if self.by_value:
+            seq = list(ret) if isinstance(ret, (tuple, list)) else [ret]
+            for n, t in zip(self.by_value, seq):
+                outs[n] = t
+        return outs
+
+    def _orig_run(self, case: CaseSpec, vals: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        a = ArgSet(self.manifest, case.dims, case.dtype, self.device)
+        a.fill(case.distribution, None, vals)  # type: ignore[arg-type]
+        try:
+            ret = self._orig_launcher(case.dtype)(a.args())
+            self.clock.sync()
+            outs = self._outs(ret, a)
+        except Exception as e:  # noqa: BLE001
+            if any(s in str(e) for s in CUDA_STICKY):
+                raise
+            raise Skip(f"original refuses {case.dims} {case.dtype}: {str(e)[:300]}") from None
+        return {n: t.clone() for n, t in outs.items()}
+
+    def _reference(self, case: CaseSpec, vals: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        a = ArgSet(self.manifest, case.dims, case.dtype, self.device)
+        a.fill(case.distribution, None, vals)  # type: ignore[arg-type]
+        return self.reference(**a.args())
+
+    def _values(self, case: CaseSpec, seed: int) -> dict[str, torch.Tensor]:
+        gen = torch.Generator(device=self.device).manual_seed(seed)
+        a = ArgSet(self.manifest, case.dims, case.dtype, self.device)
+        a.fill(case.distribution, gen)
+        return a.values()
+
+    def _check(self, case: CaseSpec, outs: dict[str, torch.Tensor], orig: dict[str, torch.Tensor],
+               ref: dict[str, torch.Tensor]) -> Optional[tuple[str, Mismatch]]:
+        tol = self.manifest.tolerances[case.dtype]
+        if case.distribution == "tiny":  # values ~1e-3: an absolute tolerance made for values ~1 would accept 0
+            tol = Tolerance(atol=tol.atol * 1e-3, rtol=tol.rtol)
+        for name in self.compared:
+            m = compare(name, outs[name], orig[name], ref.get(name), tol, ref.get(scale_key(name)))
+            if m is not None:
+                return name, m
+        return None
+
+    # -- the candidate's runs ----------------------------------------------------------------------------
+    def _returned(self, case: CaseSpec, value: Optional[ReturnValue], frames: list[torch.Tensor],
+                  label: str) -> dict[str, torch.Tensor]:
+        """Outputs the candidate returned by value; a return that breaks the op contract fails the case."""
+        value = value or ReturnValue(container="none")
+        tensors = iter(frames)
+        got: list[tuple[Returned, Optional[torch.Tensor]]] = [
+            (it, next(tensors) if it.kind == "tensor" else None) for it in value.items]
+        want = self.manifest.signature.returns
+        if want is None:  # unchecked: outputs not passed come back in order
+            vals = [t for it, t in got if it.kind == "tensor"]
+            if len(vals) < len(self.by_value):
+                raise self._fail(case, "wrong return value", f"{label}: returned {len(vals)} new tensor(s), the "
+                                 f"op returns {self.by_value}")
+            return dict(zip(self.by_value, vals))
+
+        def shown(v: ReturnValue) -> str:
+            if v.container in ("none", "other"):
+                return v.type_name or "None"
+            parts = [it.name if it.kind == "arg" else (f"new tensor {it.shape}" if it.kind == "tensor"
+                     else it.type_name or "None") for it in v.items]
+            return parts[0] if v.container == "tensor" else f"{v.container}({', '.join(str(p) for p in parts)})"
+
+        expect = "None" if not want else want[0] if len(want) == 1 else f"({', '.join(want)})"
+        container = "none" if not want else "tensor" if len(want) == 1 else None
+        bad = (value.container != container if container else value.container not in ("tuple", "list")
+               or len(got) != len(want))
+        out: dict[str, torch.Tensor] = {}
+        for name, (it, t) in zip(want, got):
+            if bad:
+                break
+            if name in self.passed:
+                bad = not (it.kind == "arg" and it.name == name)
+            elif it.kind != "tensor" or t is None:
+                bad = True
+            else:
+                out[name] = t
+        if bad:
+            raise self._fail(case, "wrong return value", f"{label}: the entry point returned {shown(value)}; the op "
+                             f"contract says it returns {expect} (passed buffers as themselves)")
+        return out
+
+    def _cand_run(self, case: CaseSpec, vals: dict[str, torch.Tensor], label: str, base: int = 0,
+                  finite_prefill: bool = False) -> tuple[ArgSet, dict[str, torch.Tensor]]:
+        assert self.arena is not None
+        a = ArgSet(self.manifest, case.dims, case.dtype, self.device)
+        a.fill(case.distribution, None, vals)  # type: ignore[arg-type]
+        if finite_prefill:
+            a.fill_outputs(finite=True)
+        layout = put(self.arena, a, base)
+        reply, frames = self._ask(Run(dtype=case.dtype, layout=layout), case, label)
+        got = take(self.arena, layout, a)
+        if not reply.ok:
+            raise self._launch_error(case, reply, label)
+        return got, self._judge(case, got, vals, reply, frames, label)
+
+    def _judge(self, case: CaseSpec, got: ArgSet, vals: dict[str, torch.Tensor], reply: Reply,
+               frames: list[torch.Tensor], label: str) -> dict[str, torch.Tensor]:
+        """What one candidate call left in memory and returned: its outputs, or the case's failure."""
+        self._memory_checks(case, got, vals, label)
+        outs = {n: got.tensors[n].view for n in self.compared if n not in self.by_value}
+        outs.update(self._returned(case, reply.returned, frames, label))
+        return outs
+
+    def _memory_checks(self, case: CaseSpec, got: ArgSet, vals: dict[str, torch.Tensor], label: str) -> None:
+        for name, g in got.tensors.items():
+            if not g.guards_intact():
+                raise self._fail(case, "out-of-bounds write", f"{label}: memory next to {name!r} was written",
+                                 tensor=name)
+        for name in self.inputs:
+            if not torch.equal(bits(got.tensors[name].view), bits(vals[name])):
+                raise self._fail(case, "input mutated", f"{label}: input {name!r} changed", tensor=name)
+
+    def _launch_error(self, case: CaseSpec, reply: Reply, label: str) -> CaseFailure:
+        f = self._fail(case, "launch error", f"{label}: {reply.error[:2000]}")
+        f.sticky = reply.sticky
+        return f
+
+    def _shift(self, case: CaseSpec, k: int) -> int:
+        """A byte offset for the k-th placement of a case: new addresses in the worker."""
+        from astra_sglang.harness.arena import ALIGN
+
+        return ALIGN * ((case.seed + 7 * k) % 5 + k) if k else 0
+
+    # -- correctness -------------------------------------------------------------------------------------
+    def check_case(self, case: CaseSpec) -> None:
+        vals = self._values(case, case.seed)
+        if self.candidate is None:
+            orig = self._orig_run(case, vals)
+            ref = self._reference(case, vals)
+            for name in self.compared:
+                if name in ref:
+                    m = compare_to_reference(name, orig[name], ref[name], self.manifest.tolerances[case.dtype],
+                                             ref.get(scale_key(name)))
+                    if m is not None:
+                        raise self._fail(case, m.reason, f"original: {m.detail}", name, m)
+            return
+        try:
+            _, first = self._cand_run(case, vals, "first run (before the original)")
+        except CaseFailure as f:
+            if f.failure.reason == "launch error" and not f.sticky:
+                self._orig_run(case, vals)  # raises Skip when the original refuses this case as well
+            raise
+        orig = self._orig_run(case, vals)
+        _, second = self._cand_run(case, vals, "second run (after the original, new addresses)",
+                                   base=self._shift(case, 1))
+        ref = self._reference(case, vals)
+        for label, outs in (("first run", first), ("second run", second)):
+            bad = self._check(case, outs, orig, ref)
+            if bad is not None:
+                raise self._diagnose(case, vals, orig, ref, label, *bad)
+
+    def _diagnose(self, case: CaseSpec, vals: dict[str, torch.Tensor], orig: dict[str, torch.Tensor],
+                  ref: dict[str, torch.Tensor], label: str, name: str, m: Mismatch) -> CaseFailure:
+        """Name the cause: history-dependent (stateful), never-written, or NaN from reading the output buffer."""
+        _, again = self._cand_run(case, vals, "diagnostic re-run (new addresses)", base=self._shift(case, 2))
+        if self._check(case, again, orig, ref) is None:
+            return self._fail(case, "stateful", f"{label}: {m.detail}; the same inputs at new addresses give the "
+                              "right answer: the output depends on earlier calls or on addresses (state kept "
+                              "between calls) or is nondeterministic", name, m)
+        if m.reason in ("nan", "unwritten output"):
+            _, fin = self._cand_run(case, vals, "diagnostic re-run (finite prefill)", finite_prefill=True)
+            out = fin[name]
+            if out.dtype.is_floating_point and bool(((out == 1234.5) & (orig[name] != 1234.5)).any()):
+                return self._fail(case, "unwritten output", f"{label}: {m.detail}; with a finite prefill those "
+                                  "elements keep the prefill: never written", name, m)
+            return self._fail(case, "nan", f"{label}: {m.detail}", name, m)
+        return self._fail(case, m.reason, f"{label}: {m.detail}", name, m)
+
+    def stateful_check(self, case: CaseSpec) -> None:
+        """Same buffers, new values: a result cached by pointer (or by anything but the data) shows up here."""
+        base = self._shift(case, 3)
+        for k in range(2):
+            vals = self._values(case, case.seed + 7919 * (k + 1))
+            _, outs = self._cand_run(case, vals, "same-address re-run", base=base)
+            orig = self._orig_run(case, vals)
+            ref = self._reference(case, vals)
+            bad = self._check(case, outs, orig, ref)
+            if bad is not None and k > 0:
+                raise self._fail(case, "stateful", f"same input addresses, new values: {bad[1].detail} (the "
+                                 "candidate returns a result kept from an earlier call)", bad[0], bad[1])
+            if bad is not None:
+                raise self._fail(case, bad[1].reason, bad[1].detail, bad[0], bad[1])
+
+    # -- timing ------------------------------------------------------------------------------------------
+    def _latency(self) -> float:
+        """The round trip of an empty request (max of a few), in us: the fixed part of every batch's wall."""
+        if self._latency_us is None:
+            worst = 0.0
+            for _ in range(5):
+                t0 = time.perf_counter()
+                self._ask(Ping(), None, "ping")
+                worst = max(worst, time.perf_counter() - t0)
+            self._latency_us = 2e6 * worst + 2000.0
+        return self._latency_us
+
+    def _local_sets(self, dims: dict[str, int], dtype: str, n: int, seed: int) -> list[ArgSet]:
+        sets = []
+        for i in range(n):
+            a = ArgSet(self.manifest, dims, dtype, self.device)
+            a.fill("normal", torch.Generator(device=self.device).manual_seed(seed + i))
+            sets.append(a)
+        return sets
+
+    def time_shape(self, dims: dict[str, int], dtype: str, ceiling: float, l2: int) -> TimedShape:
+        cfg, clock = self.cfg, self.clock
+        probe = ArgSet(self.manifest, dims, dtype, self.device)
+        bytes_moved = probe.bytes_moved()
+        del probe
+        cold = cfg.mode == "cold"
+        n_sets = timing.rotation_sets(bytes_moved, l2, cfg.cold_l2_factor, cfg.max_graph_launches, cold)
+        per_replay = n_sets if cold else cfg.warm_launches
+        case = CaseSpec(dims=dict(dims), dtype=dtype, distribution="normal", seed=self.job.timing_seed)
+        self._orig_run(case, self._values(case, case.seed))  # Skip (not timed) if the original refuses the shape
+
+        def body(launch: Launcher, argsets: list[ArgSet]) -> Callable[[], None]:
+            arglists = [a.args() for a in argsets] if cold else [argsets[0].args()] * per_replay
+
+            def run_all() -> None:
+                for args in arglists:
+                    launch(args)
+            return run_all
+
+        local: list[tuple[str, Any]] = []  # (label, graph or eager body) timed in this process
+        eager = False
+        orig_body = body(self._orig_launcher(dtype), self._local_sets(dims, dtype, n_sets, case.seed))
+        try:
+            local.append(("original", clock.capture(orig_body)))
+        except Exception as e:  # noqa: BLE001 - the original cannot be captured: time eagerly, both sides
+            self.notes.append(f"original not capturable ({str(e)[:200]}); eager timing with full synchronisation")
+            local.append(("original", orig_body))
+            eager = True
+        method = "eager, all streams synchronised before each end event" if eager else "cuda-graph replay"
+        baseline = None if eager else self._baseline(dtype, dims)
+        if baseline is not None:
+            try:
+                local.append((baseline[0], clock.capture(body(baseline[1], self._local_sets(dims, dtype, n_sets,
+                                                                                          case.seed)))))
+            except Exception as e:  # noqa: BLE001
+                self.notes.append(f"baseline {baseline[0]} not capturable: {str(e)[:200]}")
+                baseline = None
+        if self.candidate is not None:
+            reply, _ = self._ask(Prepare(dims=dims, dtype=dtype, n_sets=n_sets, per_replay=per_replay, cold=cold,
+                                         seed=case.seed, eager=eager), case, "timing set-up")
+            if not reply.ok:
+                what = "the candidate failed at the timed shape" if eager else "CUDA-graph capture of the candidate failed"
+                raise self._fail(case, "launch error", f"{what}: {reply.error[:1000]} (SGLang replays kernels in "
+                                 "CUDA graphs)")
+
+        def run_local(g: Any, n: int) -> list[float]:
+            return clock.time_eager(g, n, per_replay) if eager else clock.time_replays(g, n, per_replay)
+
+        warmup, rep = self.job.warmup, self.job.rep
+        for _, g in local:
+            run_local(g, warmup)
+        if self.candidate is not None:
+            self._ask(Time(replays=warmup), case, "warm-up")
+            latency = self._latency()
+        us: dict[str, list[float]] = {label: [] for label, _ in local}
+        us["candidate"] = []
+        walls: list[tuple[float, float, int]] = []  # candidate batches: (reported us, wall us, replays)
+        local_walls: list[tuple[float, float]] = []
+        batches = max(1, -(-rep // BATCH))
+        for b in range(batches):
+            k = min(BATCH, rep - b * BATCH)
+            for side in timing.abba(b, 2 if self.candidate is not None else 1):
+                if side == 0:
+                    for label, g in local:
+                        t0 = time.perf_counter()
+                        got = run_local(g, k)
+                        local_walls.append((sum(got) * per_replay, (time.perf_counter() - t0) * 1e6))
+                        us[label] += got
+                    continue
+                t0 = time.perf_counter()
+                reply, _ = self._ask(Time(replays=k), case, "timing")
+                wall = (time.perf_counter() - t0) * 1e6
+                if not reply.ok:
+                    raise self._launch_error(case, reply, "timed replay")
+                if len(reply.us) != k or not all(math.isfinite(u) and u > 0 for u in reply.us):
+                    raise self._fail(case, "protocol violation", f"the worker reported {len(reply.us)} times for "
+                                     f"{k} replays, or times that are not positive numbers")
+                us["candidate"] += reply.us
+                walls.append((sum(reply.us) * per_replay, wall, k))
+        samples = {label: timing.Samples(v) for label, v in us.items() if v}
+        if self.candidate is not None:
+            self.after_timing_check(case, not eager and not self._warm_inplace())
+            self._ask(Release(), case, "timing release")
+            reply, _ = self._ask(Verify(), case, "tripwire")
+            self._tampered(reply.tampered, "after timing")
+        orig_us = samples["original"].median
+        spread = max(s.spread_pct for label, s in samples.items() if label in ("original", "candidate"))
+        gbps = lambda t: bytes_moved / (t * 1e-6) / 1e9  # noqa: E731
+        row: dict[str, Any] = dict(dims=dims, dtype=dtype, original_us=orig_us, spread_pct=spread,
+                                   bytes_moved=bytes_moved, original_gbps=gbps(orig_us),
+                                   original_pct_ceiling=100.0 * gbps(orig_us) / ceiling,
+                                   rotation_bytes=bytes_moved * (n_sets if cold else 1), samples=rep)
+        if baseline is not None and baseline[0] in samples:
+            row.update(baseline_name=baseline[0], baseline_us=samples[baseline[0]].median)
+        suspect_reason = None
+        if self.candidate is not None:
+            cand_us = samples["candidate"].median
+            speedup = orig_us / cand_us
+            reasons = []
+            if gbps(cand_us) > ceiling * (1 + cfg.suspect_margin):
+                reasons.append(f"candidate at {gbps(cand_us):.0f} GB/s exceeds the measured copy ceiling "
+                               f"{ceiling:.0f} GB/s by more than {100 * cfg.suspect_margin:.0f}%")
+            wall_reason = self._wall_reason(walls, local_walls, latency)
+            if wall_reason:
+                reasons.append(wall_reason)
+            suspect_reason = "; ".join(reasons) or None
+            row.update(candidate_us=cand_us, speedup=speedup, candidate_gbps=gbps(cand_us),
+                       candidate_pct_ceiling=100.0 * gbps(cand_us) / ceiling,
+                       verdict=timing.verdict(speedup, max(spread, cfg.min_change_pct), bool(reasons)))
+        del local
+        if self.device == "cuda":
+            torch.cuda.empty_cache()
+        return TimedShape(row=ShapeTiming(**row), method=method, suspect_reason=suspect_reason)
+
+    def _wall_reason(self, walls: list[tuple[float, float, int]], local_walls: list[tuple[float, float]],
+                     latency_us: float) -> Optional[str]:
+        """The candidate's batches held against this process's clock, calibrated by the original's batches."""
+        own = [rep / wall for rep, wall in local_walls if wall > 0]
+        calib = min(1.0, sorted(own)[len(own) // 2]) if own else 1.0
+        for reported, wall, k in walls:
+            why = timing.wall_suspect(reported, wall, k, latency_us, WALL_RATIO * calib)
+            if why:
+                return f"timing not backed by the wall clock: {why}"
+        return None
+
+    def _warm_inplace(self) -> bool:
+        """A warm replay applies an in-place op several times to one buffer: not one call's result."""
+        return self.cfg.mode == "warm" and any(t.role == "inplace" for t in self.manifest.signature.tensors)
+
+    def after_timing_check(self, case: CaseSpec, graph: bool) -> None:
+        """The timed runs must compute the function: replay the timed graph on new values in the same buffers,
+        then call the candidate eagerly on the same addresses with new values again."""
+        assert self.arena is not None
+        steps = (("timed graph replay", True), ("eager call at the timed addresses", False))
+        for k, (label, g) in enumerate(steps):
+            if g and not graph:
+                continue
+            vals = self._values(case, case.seed + 104729 * (k + 1))
+            a = ArgSet(self.manifest, case.dims, case.dtype, self.device)
+            a.fill("normal", None, vals)  # type: ignore[arg-type]
+            layout = put(self.arena, a, 0)
+            reply, frames = self._ask(Recheck(layout=layout, graph=g), case, f"after timing ({label})")
+            if not reply.ok:
+                raise self._launch_error(case, reply, f"after timing ({label})")
+            got = take(self.arena, layout, a)
+            if g and self.by_value:
+                continue  # outputs returned by value are not observable from a replay
+            if g:
+                self._memory_checks(case, got, vals, f"after timing ({label})")
+                outs = {n: got.tensors[n].view for n in self.compared}
+            else:
+                outs = self._judge(case, got, vals, reply, frames, f"after timing ({label})")
+            orig = self._orig_run(case, vals)
+            ref = self._reference(case, vals)
+            bad = self._check(case, outs, orig, ref)
+            if bad is not None:
+                reason = "timed run wrong" if g else "stateful"
+                raise self._fail(case, reason, f"after timing, {label} with new values: {bad[1].detail}"
+                                 + (" (the captured graph does not compute the function: work hidden from the "
+                                    "capture stream or skipped)" if g else ""), bad[0], bad[1])
+
+    def _baseline(self, dtype: str, dims: dict[str, int]) -> Optional[tuple[str, Launcher]]:
+        """The library kernel SGLang really serves with (e.g. FlashInfer's), timed beside the original."""
+        if not self.cfg.time_baselines:
+            return None
+        for b in self.manifest.baselines:
+            if b.name not in self.job.baselines or dtype not in getattr(b.recipe, "template_args", {}):
+                continue
+            try:
+                launch = make_launcher(self.op_dir, self.manifest, dtype, recipe=b.recipe, arch=self.cfg.arch,
+                                       cache_dir=self.cfg.cache_dir)
+                probe = ArgSet(self.manifest, dims, dtype, self.device)
+                probe.fill("normal", torch.Generator(device=self.device).manual_seed(1))
+                launch(probe.args())
+                self.clock.sync()
+            except Exception as e:  # noqa: BLE001 - a baseline that refuses a shape is simply not timed there
+                if any(s in str(e) for s in CUDA_STICKY):
+                    raise
+                continue
+            return b.name, launch
+        return None
+
+    def _baseline_alone(self, dims: dict[str, int], dtype: str, l2: int) -> str:
+        """Where the original refuses a shape, what SGLang's library path takes there (a note, not a row)."""
+        b = self._baseline(dtype, dims)
+        if b is None:
+            return ""
+        cfg = self.cfg
+        probe = ArgSet(self.manifest, dims, dtype, self.device)
+        n = timing.rotation_sets(probe.bytes_moved(), l2, cfg.cold_l2_factor, cfg.max_graph_launches,
+                                 cfg.mode == "cold")
+        arglists = [a.args() for a in self._local_sets(dims, dtype, n, 0)]
+
+        def run_all() -> None:
+            for args in arglists:
+                b[1](args)
+        try:
+            (smp,), _ = timing.time_interleaved(self.clock, [run_all], cfg.warmup or 20, self.job.rep, n)
+        except Exception as e:  # noqa: BLE001
+            return f"; baseline {b[0]} failed to time: {str(e)[:100]}"
+        return f"; baseline {b[0]} takes {smp.median:.2f} us there ({cfg.mode} L2)"
+
+    # -- the job -----------------------------------------------------------------------------------------
+    def run(self) -> CheckResult:
+        out = CheckResult(device="cpu (TRITON_INTERPRET=1)", notes=self.notes)
+        cases = self.job.cases
+        dtypes = sorted({c.dtype for c in cases} | set(self.job.timing_dtypes))
+        for dt in sorted({c.dtype for c in cases}):
+            self._orig_launcher(dt)
+        failure: Optional[FailedCase] = None
+        if self.candidate is not None:
+            self.progress(Progress(step="load"))
+            try:
+                reply, _ = self._ask(Load(dtypes=dtypes), None, "candidate import")
+                if not reply.ok:  # a candidate that does not load/import failed to build
+                    out.build_error = reply.error
+                    return out
+                self._tampered(reply.tampered, "right after the candidate was imported")
+            except CaseFailure as f:
+                failure = f.failure
+        if self.timed:
+            out.device = self.clock.device_name()
+            self.progress(Progress(step="warm-up"))
+            self.clock.warm(self.cfg.gpu_warmup_s)
+            out.ceiling = self.job.ceiling or self.clock.copy_ceiling_gbps()
+        run = heldout = 0
+        try:
+            if failure is not None:
+                raise CaseFailure(failure)
+            for i, case in enumerate(cases):
+                self.progress(Progress(step="check", index=i, heldout=case.heldout,
+                                       case=None if case.heldout else case))
+                try:
+                    self.check_case(case)
+                except Skip as s:
+                    self.skipped += 1
+                    if len(self.notes) < 20 and not case.heldout:
+                        self.notes.append(str(s))
+                    continue
+                run += 1
+                heldout += int(case.heldout)
+            if self.candidate is not None:
+                visible = sorted((c for c in cases if not c.heldout and c.distribution == "normal"),
+                                 key=lambda c: math.prod(c.dims.values()))
+                for case in visible[: self.cfg.stateful_checks]:
+                    self.progress(Progress(step="stateful", case=case))
+                    try:
+                        self.stateful_check(case)
+                    except Skip:
+                        continue
+        except CaseFailure as f:
+            failure = f.failure
+        out.correctness = CorrectnessReport(ok=failure is None, cases_run=run, heldout_cases_run=heldout,
+                                            first_failure=failure, skipped_cases=self.skipped)
+        # the original alone off its reference is a finding about the extraction: report it, still time it
+        finding = self.candidate is None and failure is not None and failure.reason == "reference mismatch"
+        if (failure is not None and not finding) or not self.timed or not self.cfg.timing:
+            return out
+        assert out.ceiling is not None
+        l2 = self.clock.l2_bytes()
+        shapes: list[TimedShape] = []
+        try:
+            for dims in self.job.timed_shapes:
+                for dt in self.job.timing_dtypes:
+                    self.progress(Progress(step="time", dims=dims, dtype=dt))
+                    try:
+                        shapes.append(self.time_shape(dims, dt, out.ceiling, l2))
+                    except Skip as s:
+                        self.notes.append(f"not timed: {s}{self._baseline_alone(dims, dt, l2)}")
+        except CaseFailure as f:
+            out.correctness = out.correctness.model_copy(update={"ok": False, "first_failure": f.failure})
+            return out
+        out.timing = shapes
+        return out

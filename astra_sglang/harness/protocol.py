@@ -1,0 +1,247 @@
+"""The messages between the evaluate parent, the trusted checker and the candidate worker, as typed models.
+
+Every message is JSON (``send``/``recv`` below), never a pickle: the candidate worker runs untrusted code, and
+unpickling what it sends would run whatever it chose inside the checker. Tensor contents never travel here:
+arguments live in a shared host arena (``arena.py``) described by a ``Layout``; only a tensor the candidate
+returns by value follows its reply as raw bytes, bounded by the size the signature declares.
+
+Flow: parent --CheckJob--> checker; checker --Progress*--> parent, then one CheckResult or CheckerError.
+Checker --WorkerJob, then Request*--> worker; worker --one Reply per Request--> checker.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Literal, Optional, TypeVar, Union
+
+from pydantic import Field, ValidationError
+
+from astra_sglang.contract.base import Model
+from astra_sglang.contract.eval_config import EvalConfig
+from astra_sglang.contract.op import Manifest
+from astra_sglang.contract.result import CorrectnessReport, FailedCase, ShapeTiming
+
+if TYPE_CHECKING:
+    from multiprocessing.connection import Connection
+
+TIMING_BATCH = 25  # timed replays per side between two switches of process (checker <-> worker)
+
+Scalar = Union[float, int, bool, str, None]
+M = TypeVar("M", bound=Model)
+
+
+class ProtocolError(Exception):
+    """A peer sent something that is not the expected message (or nothing at all)."""
+
+
+def send(conn: Connection, msg: Model) -> None:
+    conn.send_bytes(msg.model_dump_json().encode())
+
+
+def recv(conn: Connection, model: type[M], maxlength: int = 64 << 20) -> M:
+    try:
+        data = conn.recv_bytes(maxlength)
+    except OSError as e:  # "bad message length": a reply over the bound
+        raise ProtocolError(f"unreadable message: {e}") from None
+    try:
+        return model.model_validate_json(data)
+    except ValidationError as e:
+        raise ProtocolError(f"not a valid {model.__name__}: {str(e)[:500]}") from None
+
+
+# ----------------------------------------------------------------------------------- parent <-> checker
+
+
+class CaseSpec(Model):
+    """One correctness case; held-out ones reach only the checker, never the candidate's process."""
+
+    dims: dict[str, int]
+    dtype: str
+    distribution: str
+    seed: int
+    heldout: bool = False
+    tags: list[str] = Field(default_factory=list)
+
+
+class CheckJob(Model):
+    op_dir: str
+    manifest: Manifest
+    candidate: Optional[str]
+    device: Literal["cpu", "cuda"]
+    config: EvalConfig
+    warmup: int
+    rep: int
+    timing_seed: int
+    cases: list[CaseSpec]
+    timed_shapes: list[dict[str, int]]
+    timing_dtypes: list[str]
+    ceiling: Optional[float] = None
+    baselines: list[str] = Field(default_factory=list)
+
+
+class Progress(Model):
+    """Sent before each step: the parent's watchdog counts silence from the last one, a crash names it."""
+
+    kind: Literal["progress"] = "progress"
+    step: str
+    index: Optional[int] = None
+    heldout: bool = False
+    case: Optional[CaseSpec] = None
+    dims: Optional[dict[str, int]] = None
+    dtype: Optional[str] = None
+
+
+class TimedShape(Model):
+    row: ShapeTiming
+    method: str
+    suspect_reason: Optional[str] = None
+
+
+class CheckResult(Model):
+    kind: Literal["result"] = "result"
+    device: str
+    build_error: Optional[str] = None
+    correctness: Optional[CorrectnessReport] = None
+    timing: Optional[list[TimedShape]] = None
+    ceiling: Optional[float] = None
+    notes: list[str] = Field(default_factory=list)
+
+
+class CheckerError(Model):
+    """An exception inside the checker itself (a harness bug or an original that breaks), with its traceback."""
+
+    kind: Literal["error"] = "error"
+    error: str
+    traceback: str = ""
+
+
+class CheckerMessage(Model):
+    msg: Union[Progress, CheckResult, CheckerError] = Field(discriminator="kind")
+
+
+# ----------------------------------------------------------------------------------- checker <-> worker
+
+
+class BufferSpec(Model):
+    """One guarded buffer in the arena: ``numel`` elements of ``dtype`` at byte ``offset``; the view the
+    kernel sees starts ``start`` elements in and has ``shape``."""
+
+    name: str
+    offset: int
+    dtype: str
+    buf_numel: int
+    start: int
+    shape: list[int]
+
+
+class Layout(Model):
+    buffers: list[BufferSpec]
+    scalars: dict[str, Scalar] = Field(default_factory=dict)
+    end: int = Field(description="first arena byte past the last buffer")
+
+
+class WorkerJob(Model):
+    op_dir: str
+    manifest: Manifest
+    candidate: str
+    device: Literal["cpu", "cuda"]
+    simulate_timing: bool = False
+    cache_dir: Optional[str] = None
+    arch: str = "sm_90a"
+    arena_bytes: int
+
+
+class Load(Model):
+    op: Literal["load"] = "load"
+    dtypes: list[str]
+
+
+class Run(Model):
+    """Run the candidate once on the arguments in the arena, in place, and describe what it returned."""
+
+    op: Literal["run"] = "run"
+    dtype: str
+    layout: Layout
+
+
+class Prepare(Model):
+    """Allocate the timing sets for one shape (values drawn in the worker: timing needs no secrets) and
+    capture the candidate over them (``eager``: time plain calls, as the original could not be captured)."""
+
+    op: Literal["prepare"] = "prepare"
+    dims: dict[str, int]
+    dtype: str
+    n_sets: int
+    per_replay: int
+    cold: bool
+    seed: int
+    eager: bool = False
+
+
+class Time(Model):
+    op: Literal["time"] = "time"
+    replays: int
+
+
+class Recheck(Model):
+    """After timing: load the arena's values into the first timed set, run the captured graph (or an eager
+    call) there, and copy that set back into the arena for the checker to check."""
+
+    op: Literal["recheck"] = "recheck"
+    layout: Layout
+    graph: bool
+
+
+class Release(Model):
+    op: Literal["release"] = "release"
+
+
+class Verify(Model):
+    op: Literal["verify"] = "verify"
+
+
+class Ping(Model):
+    op: Literal["ping"] = "ping"
+
+
+class Request(Model):
+    req: Union[Load, Run, Prepare, Time, Recheck, Release, Verify, Ping] = Field(discriminator="op")
+
+
+class Returned(Model):
+    """One element of what the entry point returned, as the worker saw it."""
+
+    kind: Literal["arg", "tensor", "none", "other"]
+    name: Optional[str] = Field(None, description="kind 'arg': the argument buffer it is (same address/shape)")
+    dtype: Optional[str] = None
+    shape: list[int] = Field(default_factory=list)
+    nbytes: int = Field(0, description="kind 'tensor': its contents follow the reply as one bytes frame")
+    type_name: str = ""
+
+
+class ReturnValue(Model):
+    container: Literal["none", "tensor", "tuple", "list", "other"]
+    items: list[Returned] = Field(default_factory=list)
+    type_name: str = ""
+
+
+class Reply(Model):
+    ok: bool
+    error: str = ""
+    traceback: str = ""
+    sticky: bool = Field(False, description="a CUDA error that poisons the context")
+    returned: Optional[ReturnValue] = None
+    us: list[float] = Field(default_factory=list, description="Time: per-launch microseconds of each replay")
+    tampered: list[str] = Field(default_factory=list, description="timing/worker primitives found rebound")
+    device: str = ""
+
+
+def failed_case(spec: CaseSpec, reason: str, detail: str, tensor: Optional[str] = None,
+                max_abs_err: Optional[float] = None, max_rel_err: Optional[float] = None) -> FailedCase:
+    """The report of a failed case; a held-out one reveals neither its shape, its seed nor its numbers."""
+    if spec.heldout:
+        return FailedCase(reason=reason, detail=f"{reason} on a held-out case", dtype=spec.dtype,
+                          distribution=spec.distribution, heldout=True, max_abs_err=max_abs_err,
+                          max_rel_err=max_rel_err)
+    return FailedCase(reason=reason, detail=detail, dims=dict(spec.dims), dtype=spec.dtype,
+                      distribution=spec.distribution, seed=spec.seed, tensor=tensor, max_abs_err=max_abs_err,
+                      max_rel_err=max_rel_err)
