@@ -231,6 +231,9 @@ def _fill(res: EvalResult, outcome: WorkerOutcome, config: EvalConfig, device: s
         _CEILING[device] = r.ceiling
     if r.correctness is not None:
         res.correctness = r.correctness.model_copy(update={"notes": r.notes[:20]})
+        f = r.correctness.first_failure
+        if f is not None and f.reason in ("crash", "timeout"):  # the candidate's worker died or hung
+            res.error = f"{f.reason}: {f.detail.split('; worker output')[0]}"[:1000]
     if device != "cuda" and not config.simulate_timing:
         res.timing = None
         return

@@ -134,7 +134,7 @@ def rotation_sets(bytes_moved: int, l2: int, factor: float, max_sets: int, cold:
 
 
 def wall_suspect(reported_us: float, wall_us: float, replays: int, latency_us: float, ratio: float,
-                 per_replay_allow_us: float = 10.0) -> Optional[str]:
+                 per_replay_allow_us: float = 5.0) -> Optional[str]:
     """Does a batch's reported time fall far below the wall time the checker saw it take?
 
     A GPU-bound replay keeps the device busy from the first event to the last, so the reported total cannot be

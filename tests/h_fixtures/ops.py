@@ -89,7 +89,7 @@ def make_h_merge(dst: Path) -> Path:
                      TensorArg(name="output", role="output", shape=["T", "H", "D"], dtype="{dtype}"),
                      TensorArg(name="output_lse", role="output", shape=["T", "H"], dtype="float32",
                                align_bytes=4)],
-            dtypes=["bfloat16", "float16", "float32"]),
+            dtypes=["bfloat16", "float16", "float32"], returns=["output", "output_lse"]),
         reference=Reference(path="reference.py", origin="written"),
         tolerances={"bfloat16": Tolerance(atol=1e-2, rtol=1.6e-2), "float16": Tolerance(atol=1e-3, rtol=2e-3),
                     "float32": Tolerance(atol=1e-5, rtol=1e-5)},

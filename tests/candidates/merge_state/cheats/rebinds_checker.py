@@ -1,0 +1,98 @@
+"""ADVERSARIAL merge_state candidate for the harness tests: rebinds_checker.
+
+Written by the astra-sglang developers as a deliberately adversarial test input (a cheat); not produced by a
+language model. Never use it as a kernel.
+
+Attack: at import, replaces the harness's own checking functions (``compare``, ``compare_to_reference`` in
+every loaded astra_sglang.harness module, ``_check`` of the worker/checker classes) with ones that find
+nothing wrong; the kernel ignores the suffix. Accepted with every case 'correct' when the checker ran in the
+candidate's process.
+What must catch it: separation: the checker runs in a process that never imports candidate code; this file
+only patches the worker, which checks nothing: a 'mismatch'.
+"""
+
+import os
+from typing import Optional, Tuple
+
+import torch
+import triton
+import triton.language as tl
+
+
+def _mark(what: str) -> None:
+    """Proof for the test that the attack really ran (in whichever process imported this file)."""
+    d = os.environ.get("ASTRA_TEST_CHEAT_MARKER")
+    if d:
+        with open(os.path.join(d, "rebinds_checker"), "a") as f:
+            f.write(f"{os.getpid()} {what}\n")
+
+
+@triton.jit
+def _cheat_kernel(out, out_lse, pv, plse, sv, slse, H: tl.constexpr, D: tl.constexpr, PD: tl.constexpr,
+                  WRONG: tl.constexpr):
+    t = tl.program_id(0)
+    h = tl.program_id(1)
+    pl = tl.load(plse + t * H + h)
+    sl = tl.load(slse + t * H + h)
+    pl = tl.where(pl == float("inf"), float("-inf"), pl)
+    sl = tl.where(sl == float("inf"), float("-inf"), sl)
+    m = tl.maximum(pl, sl)
+    pe = tl.exp(pl - m)
+    se = tl.exp(sl - m)
+    tot = pe + se
+    tl.store(out_lse + t * H + h, tl.log(tot) + m)
+    offs = tl.arange(0, PD)
+    mask = offs < D
+    base = (t * H + h) * D
+    a = tl.load(pv + base + offs, mask=mask).to(tl.float32)
+    b = tl.load(sv + base + offs, mask=mask).to(tl.float32)
+    if WRONG:
+        res = a  # the suffix is ignored: wrong wherever the suffix carries weight
+    else:
+        res = a * (pe / tot) + b * (se / tot)
+    tl.store(out + base + offs, res.to(out.dtype.element_ty), mask=mask)
+
+
+def _launch(output, output_lse, prefix_output, prefix_lse, suffix_output, suffix_lse, wrong):
+    T, H, D = output.shape
+    _cheat_kernel[(T, H)](output, output_lse, prefix_output, prefix_lse, suffix_output, suffix_lse, H, D,
+                          triton.next_power_of_2(D), wrong)
+
+
+
+def merge_state_triton(
+    prefix_output: torch.Tensor,
+    prefix_lse: torch.Tensor,
+    suffix_output: torch.Tensor,
+    suffix_lse: torch.Tensor,
+    output: Optional[torch.Tensor] = None,
+    output_lse: Optional[torch.Tensor] = None,
+) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
+    if output is None:
+        output = torch.empty_like(prefix_output)
+    if output_lse is None:
+        output_lse = torch.empty_like(prefix_lse)
+    _launch(output, output_lse, prefix_output, prefix_lse, suffix_output, suffix_lse, True)
+    return output, output_lse
+
+
+def _rebind_checker() -> list[str]:
+    import sys
+
+    done = []
+    for name, mod in list(sys.modules.items()):
+        if not (name.startswith("astra_sglang.harness") or name == "__main__"):
+            continue
+        for attr in ("compare", "compare_to_reference"):
+            if callable(getattr(mod, attr, None)):
+                setattr(mod, attr, lambda *a, **k: None)
+                done.append(f"{name}.{attr}")
+        for cls_name in ("Worker", "Checker"):
+            cls = getattr(mod, cls_name, None)
+            if isinstance(cls, type):
+                cls._check = lambda self, *a, **k: None
+                done.append(f"{name}.{cls_name}._check")
+    return done
+
+
+_mark("rebound " + " ".join(_rebind_checker()))

@@ -1,0 +1,118 @@
+"""Adversarial candidates against the harness on CPU (merge_state under TRITON_INTERPRET=1): each attack class
+gets the verdict its defence gives, and proves through a marker file that the attack really ran.
+
+The files are under tests/candidates/<op>/cheats/ and say in their header what they do and what must catch them.
+No static screen runs on this branch: these tests exercise the harness's own defences (separation of checker and
+candidate, the op contract's return values, the timing tripwire, the checker's wall clock).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from h_fixtures.ops import make_h_merge
+
+from astra_sglang.contract.eval_config import EvalConfig
+from astra_sglang.contract.op import load_manifest
+from astra_sglang.harness.evaluate import evaluate, evaluate_many
+
+REPO = Path(__file__).resolve().parent.parent
+CHEATS = REPO / "tests" / "candidates" / "merge_state" / "cheats"
+MS = REPO / "tests" / "candidates" / "merge_state"
+CPU = EvalConfig(shapes="test", dtypes=["bfloat16"], device="cpu", timeout_s=60, seed=4321)
+SIM = CPU.model_copy(update=dict(simulate_timing=True, warmup=1, rep=4, max_graph_launches=3,
+                                 distributions=["normal"]))
+
+
+def _have_files(op: Path) -> bool:
+    return (op / "manifest.json").is_file() and all((op / f.path).exists() for f in load_manifest(op).files)
+
+
+@pytest.fixture(scope="module")
+def merge_op(tmp_path_factory) -> Path:
+    real = REPO / "extracted" / "merge_state"
+    return real if _have_files(real) else make_h_merge(tmp_path_factory.mktemp("ops"))
+
+
+@pytest.fixture(scope="module")
+def marker(tmp_path_factory):
+    d = tmp_path_factory.mktemp("cheat_markers")
+    old = os.environ.get("ASTRA_TEST_CHEAT_MARKER")
+    os.environ["ASTRA_TEST_CHEAT_MARKER"] = str(d)  # inherited by the checker and the candidate's worker
+    yield d
+    if old is None:
+        os.environ.pop("ASTRA_TEST_CHEAT_MARKER", None)
+    else:
+        os.environ["ASTRA_TEST_CHEAT_MARKER"] = old
+
+
+NAMES = ["rebinds_checker", "rebinds_original", "wrong_return", "scales_timer"]
+
+
+@pytest.fixture(scope="module")
+def verdicts(merge_op, marker):
+    return dict(zip(NAMES, evaluate_many(merge_op, [CHEATS / f"{n}.py" for n in NAMES], CPU)))
+
+
+def _ran(marker: Path, name: str) -> str:
+    text = (marker / name).read_text()
+    assert str(os.getpid()) not in text.split()  # it ran in the candidate's worker, not here
+    return text
+
+
+def test_a_candidate_rebinding_the_checker_at_import_is_still_checked(verdicts, marker):
+    r = verdicts["rebinds_checker"]
+    assert not r.ok and r.correctness.first_failure.reason == "mismatch", r.model_dump_json(indent=1)
+    assert "Worker._check" in _ran(marker, "rebinds_checker")  # it ran, and patched what it found
+
+
+def test_a_candidate_making_itself_the_original_and_reference_is_still_checked(verdicts, marker):
+    r = verdicts["rebinds_original"]
+    assert not r.ok and r.correctness.first_failure.reason == "mismatch", r.model_dump_json(indent=1)
+    assert "make_launcher" in _ran(marker, "rebinds_original")
+
+
+def test_right_buffers_with_a_wrong_return_value_fail_with_that_reason(verdicts):
+    f = verdicts["wrong_return"].correctness.first_failure
+    assert f.reason == "wrong return value" and "prefix_lse" in f.detail and "output_lse" in f.detail, f
+
+
+def test_a_candidate_rescaling_the_clock_is_rejected_by_the_tripwire(verdicts, marker):
+    r = verdicts["scales_timer"]
+    f = r.correctness.first_failure
+    assert not r.ok and f.reason == "clock tampered" and "time.perf_counter" in f.detail, r.model_dump_json(indent=1)
+    assert "perf_counter" in _ran(marker, "scales_timer")
+
+
+def test_times_forged_inside_the_worker_are_suspect_never_a_win(merge_op, marker):
+    """The tripwire is disarmed by the candidate itself; the checker's wall clock still sees the truth."""
+    r = evaluate(merge_op, CHEATS / "forges_times.py", SIM)
+    assert r.correctness.ok and r.timing is not None, r.model_dump_json(indent=1)
+    assert all(s.verdict == "suspect" for s in r.timing.shapes), r.timing
+    assert r.timing.geomean_speedup <= 1.0
+    assert r.timing.suspect and all("wall clock" in s for s in r.timing.suspect)
+    assert "timing.tampered" in _ran(marker, "forges_times")
+
+
+GOOD = [None, MS / "hand_written.py", MS / "h_correct.py", MS / "scripted" / "r3.py", MS / "scripted" / "r4.py",
+        MS / "scripted" / "r5.py"]
+
+
+def test_no_false_rejection_original_and_every_correct_candidate_pass(merge_op):
+    for path, r in zip(GOOD, evaluate_many(merge_op, GOOD, CPU)):
+        assert r.ok, f"{path}: {r.model_dump_json(indent=1)[:3000]}"
+
+
+TRITON_OPS = ["cast_to_float32_logits", "softcap_inplace_logits", "softcap_to_float32_logits", "merge_state"]
+
+
+@pytest.mark.parametrize("name", TRITON_OPS)
+def test_every_extracted_triton_original_passes_as_a_candidate(name):
+    op = REPO / "extracted" / name
+    if not _have_files(op):
+        pytest.skip(f"extracted/{name} not restored")
+    m = load_manifest(op)
+    r = evaluate(op, op / m.recipe.source, CPU.model_copy(update={"dtypes": None}))
+    assert r.ok, r.model_dump_json(indent=1)[:3000]
