@@ -36,6 +36,7 @@ def test_original_against_itself_is_no_change_on_paper_shapes(name):
     for s in r.timing.shapes:
         assert s.verdict == "no change", s
         assert s.original_pct_ceiling < 105
+    assert not r.timing.suspect, r.timing.suspect  # the wall-clock cross-check does not fire on honest timing
 
 
 def test_broken_cuda_candidates_are_rejected():
@@ -45,3 +46,75 @@ def test_broken_cuda_candidates_are_rejected():
         pytest.skip("no broken CUDA candidates")
     for path, r in zip(broken, evaluate_many(op, broken, EvalConfig(shapes="paper", timing_dtypes=["bfloat16"]))):
         assert not r.ok, f"{path.name} was accepted: {r.model_dump_json(indent=1)[:3000]}"
+
+
+CHEATS = CANDS / "merge_state" / "cheats"
+PAPER = EvalConfig(shapes="paper", timing_dtypes=["bfloat16"])
+
+
+@pytest.fixture()
+def marker(tmp_path, monkeypatch):
+    monkeypatch.setenv("ASTRA_TEST_CHEAT_MARKER", str(tmp_path))  # inherited by the checker and the worker
+    return tmp_path
+
+
+def test_python_cheats_on_paper_shapes(marker):
+    op = _op("merge_state")
+    names = ["rebinds_checker", "rebinds_original", "wrong_return", "scales_timer", "forges_times"]
+    r = dict(zip(names, evaluate_many(op, [CHEATS / f"{n}.py" for n in names], PAPER)))
+    assert r["rebinds_checker"].correctness.first_failure.reason == "mismatch"
+    assert r["rebinds_original"].correctness.first_failure.reason == "mismatch"
+    assert r["wrong_return"].correctness.first_failure.reason == "wrong return value"
+    f = r["scales_timer"].correctness.first_failure
+    assert f.reason == "clock tampered" and "elapsed_time" in f.detail, f
+    forged = r["forges_times"]
+    assert forged.correctness.ok and forged.timing is not None, forged.model_dump_json(indent=1)
+    assert all(s.verdict == "suspect" for s in forged.timing.shapes), forged.timing
+    assert forged.timing.geomean_speedup <= 1.0 and all("wall clock" in s for s in forged.timing.suspect)
+    for n in names:
+        assert (marker / n).is_file(), f"{n}: the attack did not run"
+
+
+def test_cuda_static_constructor_calling_python_is_still_checked(marker):
+    op = _op("fused_add_rmsnorm")
+    r = evaluate(op, CANDS / "fused_add_rmsnorm" / "cheats" / "static_ctor_python.cuh", PAPER)
+    assert not r.ok and r.correctness.first_failure.reason == "mismatch", r.model_dump_json(indent=1)[:3000]
+    assert "rebound" in (marker / "static_ctor_python").read_text()  # the constructor ran, in the worker
+
+
+GOOD = {"merge_state": ["merge_state/hand_written.py", "merge_state/h_correct.py", "merge_state/scripted/r3.py",
+                        "merge_state/scripted/r4.py", "merge_state/scripted/r5.py"],
+        "fused_add_rmsnorm": ["fused_add_rmsnorm/hand_written.cuh", "fused_add_rmsnorm/scripted/r3.cuh",
+                              "fused_add_rmsnorm/scripted/r4.cuh", "fused_add_rmsnorm/scripted/r5.cuh"],
+        "silu_and_mul": ["silu_and_mul/hand_written.cuh", "silu_and_mul/scripted/r3.cuh",
+                         "silu_and_mul/scripted/r4.cuh", "silu_and_mul/scripted/r5.cuh"]}
+
+
+@pytest.mark.parametrize("name", list(GOOD))
+def test_no_false_rejection_of_correct_candidates_with_heldout_cases(name):
+    op = _op(name)
+    paths = [CANDS / p for p in GOOD[name]]
+    cfg = PAPER.model_copy(update={"include_heldout": True})
+    for path, r in zip(paths, evaluate_many(op, paths, cfg)):
+        assert r.ok, f"{path.name}: {r.model_dump_json(indent=1)[:3000]}"
+
+
+@pytest.mark.parametrize("name,cand", [("merge_state", "merge_state/hand_written.py"),
+                                       ("fused_add_rmsnorm", "fused_add_rmsnorm/hand_written.cuh")])
+def test_one_candidate_evaluates_on_paper_shapes_within_30_s(name, cand):
+    """Checker and candidate in separate processes must stay fast: the full evaluation (build cached)."""
+    import json
+    import time
+
+    op = _op(name)
+    evaluate(op, CANDS / cand, EvalConfig(shapes="test", timing=False))  # build (and cache) outside the clock
+    t0 = time.monotonic()
+    r = evaluate(op, CANDS / cand, PAPER)
+    wall = time.monotonic() - t0
+    assert r.ok, r.model_dump_json(indent=1)[:3000]
+    out = REPO / "docs" / "measurements" / f"harness_eval_wall_{name}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"op": name, "candidate": cand, "shapes": "paper", "wall_s": round(wall, 2),
+                               "cases_run": r.correctness.cases_run, "device": r.device,
+                               "geomean_speedup": r.timing.geomean_speedup if r.timing else None}, indent=1) + "\n")
+    assert wall <= 30.0, f"{name}: {wall:.1f} s"

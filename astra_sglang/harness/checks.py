@@ -33,9 +33,7 @@ from astra_sglang.harness.compare import (
 )
 from astra_sglang.harness.isolation import Child, ChildDied, crash_lines
 from astra_sglang.harness.protocol import (
-    TIMING_BATCH as BATCH,
-)
-from astra_sglang.harness.protocol import (
+    CUDA_STICKY,
     CaseSpec,
     CheckJob,
     CheckResult,
@@ -56,8 +54,10 @@ from astra_sglang.harness.protocol import (
     Verify,
     failed_case,
 )
+from astra_sglang.harness.protocol import (
+    TIMING_BATCH as BATCH,
+)
 from astra_sglang.harness.tensors import ArgSet, bits, torch_dtype
-from astra_sglang.harness.worker import CUDA_STICKY
 from astra_sglang.loader.launch import load_reference, make_launcher
 
 Launcher = Callable[[dict[str, Any]], Any]

@@ -23,6 +23,8 @@ from astra_sglang.contract.result import CorrectnessReport, FailedCase, ShapeTim
 if TYPE_CHECKING:
     from multiprocessing.connection import Connection
 
+CUDA_STICKY = ("illegal memory access", "illegal address", "unspecified launch failure", "misaligned address",
+               "device-side assert", "an illegal instruction", "CUDA error")  # errors that poison a CUDA context
 TIMING_BATCH = 25  # timed replays per side between two switches of process (checker <-> worker)
 
 Scalar = Union[float, int, bool, str, None]

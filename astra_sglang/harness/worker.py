@@ -28,6 +28,7 @@ from astra_sglang.harness import (
 )
 from astra_sglang.harness.arena import Arena, views
 from astra_sglang.harness.protocol import (
+    CUDA_STICKY,
     Layout,
     Load,
     Ping,
@@ -47,9 +48,6 @@ from astra_sglang.harness.protocol import (
     send,
 )
 from astra_sglang.harness.tensors import ArgSet, torch_dtype
-
-CUDA_STICKY = ("illegal memory access", "illegal address", "unspecified launch failure", "misaligned address",
-               "device-side assert", "an illegal instruction", "CUDA error")
 
 Launcher = Callable[[dict[str, Any]], Any]
 
@@ -92,6 +90,7 @@ class Worker:
         self.clock = timing.clock_for(job.device)
         self.launchers: dict[str, Launcher] = {}
         self.timed: Optional[tuple[Any, list[ArgSet], int, bool, Launcher]] = None
+        self.dev: Optional[torch.Tensor] = None
 
     def _launcher(self, dtype: str) -> Launcher:
         if dtype not in self.launchers:
@@ -105,8 +104,16 @@ class Worker:
         return self.launchers[dtype]
 
     def _region(self, layout: Layout) -> torch.Tensor:
+        """Where the candidate runs: the arena itself on CPU; on CUDA one device copy of it, allocated once,
+        so that a layout at the same offsets is at the same device addresses (the same-address re-runs)."""
         host = self.arena.host[:layout.end]
-        return host.to(self.device) if self.device == "cuda" else host
+        if self.device != "cuda":
+            return host
+        if self.dev is None:
+            self.dev = torch.empty(self.arena.nbytes, dtype=torch.uint8, device="cuda")
+        region = self.dev[:layout.end]
+        region.copy_(host)
+        return region
 
     def _write_back(self, region: torch.Tensor, layout: Layout) -> None:
         if self.device == "cuda":
