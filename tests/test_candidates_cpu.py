@@ -234,6 +234,9 @@ def test_every_fixture_states_what_it_is() -> None:
     for p in CAND.glob("*/broken/*"):
         head = p.read_text()[:1500]
         assert "BROKEN" in head and "What must catch it" in head, p
+    for p in CAND.glob("*/cheats/*"):
+        head = p.read_text()[:1500]
+        assert "ADVERSARIAL" in head and "Attack:" in head and "What must catch it" in head, p
 
 
 # ----------------------------------------------------------------------------------- CUDA fixtures (nvcc)

@@ -76,8 +76,7 @@ def main(argv: list[str]) -> None:
             size = arena_bytes(job)
             fd = os.memfd_create("astra-arena", 0)
             os.ftruncate(fd, -(-size // ALIGN) * ALIGN)
-            sim = {"ASTRA_HARNESS_SIMULATE_TIMING": "1"} if job.config.simulate_timing else None
-            worker = Child("astra_sglang.harness.worker", device=job.device, env_extra=sim, pass_fds=(fd,))
+            worker = Child("astra_sglang.harness.worker", device=job.device, pass_fds=(fd,))
             worker.send(WorkerJob(op_dir=job.op_dir, manifest=job.manifest, candidate=job.candidate,
                                   device=job.device, simulate_timing=job.config.simulate_timing,
                                   cache_dir=str(job.config.cache_dir) if job.config.cache_dir else None,

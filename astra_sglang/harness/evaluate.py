@@ -1,8 +1,10 @@
-"""``evaluate`` / ``evaluate_many``: build candidates in parallel, then check and time each in its own worker.
+"""``evaluate`` / ``evaluate_many``: build candidates in parallel, then have a checker judge each one.
 
 The parent never imports or runs candidate code: CUDA candidates are compiled here (nvcc in threads) and only
-loaded inside a worker; Triton candidates are only parsed here. Workers run one after another on the GPU so
-their timings do not disturb each other. The copy ceiling is measured by the first worker and reused.
+loaded inside the candidate's worker; Triton candidates are only parsed here. Each candidate gets a trusted
+checker process (``checker.py``) that runs the candidate's worker and decides the verdict (docs/harness.md).
+They run one after another on the GPU so their timings do not disturb each other. The copy ceiling is
+measured by the first checker and reused.
 """
 
 from __future__ import annotations

@@ -70,7 +70,6 @@ class Child:
         # the child imports this very package, wherever the caller runs from (installed or a source checkout)
         root = str(Path(__file__).resolve().parent.parent.parent)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
-        env["ASTRA_WORKER_DEVICE"] = device
         env["PYTHONFAULTHANDLER"] = "1"
         if device == "cpu":
             env["TRITON_INTERPRET"] = "1"
