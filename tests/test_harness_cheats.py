@@ -116,3 +116,17 @@ def test_every_extracted_triton_original_passes_as_a_candidate(name):
     m = load_manifest(op)
     r = evaluate(op, op / m.recipe.source, CPU.model_copy(update={"dtypes": None}))
     assert r.ok, r.model_dump_json(indent=1)[:3000]
+
+
+def test_outputs_returned_as_new_tensors_are_checked_like_buffers(tmp_path):
+    """An op whose entry allocates its outputs (none passed): the returned tensors are the outputs."""
+    from astra_sglang.contract.op import write_manifest
+
+    op = make_h_merge(tmp_path)
+    m = load_manifest(op)
+    recipe = m.recipe.model_copy(update={"call": ["prefix_output", "prefix_lse", "suffix_output", "suffix_lse"]})
+    write_manifest(op, m.model_copy(update={"recipe": recipe}))
+    good, wrong = evaluate_many(op, [MS / "h_correct.py", CHEATS / "wrong_return.py"], CPU)
+    assert good.ok and good.correctness.cases_run >= 10, good.model_dump_json(indent=1)
+    f = wrong.correctness.first_failure
+    assert f.reason == "wrong return value" and "new tensor" in f.detail, f

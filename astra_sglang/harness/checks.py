@@ -57,6 +57,7 @@ from astra_sglang.harness.protocol import (
 from astra_sglang.harness.protocol import (
     TIMING_BATCH as BATCH,
 )
+from astra_sglang.harness.suite import shape_of
 from astra_sglang.harness.tensors import ArgSet, bits, torch_dtype
 from astra_sglang.loader.launch import load_reference, make_launcher
 
@@ -114,7 +115,7 @@ class Checker:
             frames = []
             for item in reply.returned.items if reply.returned else []:
                 if item.kind == "tensor":
-                    frames.append(self._frame(item))
+                    frames.append(self._frame(item, case))
         except ChildDied as d:
             tail = crash_lines(self.worker.log_tail(), self.candidate)
             detail = f"{d.detail} during {label}" + (("; worker output: " + " | ".join(tail)) if tail else "")
@@ -123,16 +124,22 @@ class Checker:
             raise CaseFailure(self._case_failure(case, "protocol violation", f"{label}: {e}")) from None
         return reply, frames
 
-    def _frame(self, item: Returned) -> torch.Tensor:
+    def _frame(self, item: Returned, case: Optional[CaseSpec]) -> torch.Tensor:
+        """A tensor returned by value, read only up to the largest tensor the signature declares for the case."""
         assert self.worker is not None
-        limit = max((math.prod(item.shape) if item.shape else 1) * 8, 1)
-        dt = torch_dtype(item.dtype or "")  # ValueError on a dtype torch does not know
+        declared = [math.prod(shape_of(t.shape, case.dims)) for t in self.manifest.signature.tensors] if case else []
+        try:
+            dt = torch_dtype(item.dtype or "")
+        except ValueError as e:
+            raise ProtocolError(str(e)) from None
         elem = torch.empty((), dtype=dt).element_size()
-        if item.nbytes != math.prod(item.shape) * elem or item.nbytes > limit:
+        if item.nbytes != math.prod(item.shape) * elem or item.nbytes > max(declared, default=0) * 8:
             raise ProtocolError(f"returned tensor of {item.nbytes} bytes for shape {item.shape} {item.dtype}")
         raw = self.worker.recv_bytes(self.cfg.timeout_s, self.deadline, maxlength=max(item.nbytes, 1))
         if len(raw) != item.nbytes:
             raise ProtocolError("returned tensor bytes do not match the reply")
+        if not raw:
+            return torch.empty(item.shape, dtype=dt, device=self.device)
         return torch.frombuffer(bytearray(raw), dtype=torch.uint8).view(dt).reshape(item.shape).to(self.device)
 
     def _case_failure(self, case: Optional[CaseSpec], reason: str, detail: str,
