@@ -87,6 +87,8 @@ def main(argv: list[str]) -> None:
 
         if job.candidate is not None:
             arena = Arena(size, fd)
+            if job.device == "cuda":
+                arena.pin()
         result = Checker(job, progress, worker, arena).run()
         send(conn_out, CheckerMessage(msg=result))
     except BaseException as e:  # noqa: BLE001 - report anything, then exit; the parent decides what it means

@@ -208,7 +208,10 @@ def main(argv: list[str]) -> None:
     conn_in, conn_out = Connection(rfd, writable=False), Connection(wfd, readable=False)
     try:
         job = recv(conn_in, WorkerJob)
-        worker = Worker(job, Arena(job.arena_bytes, arena_fd))
+        arena = Arena(job.arena_bytes, arena_fd)
+        if job.device == "cuda":
+            arena.pin()
+        worker = Worker(job, arena)
         while True:
             try:
                 req = recv(conn_in, Request).req
