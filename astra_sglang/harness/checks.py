@@ -631,6 +631,8 @@ class Checker:
                         self.stateful_check(case)
                     except Skip:
                         continue
+                reply, _ = self._ask(Verify(), None, "tripwire")
+                self._tampered(reply.tampered, "after the correctness runs")
         except CaseFailure as f:
             failure = f.failure
         out.correctness = CorrectnessReport(ok=failure is None, cases_run=run, heldout_cases_run=heldout,
