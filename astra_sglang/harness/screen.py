@@ -1,0 +1,685 @@
+"""Static screening of candidate sources before anything builds, imports or runs them.
+
+A candidate is untrusted code: whatever runs in a process can rebind that process's checker and clock. The worker
+separation is the real defence; this screen rejects, up front and with a named rule, code that has no business in
+a kernel and whose only use is to reach outside it. Each rule is a heuristic on the text, so it errs towards
+rejecting (SGLang's own kernels and every correct candidate in tests/candidates pass, which tests/test_screen.py
+proves); what it cannot see (e.g. an arbitrary computation of an attribute name) is left to the separation.
+A verdict reads ``screen: <rule>: line <n> <detail>``.
+
+Python / Triton candidates (``ast``; unparsable code is left to the build, which reports the SyntaxError):
+- forbidden-import: only ``torch``, ``triton`` (not their private ``_*`` parts, nor torch's cpp_extension,
+  library, multiprocessing, distributed, hub, package, utils.data; nor triton's backends/runtime.build/tools) and
+  the pure ``math cmath typing typing_extensions functools dataclasses itertools operator numbers enum collections
+  abc fractions heapq bisect __future__``; relative imports are refused (a candidate is one file).
+- forbidden-builtin: ``eval exec compile open globals locals vars __import__ breakpoint input setattr delattr``
+  and ``getattr``/``hasattr`` with a name that is not a string literal (a literal is checked like ``x.name``).
+- frame-access: ``_getframe f_back f_globals f_locals f_builtins f_code tb_frame tb_next gi_frame cr_frame
+  ag_frame`` (as attributes or string literals).
+- dunder-access: any ``__x__`` attribute (``__dict__ __globals__ __code__ __closure__ __class__ __subclasses__
+  __self__ __wrapped__`` ...) except ``__name__ __qualname__ __doc__ __init__``; the names ``__builtins__
+  __import__ __loader__ __spec__``; the same names as string literals.
+- forbidden-attribute: an attribute named like a forbidden module (``torch.os``, ``x.sys``), ``_C
+  cpp_extension load_inline load_library library multiprocessing distributed hub attrgetter methodcaller``, or a
+  private ``_x`` attribute of an imported module (or of anything reached from one by attributes).
+- module-assignment: assigning, augmenting or deleting an attribute or item of an imported name or of anything
+  reached from one by attributes/items (aliases included: ``E = torch.cuda.Event; E.x = ...``), or of a call's
+  result (``type(t).add = ...``).
+- global-rebinding: ``global`` of an imported name.
+
+CUDA candidates (the text after removing comments; string literals are looked at only for includes and asm):
+- forbidden-include: an ``#include`` that is neither a file of the op folder (through the recipe's include dirs
+  or next to the original source) nor on the allowlist (CUDA's ``cuda* cub cute cutlass cooperative_groups
+  curand cublas mma ...``, ``tvm/ffi dlpack``, ``hip``, and the standard C/C++ headers without process,
+  thread, signal, file-system or dynamic-loading facilities).
+- python-api: ``Python.h``, ``Py*``/``_Py*`` identifiers, ``pybind11``, ``nanobind``.
+- dynamic-loading: ``dlopen dlsym dlmopen dlvsym dladdr dlinfo dl_iterate_phdr __libc_dlopen_mode _dl_sym
+  RTLD_* link_map``.
+- process-control: calls of ``fork vfork exec* system popen posix_spawn* pthread_* clone clone3 syscall kill
+  signal sigaction mprotect mmap process_vm_writev setenv putenv unsetenv atexit at_quick_exit``,
+  ``std::thread std::jthread std::async``.
+- file-access: ``fopen freopen tmpfile std::(i|o)?fstream std::filesystem`` and ``/proc/`` paths.
+- symbol-interposition: ``extern "C"`` and the attributes ``alias weak weakref ifunc visibility`` (a C-linkage
+  symbol in the module can shadow libc's, CUDA's or Python's for the whole process).
+- static-initializer: ``__attribute__((constructor|destructor|init_priority|section))``, ``[[gnu::constructor]]``,
+  ``.init_array``/``.ctors`` names, ``#pragma init/fini``, and, at namespace scope (not in function or class
+  bodies, and not ``constexpr``/``constinit``/``__device__``/``__constant__`` variables): a lambda invoked, an
+  initializer that calls anything (``sizeof``/``alignof``/``decltype``/casts excepted), a class-typed
+  direct-initialisation with arguments, or a default-initialised object of a class this file gives a
+  constructor or destructor. Limits: the scanner sees the text, not the preprocessed translation unit; a macro
+  defined elsewhere that expands to such a declaration is not seen, and function-local statics (initialised on
+  the first call, inside the candidate's own run) are allowed.
+- host-asm: ``asm`` at namespace scope (top-level asm can emit sections and symbols), and asm templates that
+  name host system-call instructions (``syscall sysenter int $0x80 svc``); inline PTX in functions is fine.
+- token-pasting: ``##`` joining two macro parameters, or a literal fragment that begins a banned name (the
+  pasted result would escape the name rules above).
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator, Optional, Sequence
+
+from astra_sglang.contract.op import CudaJitRecipe, Manifest, TritonRecipe
+from astra_sglang.contract.result import BuildReport
+
+
+@dataclass(frozen=True)
+class Finding:
+    rule: str
+    line: int
+    detail: str
+
+    def __str__(self) -> str:
+        return f"screen: {self.rule}: line {self.line} {self.detail}"
+
+
+# ---------------------------------------------------------------------------------------------- Python
+
+ALLOWED_MODULES = frozenset({
+    "torch", "triton", "math", "cmath", "typing", "typing_extensions", "functools", "dataclasses", "itertools",
+    "operator", "numbers", "enum", "collections", "abc", "fractions", "heapq", "bisect", "__future__",
+})
+FORBIDDEN_MODULES = frozenset({
+    "sys", "gc", "inspect", "ctypes", "os", "posix", "subprocess", "threading", "_thread", "multiprocessing",
+    "importlib", "builtins", "signal", "socket", "pickle", "marshal", "types", "weakref", "atexit", "sglang",
+    "astra_sglang", "faulthandler", "code", "codeop", "runpy", "pathlib", "shutil", "io", "tempfile", "mmap",
+    "resource", "traceback", "time", "asyncio", "concurrent", "sysconfig", "site", "cffi", "numpy",
+})
+_DENIED_SUBMODULES = ("torch.utils.cpp_extension", "torch.multiprocessing", "torch.distributed", "torch.library",
+                      "torch.hub", "torch.package", "torch.utils.data", "triton.backends", "triton.runtime.build",
+                      "triton.tools")
+_FORBIDDEN_BUILTINS = frozenset({"eval", "exec", "compile", "open", "globals", "locals", "vars", "__import__",
+                                 "breakpoint", "input", "setattr", "delattr"})
+_FRAME_ATTRS = frozenset({"_getframe", "f_back", "f_globals", "f_locals", "f_builtins", "f_code", "tb_frame",
+                          "tb_next", "gi_frame", "cr_frame", "ag_frame", "__traceback__"})
+_DUNDER_OK = frozenset({"__name__", "__qualname__", "__doc__", "__init__"})
+_DUNDER_NAMES = frozenset({"__builtins__", "__import__", "__loader__", "__spec__"})
+_FORBIDDEN_ATTRS = FORBIDDEN_MODULES | {"_C", "cpp_extension", "load_inline", "load_library", "library", "hub",
+                                        "distributed", "attrgetter", "methodcaller"}
+_DUNDER = re.compile(r"^__\w+__$")
+
+
+def _module_problem(name: str) -> Optional[str]:
+    parts = name.split(".")
+    if parts[0] in FORBIDDEN_MODULES:
+        return f"imports {name} (forbidden)" + (
+            ": candidates must not import sglang or astra_sglang" if parts[0] in ("sglang", "astra_sglang") else "")
+    if parts[0] not in ALLOWED_MODULES:
+        return f"imports {name} (not on the allowlist: {', '.join(sorted(ALLOWED_MODULES))})"
+    if any(p.startswith("_") for p in parts[1:]) or any(name == d or name.startswith(d + ".")
+                                                        for d in _DENIED_SUBMODULES):
+        return f"imports {name} (a private or process-level part of {parts[0]})"
+    return None
+
+
+def _attr_problem(attr: str) -> Optional[tuple[str, str]]:
+    if attr in _FRAME_ATTRS:
+        return "frame-access", f"reaches {attr}"
+    if _DUNDER.match(attr) and attr not in _DUNDER_OK:
+        return "dunder-access", f"reaches {attr}"
+    if attr in _FORBIDDEN_ATTRS:
+        return "forbidden-attribute", f"reaches .{attr}"
+    return None
+
+
+class _PythonScreen:
+    def __init__(self, tree: ast.Module) -> None:
+        self.tree = tree
+        self.imported: set[str] = set()
+        self.tainted: set[str] = set()  # imported names and names bound to what they reach by attributes
+        self.findings: list[Finding] = []
+
+    def add(self, rule: str, node: ast.AST, detail: str) -> None:
+        self.findings.append(Finding(rule, getattr(node, "lineno", 0), detail))
+
+    def reaches_module(self, e: Optional[ast.AST]) -> bool:
+        if isinstance(e, ast.Name):
+            return e.id in self.tainted
+        if isinstance(e, (ast.Attribute, ast.Subscript, ast.Starred)):
+            return self.reaches_module(e.value)
+        if isinstance(e, (ast.Tuple, ast.List, ast.Set)):
+            return any(self.reaches_module(x) for x in e.elts)
+        if isinstance(e, ast.Dict):
+            return any(self.reaches_module(x) for x in e.values)
+        if isinstance(e, ast.IfExp):
+            return self.reaches_module(e.body) or self.reaches_module(e.orelse)
+        if isinstance(e, ast.BoolOp):
+            return any(self.reaches_module(x) for x in e.values)
+        if isinstance(e, ast.NamedExpr):
+            return self.reaches_module(e.value)
+        if isinstance(e, ast.Call) and isinstance(e.func, ast.Name) and e.func.id == "getattr" and e.args:
+            return self.reaches_module(e.args[0])
+        return False
+
+    def _bind(self, target: ast.AST) -> None:
+        for n in ast.walk(target):
+            if isinstance(n, ast.Name):
+                self.tainted.add(n.id)
+
+    def collect_names(self) -> None:
+        for node in ast.walk(self.tree):
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                for a in node.names:
+                    name = a.asname or a.name.split(".")[0]
+                    self.imported.add(name)
+                    self.tainted.add(name)
+        changed = True
+        while changed:  # aliases of aliases, in any order of definition
+            before = len(self.tainted)
+            for node in ast.walk(self.tree):
+                if isinstance(node, ast.Assign) and self.reaches_module(node.value):
+                    for t in node.targets:
+                        self._bind(t)
+                elif isinstance(node, (ast.AnnAssign, ast.NamedExpr)) and self.reaches_module(node.value):
+                    self._bind(node.target)
+                elif isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension)) and self.reaches_module(node.iter):
+                    self._bind(node.target)
+                elif isinstance(node, ast.withitem) and node.optional_vars is not None and self.reaches_module(
+                        node.context_expr):
+                    self._bind(node.optional_vars)
+                elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                    a = node.args
+                    pos = a.posonlyargs + a.args
+                    for arg, d in list(zip(pos[len(pos) - len(a.defaults):], a.defaults)) + [
+                            (k, d) for k, d in zip(a.kwonlyargs, a.kw_defaults) if d is not None]:
+                        if self.reaches_module(d):
+                            self.tainted.add(arg.arg)
+            changed = len(self.tainted) != before
+
+    def check_target(self, t: ast.AST, verb: str) -> None:
+        if isinstance(t, (ast.Tuple, ast.List)):
+            for x in t.elts:
+                self.check_target(x, verb)
+            return
+        if isinstance(t, ast.Starred):
+            self.check_target(t.value, verb)
+            return
+        if not isinstance(t, (ast.Attribute, ast.Subscript)):
+            return
+        base = t.value
+        while isinstance(base, (ast.Attribute, ast.Subscript)):
+            base = base.value
+        what = ast.unparse(t)
+        if isinstance(base, ast.Call):
+            self.add("module-assignment", t, f"{verb} {what} (an attribute of a call's result)")
+        elif self.reaches_module(t.value):
+            self.add("module-assignment", t, f"{verb} {what} (reached from an imported module)")
+
+    def run(self) -> list[Finding]:
+        self.collect_names()
+        for node in ast.walk(self.tree):
+            if isinstance(node, ast.Import):
+                for a in node.names:
+                    if (p := _module_problem(a.name)) is not None:
+                        self.add("forbidden-import", node, p)
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    self.add("forbidden-import", node, "imports relatively (a candidate is one file)")
+                    continue
+                mod = node.module or ""
+                p = _module_problem(mod)
+                if p is None:
+                    for a in node.names:
+                        if a.name != "*" and (_module_problem(f"{mod}.{a.name}") is not None
+                                              or a.name in _FORBIDDEN_ATTRS or a.name.startswith("_")):
+                            p = f"imports {a.name} from {mod}"
+                            break
+                if p is not None:
+                    self.add("forbidden-import", node, p)
+            elif isinstance(node, ast.Name):
+                if node.id in _FORBIDDEN_BUILTINS and node.id not in self.imported:
+                    self.add("forbidden-builtin", node, f"uses {node.id}")
+                elif node.id in _DUNDER_NAMES:
+                    self.add("dunder-access", node, f"uses {node.id}")
+            elif isinstance(node, ast.Attribute):
+                if (hit := _attr_problem(node.attr)) is not None:
+                    self.add(hit[0], node, hit[1])
+                elif node.attr.startswith("_") and not _DUNDER.match(node.attr) and self.reaches_module(node.value):
+                    self.add("forbidden-attribute", node, f"reaches the private {ast.unparse(node)}")
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+                v = node.value
+                if v in _FRAME_ATTRS or (_DUNDER.match(v) and v not in _DUNDER_OK and v != "__main__"):
+                    self.add("frame-access" if v in _FRAME_ATTRS else "dunder-access", node, f"names {v!r}")
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in (
+                    "getattr", "hasattr") and node.func.id not in self.imported:
+                name = node.args[1] if len(node.args) > 1 else None
+                if not (isinstance(name, ast.Constant) and isinstance(name.value, str)):
+                    self.add("forbidden-builtin", node, f"calls {node.func.id} with a computed name")
+                elif (hit := _attr_problem(name.value)) is not None:
+                    self.add(hit[0], node, hit[1])
+            elif isinstance(node, (ast.Assign, ast.Delete)):
+                for t in node.targets:
+                    self.check_target(t, "deletes" if isinstance(node, ast.Delete) else "assigns")
+            elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+                self.check_target(node.target, "assigns")
+            elif isinstance(node, ast.Global):
+                for n in node.names:
+                    if n in self.imported:
+                        self.add("global-rebinding", node, f"declares the imported name {n} global")
+        return sorted(self.findings, key=lambda f: f.line)
+
+
+def screen_python(source: str) -> list[Finding]:
+    """Every finding in a Python/Triton candidate, by line; [] for a clean or an unparsable source."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return []
+    return _PythonScreen(tree).run()
+
+
+# ------------------------------------------------------------------------------------------------ CUDA
+
+_STD_HEADERS = frozenset("""
+algorithm any array atomic barrier bit bitset cassert ccomplex cctype cerrno cfenv cfloat charconv chrono
+cinttypes ciso646 climits clocale cmath compare complex concepts condition_variable cstdarg cstdbool cstddef
+cstdint cstdio cstdlib cstring ctgmath ctime cuchar cwchar cwctype deque exception execution expected
+format forward_list functional initializer_list iomanip ios iosfwd iostream istream iterator latch limits
+list locale map memory memory_resource mutex new numbers numeric optional ostream queue random ranges ratio
+regex scoped_allocator semaphore set shared_mutex source_location span sstream stack stdexcept stdfloat
+streambuf string string_view system_error tuple type_traits typeindex typeinfo unordered_map unordered_set
+utility valarray variant vector version fstream
+assert.h complex.h ctype.h errno.h fenv.h float.h inttypes.h iso646.h limits.h locale.h math.h stdarg.h
+stdbool.h stddef.h stdint.h stdio.h stdlib.h string.h tgmath.h time.h uchar.h wchar.h wctype.h
+""".split())
+_HEADER_PREFIXES = ("cuda", "cub/", "cute/", "cutlass/", "cooperative_groups", "curand", "cublas", "cufft",
+                    "cusparse", "nvtx3/", "nv/", "thrust/", "mma.h", "sm_", "vector_types.h", "vector_functions.h",
+                    "device_types.h", "device_functions.h", "device_launch_parameters.h", "driver_types.h",
+                    "host_defines.h", "math_constants.h", "crt/", "texture_", "surface_", "tvm/ffi/", "dlpack/",
+                    "hip/")
+
+_CALLS = {
+    "python-api": (),
+    "dynamic-loading": ("dlopen", "dlsym", "dlmopen", "dlvsym", "dladdr", "dladdr1", "dlinfo", "dlclose",
+                        "dl_iterate_phdr", "__libc_dlopen_mode", "__libc_dlsym", "_dl_sym", "LoadLibraryA",
+                        "LoadLibraryW", "GetProcAddress"),
+    "process-control": ("fork", "vfork", "execl", "execle", "execlp", "execv", "execve", "execvp", "execvpe",
+                        "fexecve", "system", "popen", "posix_spawn", "posix_spawnp", "clone", "clone3", "syscall",
+                        "kill", "signal", "sigaction", "mprotect", "mmap", "mmap64", "process_vm_writev",
+                        "process_vm_readv", "ptrace", "setenv", "putenv", "unsetenv", "atexit", "at_quick_exit"),
+    "file-access": ("fopen", "fopen64", "freopen", "tmpfile", "creat", "openat"),
+}
+_WORDS = [
+    ("python-api", re.compile(r"\b(_?Py[A-Z_]\w*|pybind11|nanobind|PYBIND11_\w+|NB_MODULE)\b")),
+    ("dynamic-loading", re.compile(r"\b(RTLD_\w+|link_map|dlfcn)\b")),
+    ("process-control", re.compile(r"\b(pthread_\w+|std\s*::\s*(thread|jthread|async)|__NR_\w+)\b")),
+    ("file-access", re.compile(r"\bstd\s*::\s*(ifstream|ofstream|fstream|filesystem|basic_\w*fstream)\b")),
+    ("symbol-interposition", re.compile(r"\bextern\s*\"[^\"\n]*\"|\b(alias|weakref|ifunc|visibility)\s*\(|"
+                                        r"__attribute__\s*\(\([^)]*\bweak\b|\[\[\s*gnu\s*::\s*weak\b")),
+    ("static-initializer", re.compile(r"\b(constructor|destructor|init_priority|section)\s*(\(|\)\))|"
+                                      r"\[\[\s*gnu\s*::\s*(constructor|destructor)\b|\b(init_array|fini_array|"
+                                      r"preinit_array|ctors|dtors)\b")),
+]
+_BANNED_NAMES = sorted({n for names in _CALLS.values() for n in names} | {"Py", "_Py", "pybind", "nanobind",
+                                                                          "RTLD_", "pthread_", "dl"})
+_ASM_HOST = re.compile(r"\b(syscall|sysenter|sysexit|int\s*\$?0x80|svc)\b")
+_ASM = re.compile(r"\b(asm|__asm__|__asm)\b")
+_IDENT = re.compile(r"[A-Za-z_]\w*")
+_CONST_CALLS = frozenset({"sizeof", "alignof", "alignas", "decltype", "static_cast", "const_cast",
+                          "reinterpret_cast", "noexcept", "__align__", "__launch_bounds__", "__attribute__",
+                          "defined", "static_assert", "typeid"})
+_SCALARS = frozenset({"bool", "char", "short", "int", "long", "float", "double", "unsigned", "signed", "void",
+                      "auto", "size_t", "int8_t", "int16_t", "int32_t", "int64_t", "uint8_t", "uint16_t",
+                      "uint32_t", "uint64_t", "const", "volatile", "static", "inline", "extern", "thread_local",
+                      "float2", "float4", "int2", "int4", "uint2", "uint4", "half", "__half", "__nv_bfloat16",
+                      "std", "uintptr_t", "intptr_t", "ptrdiff_t"})
+
+
+def _lines_of(text: str, pos: int) -> int:
+    return text.count("\n", 0, pos) + 1
+
+
+def _strip_cuda(text: str) -> tuple[str, list[tuple[int, str]]]:
+    """Comments removed and string/char literals blanked (both keep their newlines, so positions and line numbers
+    still hold), plus the literals with their positions."""
+    out: list[str] = []
+    strings: list[tuple[int, str]] = []
+    i, n = 0, len(text)
+    while i < n:
+        c = text[i]
+        if text.startswith("//", i):
+            j = text.find("\n", i)
+            j = n if j < 0 else j
+            while j > 0 and text[j - 1] == "\\" and j < n:  # a line comment continued by backslash-newline
+                k = text.find("\n", j + 1)
+                j = n if k < 0 else k
+            out.append(re.sub(r"[^\n]", " ", text[i:j]))
+            i = j
+        elif text.startswith("/*", i):
+            j = text.find("*/", i + 2)
+            j = n if j < 0 else j + 2
+            out.append(re.sub(r"[^\n]", " ", text[i:j]))
+            i = j
+        elif c == "R" and text.startswith('R"', i) and (i == 0 or not (text[i - 1].isalnum() or text[i - 1] == "_")):
+            m = re.match(r'R"([^()\\ ]{0,16})\(', text[i:])
+            if m:
+                end = text.find(")" + m.group(1) + '"', i)
+                end = n if end < 0 else end + len(m.group(1)) + 2
+                strings.append((i, text[i + len(m.group(0)):end - len(m.group(1)) - 2]))
+                out.append('"' + re.sub(r"[^\n]", " ", text[i + 1:end - 1]) + '"')
+                i = end
+                continue
+            out.append(c)
+            i += 1
+        elif c in "\"'":
+            if c == "'" and i > 0 and text[i - 1].isalnum():  # a digit separator (1'000'000)
+                out.append(c)
+                i += 1
+                continue
+            j = i + 1
+            while j < n and text[j] != c and text[j] != "\n":
+                j += 2 if text[j] == "\\" else 1
+            j = min(j + 1, n)
+            strings.append((i, text[i + 1:j - 1]))
+            out.append(c + re.sub(r"[^\n]", " ", text[i + 1:j - 1]) + (c if j - 1 > i else ""))
+            i = j
+        else:
+            out.append(c)
+            i += 1
+    return "".join(out), strings
+
+
+@dataclass
+class _Includes:
+    search_dirs: Sequence[Path]
+    root: Optional[Path]
+
+    def local(self, name: str) -> bool:
+        if self.root is None or Path(name).is_absolute():
+            return False
+        for d in self.search_dirs:
+            p = (d / name).resolve()
+            if p.is_file() and p.is_relative_to(self.root):
+                return True
+        return False
+
+    def problem(self, name: str, quoted: bool) -> Optional[str]:
+        if self.local(name):
+            return None
+        norm = name.replace("\\", "/")
+        if ".." in norm.split("/") or norm.startswith("/"):
+            return f"includes {name} (outside the op folder)"
+        if norm in _STD_HEADERS or norm.startswith(_HEADER_PREFIXES):
+            return None
+        return f"includes {name} (" + ("not a file of the op folder" if quoted else "not on the allowlist") + ")"
+
+
+def _pasting(code: str) -> Iterator[tuple[int, str]]:
+    for m in re.finditer(r"^[ \t]*#[ \t]*define[ \t]+(\w+)(\(([^)]*)\))?(.*(?:\\\n.*)*)", code, re.M):
+        params = {p.strip() for p in (m.group(3) or "").split(",") if p.strip()} | {"__VA_ARGS__"}
+        body = m.group(4)
+        for p in re.finditer(r"(\w*)\s*##\s*(\w*)", body):
+            left, right = p.group(1), p.group(2)
+            if left in params and right in params and left != "__VA_ARGS__" and right != "__VA_ARGS__":
+                yield m.start(4) + p.start(), f"pastes two macro parameters ({left} ## {right}) in {m.group(1)}"
+            for lit in (left if left not in params else "",):
+                if lit and any(b.startswith(lit) or lit.startswith(b) for b in _BANNED_NAMES):
+                    yield m.start(4) + p.start(), f"pastes {lit!r} into a name in {m.group(1)}"
+
+
+def _balanced(code: str, i: int, open_: str, close: str) -> int:
+    """Index just past the bracket closing the one at ``i``."""
+    depth = 0
+    for j in range(i, len(code)):
+        if code[j] == open_:
+            depth += 1
+        elif code[j] == close:
+            depth -= 1
+            if depth == 0:
+                return j + 1
+    return len(code)
+
+
+def _strip_template_head(s: str) -> str:
+    s = s.strip()
+    while s.startswith("template"):
+        k = s.find("<")
+        if k < 0:
+            return s
+        depth, j = 0, k
+        for j in range(k, len(s)):
+            depth += {"<": 1, ">": -1}.get(s[j], 0)
+            if depth == 0:
+                break
+        s = s[j + 1:].strip()
+    return s
+
+
+def _top_level(s: str, ch: str) -> int:
+    depth = 0
+    for i, c in enumerate(s):
+        if c in "([{":
+            depth += 1
+        elif c in ")]}":
+            depth -= 1
+        elif c == ch and depth == 0 and (ch != "=" or (s[i + 1:i + 2] != "=" and s[i - 1:i] not in "=!<>")):
+            return i
+    return -1
+
+
+def _has_call(s: str) -> Optional[str]:
+    for m in re.finditer(r"([A-Za-z_]\w*)\s*(?:<[^;{}()]*>)?\s*\(|(\])\s*(?:\([^()]*\))?\s*(?:mutable)?\s*\{|"
+                         r"(\})\s*\(", s):
+        if m.group(2) or m.group(3):
+            return "a lambda" if m.group(2) else "an invoked lambda"
+        if m.group(1) not in _CONST_CALLS:
+            return m.group(1)
+    return None
+
+
+def _split_items(s: str) -> list[str]:
+    items, depth, cur = [], 0, []
+    for c in s:
+        if c in "([{<":
+            depth += 1
+        elif c in ")]}>":
+            depth -= 1
+        if c == "," and depth == 0:
+            items.append("".join(cur))
+            cur = []
+        else:
+            cur.append(c)
+    items.append("".join(cur))
+    return [x.strip() for x in items if x.strip()]
+
+
+def _looks_like_params(args: str) -> bool:
+    """A function declaration's parameter list (``int a, const T& b``, ``void``) rather than constructor arguments."""
+    items = _split_items(args)
+    if not items or items == ["void"]:
+        return True
+    for it in items:
+        it = it.split("=")[0]
+        words = _IDENT.findall(it)
+        if len(words) >= 2 and not re.search(r"\d|\"|'|\b(true|false|nullptr)\b|[+\-/%^|!~?]", it):
+            continue
+        if len(words) == 1 and words[0] in _SCALARS:
+            continue
+        return False
+    return True
+
+
+def _classify_statement(stmt: str, ctor_classes: set[str]) -> Optional[str]:
+    """Why a namespace-scope statement runs code at load time, or None."""
+    s = _strip_template_head(stmt)
+    if not s or s.startswith(("using", "typedef", "static_assert", "namespace", "friend", "enum", "concept", "#")):
+        return None
+    if stmt.lstrip().startswith("template"):
+        return None
+    words = set(_IDENT.findall(s))
+    if words & {"constexpr", "constinit", "consteval", "__device__", "__constant__", "__shared__", "__managed__",
+                "__global__"}:
+        return None
+    eq = _top_level(s, "=")
+    if eq >= 0:
+        what = _has_call(s[eq + 1:])
+        return f"a namespace-scope variable initialised by {what}" if what else None
+    if re.search(r"\]\s*(\([^()]*\))?\s*(mutable)?\s*\{.*\}\s*\(", s, re.S):
+        return "a lambda invoked at namespace scope"
+    m = re.match(r"(.*?)\b([A-Za-z_]\w*)\s*(\{(.*)\}|\((.*)\))\s*$", s, re.S)
+    if m:
+        head, name, brace, paren = m.group(1), m.group(2), m.group(4), m.group(5)
+        type_words = set(_IDENT.findall(head)) - _SCALARS
+        if brace is not None:
+            what = _has_call(brace)
+            return f"{name} initialised by {what} at namespace scope" if what else None
+        if paren is not None and head.strip() and type_words and not _looks_like_params(paren) and \
+                not re.search(r"\)\s*(const|noexcept|override|->)", s):
+            return f"{name} constructed with arguments at namespace scope"
+        return None
+    m = re.match(r"(?:static\s+|inline\s+|extern\s+)*([A-Za-z_][\w:]*)\s*(?:<.*>)?\s+[*&]?\s*([A-Za-z_]\w*)\s*$", s)
+    if m and m.group(1).split("::")[-1] in ctor_classes:
+        return f"{m.group(2)} of class {m.group(1)} (which has a constructor or destructor) at namespace scope"
+    return None
+
+
+def _namespace_scope(code: str) -> Iterator[tuple[int, str]]:
+    """(position, reason) for each namespace-scope statement that would run code when the module loads, and for
+    top-level asm. ``code`` has comments removed and literals blanked."""
+    code = re.sub(r"^[ \t]*#.*(?:\\\n.*)*", lambda m: re.sub(r"[^\n]", " ", m.group(0)), code, flags=re.M)
+    ctor_classes: set[str] = set()
+    stack: list[str] = []
+    start = 0
+    i, n = 0, len(code)
+    while i < n:
+        c = code[i]
+        at_ns = all(k == "ns" for k in stack)
+        if not at_ns:
+            i += 1
+            continue
+        if c == ";":
+            stmt = code[start:i]
+            if _ASM.search(stmt):
+                yield start, "asm at namespace scope"
+            elif (why := _classify_statement(stmt, ctor_classes)) is not None:
+                yield start + len(stmt) - len(stmt.lstrip()), why
+            start = i + 1
+        elif c == "}":
+            if stack:
+                stack.pop()
+            start = i + 1
+        elif c == "{":
+            head = code[start:i]
+            h = _strip_template_head(head)
+            if re.search(r"\bnamespace\b", h) or re.fullmatch(r"\s*extern\s*\"\s*\"\s*", head):
+                stack.append("ns")
+                start = i + 1
+            elif _top_level(h, "=") >= 0 or (re.search(r"[\w\]]\s*$", h) and "(" not in h
+                                              and not re.search(r"\b(struct|class|union|enum)\b", h)):
+                i = _balanced(code, i, "{", "}")  # an initializer: part of the statement
+                continue
+            else:
+                end = _balanced(code, i, "{", "}")
+                cls = re.search(r"\b(?:struct|class|union)\s+(?:\w+\s+)*?([A-Za-z_]\w*)\s*(?:final\s*)?(?::[^{]*)?$",
+                                h)
+                if cls and "(" not in h.split(cls.group(1))[0]:
+                    name = cls.group(1)
+                    if re.search(r"(?<![\w.>:])~?\s*" + re.escape(name) + r"\s*\(", code[i + 1:end - 1]):
+                        ctor_classes.add(name)
+                    start = end  # `struct S {...} s;` keeps going as one statement
+                    stmt_tail = code[end:code.find(";", end) if code.find(";", end) >= 0 else n]
+                    if cls and re.fullmatch(r"\s*[*&]?\s*[A-Za-z_]\w*\s*", stmt_tail) and name in ctor_classes:
+                        yield end, f"an object of class {name} (which has a constructor) at namespace scope"
+                    i = end
+                    start = code.find(";", end) + 1 if code.find(";", end) >= 0 else n
+                    continue
+                if _ASM.search(head) and not re.search(r"\)\s*$", head.split("asm")[0]):
+                    yield start, "asm at namespace scope"
+                i = end
+                start = end
+                continue
+        i += 1
+
+
+def screen_cuda(source: str, search_dirs: Sequence[Path] = (), root: Optional[Path] = None) -> list[Finding]:
+    """Every finding in a CUDA/C++ candidate, by line. An include is local when it names a file under ``root``
+    found in one of ``search_dirs`` (what nvcc's -I and the original source's directory give the candidate)."""
+    code, strings = _strip_cuda(source)
+    findings: list[Finding] = []
+
+    def add(rule: str, pos: int, detail: str) -> None:
+        findings.append(Finding(rule, _lines_of(code, pos), detail))
+
+    inc = _Includes(list(search_dirs), root.resolve() if root is not None else None)
+    for m in re.finditer(r"^[ \t]*#[ \t]*include[ \t]*([<\"])", code, re.M):
+        if m.group(1) == "<":
+            end = code.find(">", m.end())
+            lit = code[m.end():end] if end > 0 else ""
+        else:
+            lit = next((s for p, s in strings if p == m.end() - 1), "")
+        base = lit.strip().split("/")[-1]
+        if base == "Python.h" or lit.startswith(("pybind11", "nanobind")):
+            add("python-api", m.start(), f"includes {lit}")
+        elif base == "dlfcn.h":
+            add("dynamic-loading", m.start(), f"includes {lit}")
+        elif (p := inc.problem(lit.strip(), m.group(1) == '"')) is not None:
+            add("forbidden-include", m.start(), p)
+    for m in re.finditer(r"^[ \t]*#[ \t]*pragma[ \t]+(init|fini)\b", code, re.M):
+        add("static-initializer", m.start(), f"#pragma {m.group(1)}")
+    for rule, names in _CALLS.items():
+        if names:
+            for m in re.finditer(r"(?<![\w.])(?:::\s*|std\s*::\s*)?(" + "|".join(map(re.escape, names))
+                                 + r")\s*\(", code):
+                add(rule, m.start(), f"calls {m.group(1)}")
+    for rule, rx in _WORDS:
+        for m in rx.finditer(code):
+            word = ' '.join(m.group(0).rstrip('()').split())
+            add(rule, m.start(), 'declares C linkage (extern "C")' if word.startswith("extern") else f"uses {word}")
+    for pos, s in strings:
+        if "/proc/" in s:
+            add("file-access", pos, f"names {s!r}")
+    for m in _ASM.finditer(code):
+        lits = [s for p, s in strings if m.end() <= p < m.end() + 4000 and p < _balanced(code, code.find("(", m.end()),
+                                                                                            "(", ")")]
+        text = " ".join(lits)
+        if (h := _ASM_HOST.search(text)) is not None:
+            add("host-asm", m.start(), f"asm with a host instruction ({h.group(0)})")
+        if (py := re.search(r"\b(_?Py[A-Z_]\w*|dl(open|sym)\w*|system|fork|exec\w*)\b", text)) is not None:
+            add("symbol-interposition", m.start(), f"asm naming {py.group(0)}")
+    for pos, why in _pasting(code):
+        add("token-pasting", pos, why)
+    for pos, why in _namespace_scope(code):
+        add("host-asm" if why.startswith("asm") else "static-initializer", pos, why)
+    seen: set[tuple[str, int, str]] = set()
+    out = []
+    for f in sorted(findings, key=lambda f: f.line):
+        if (f.rule, f.line, f.detail) not in seen:
+            seen.add((f.rule, f.line, f.detail))
+            out.append(f)
+    return out
+
+
+# ------------------------------------------------------------------------------------------ candidates
+
+
+def cuda_search_dirs(op_dir: Path, manifest: Manifest) -> list[Path]:
+    """Where a candidate replacing the op's first source finds quoted and angled includes of the op folder."""
+    r = manifest.recipe
+    assert isinstance(r, CudaJitRecipe)
+    return [(op_dir / r.sources[0]).parent] + [op_dir / d for d in r.include_dirs]
+
+
+def screen_source(source: str, op_dir: Path, manifest: Manifest) -> list[Finding]:
+    """The screen for a candidate's text for this op (its kind from the recipe); [] when it may be built."""
+    if isinstance(manifest.recipe, TritonRecipe):
+        return screen_python(source)
+    if isinstance(manifest.recipe, CudaJitRecipe):
+        return screen_cuda(source, cuda_search_dirs(Path(op_dir), manifest), Path(op_dir))
+    return []
+
+
+def screen_report(candidate: Path, op_dir: Path, manifest: Manifest) -> Optional[BuildReport]:
+    """A failed BuildReport naming the first rule the candidate breaks, or None. The log lists every finding and
+    ends with the first one, because the verdict's error line is the log's last line."""
+    try:
+        findings = screen_source(Path(candidate).read_text(errors="replace"), op_dir, manifest)
+    except OSError as e:
+        return BuildReport(ok=False, log=f"screen: unreadable: line 0 {e}")
+    if not findings:
+        return None
+    rest = [str(f) for f in findings[1:20]]
+    return BuildReport(ok=False, log="\n".join(rest + [str(findings[0])]))
