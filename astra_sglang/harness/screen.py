@@ -156,9 +156,14 @@ class _PythonScreen:
         return False
 
     def _bind(self, target: ast.AST) -> None:
-        for n in ast.walk(target):
-            if isinstance(n, ast.Name):
-                self.tainted.add(n.id)
+        """The names a binding creates (``x``, ``a, *b``), not those it only indexes into (``x[i] = ...``)."""
+        if isinstance(target, ast.Name):
+            self.tainted.add(target.id)
+        elif isinstance(target, (ast.Tuple, ast.List)):
+            for t in target.elts:
+                self._bind(t)
+        elif isinstance(target, ast.Starred):
+            self._bind(target.value)
 
     def collect_names(self) -> None:
         for node in ast.walk(self.tree):
