@@ -342,7 +342,7 @@ def test_build_all_never_compiles_a_screened_cuda_candidate(tmp_path):
     cheat.write_text((CANDS / "fused_add_rmsnorm" / "hand_written.cuh").read_text() + STATIC_CTOR_INTO_PYTHON)
     (report,) = build_all(FAR, load_manifest(FAR), [cheat], ["bfloat16"], EvalConfig(cache_dir=tmp_path / "c"))
     assert not report.ok and report.seconds == 0.0 and not report.resources
-    assert report.log.splitlines()[-1].startswith("screen: symbol-interposition: line ")
+    assert report.log.splitlines()[-1].startswith("screen: python-api: line ")
     units = list((tmp_path / "c").rglob("cuda.cu"))  # the original's build only: the candidate never reached nvcc
     assert len(units) == 1 and str(cheat) not in units[0].read_text()
 
@@ -357,4 +357,4 @@ def test_gpu_evaluate_rejects_the_static_constructor_cheat_with_the_rule(tmp_pat
     cheat.write_text((CANDS / "fused_add_rmsnorm" / "hand_written.cuh").read_text() + STATIC_CTOR_INTO_PYTHON)
     r = evaluate(FAR, cheat, EvalConfig(shapes="test", timing=False))
     assert not r.ok and r.correctness is None
-    assert r.error.startswith("build failed: screen: symbol-interposition: line ")
+    assert r.error.startswith("build failed: screen: python-api: line ")
