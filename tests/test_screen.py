@@ -50,6 +50,9 @@ PY_RULES = {
         ("g = globals()\n", 1, "globals"),
         ("import torch\nname = 'cuda'\ngetattr(torch, name)\n", 3, "computed name"),
         ("import torch\nsetattr(torch, 'cuda', None)\n", 2, "setattr"),
+        ("import functools, torch\nc = functools.reduce(getattr, ['cuda'], torch)\n", 2, "as a value"),
+        ("def f(x: \"__import__('os').system('true')\"):\n    pass\n", 1, "__import__"),
+        ("def f(x: 'not an expression ('):\n    pass\n", 1, "annotation string"),
     ],
     "frame-access": [
         ("def f():\n    try:\n        1 / 0\n    except ZeroDivisionError as e:\n        return e.__traceback__\n", 5,
@@ -70,6 +73,19 @@ PY_RULES = {
         ("import torch\ntorch._C._cuda_synchronize()\n", 2, "_C"),
         ("import torch\ntorch.utils.cpp_extension.load_inline('m', '')\n", 2, "cpp_extension"),
         ("import torch\ntorch._dynamo.reset()\n", 2, "private torch._dynamo"),
+        ("import torch\nt = torch.utils.benchmark.Timer(stmt='pass')\n", 2, "torch.utils.benchmark"),
+        ("import torch\nu = torch.utils\nu.collect_env.run('true')\n", 3, "torch.utils.collect_env"),
+        ("import triton\ntriton.runtime.cache.get_cache_manager('k')\n", 2, "triton.runtime.cache"),
+        ("import typing\ntyping.get_type_hints(len)\n", 2, "get_type_hints"),
+    ],
+    "file-access": [
+        ("import torch\ntorch.save({}, 'astra_sglang/harness/compare.py')\n", 2, "torch.save"),
+        ("import torch as T\nload = T.load\n", 2, "torch.load"),
+    ],
+    "global-state": [
+        ("import torch\ntorch.manual_seed(0)\n", 2, "torch.manual_seed"),
+        ("import torch\ntorch.set_default_dtype(torch.float64)\n", 2, "torch.set_default_dtype"),
+        ("import torch\ntorch.cuda.set_stream(torch.cuda.Stream())\n", 2, "torch.cuda.set_stream"),
     ],
     "module-assignment": [
         ("import torch\ntorch.cuda.Event = object\n", 2, "torch.cuda.Event"),
@@ -126,6 +142,9 @@ CUDA_RULES = {
         ("#include <cstdint>\n#include <thread>\n", 2, "thread"),
         ("#include \"../../../../../usr/include/x86_64-linux-gnu/sys/mman.h\"\n", 1, "outside the op folder"),
         ("#include <sys/syscall.h>\n", 1, "sys/syscall.h"),
+        ("#define H <dlfcn.h>\n#include H\n", 2, "computed"),
+        ("#include_next <cuda_runtime.h>\n", 1, "include_next"),
+        ("#import <cstdio>\n", 1, "#import"),
     ],
     "python-api": [
         ("#include <Python.h>\n", 1, "Python.h"),
@@ -147,6 +166,7 @@ CUDA_RULES = {
         ("void f() { auto r = std::async([] { return 1; }); }\n", 1, "std::async"),
         ("void f(void* p) { mprotect(p, 4096, 7); }\n", 1, "mprotect"),
         ("void f() { setenv(\"TRITON_INTERPRET\", \"0\", 1); }\n", 1, "setenv"),
+        ("void* f() { return __builtin_frame_address(3); }\n", 1, "__builtin_frame_address"),
     ],
     "file-access": [
         ("#include <cstdio>\nvoid f() { FILE* fp = fopen(\"x\", \"w\"); }\n", 2, "fopen"),
@@ -158,6 +178,9 @@ CUDA_RULES = {
          "extern \"C\""),
         ("void g() __attribute__((weak));\n", 1, "weak"),
         ("void h() __attribute__((alias(\"g\")));\n", 1, "alias"),
+        ("#include <cuda_runtime.h>\ncudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t a, cudaEvent_t b) {\n"
+         "  *ms = 0.001f;\n  return cudaSuccess;\n}\n", 2, "cudaEventElapsedTime"),
+        ("void* operator new(unsigned long n) { return nullptr; }\n", 1, "operator new"),
     ],
     "static-initializer": [
         ("__attribute__((constructor)) static void hook() {}\n", 1, "constructor"),
@@ -169,6 +192,7 @@ CUDA_RULES = {
         ("struct R { int a; };\nR r{make_r()};\n", 2, "make_r"),
         ("#pragma init(hook)\n", 1, "#pragma init"),
         ("__attribute__((section(\".init_array\"))) void* p = 0;\n", 1, "section"),
+        ("struct Holder {\n  static inline int hooked = install_hook();\n};\n", 2, "static member hooked"),
     ],
     "host-asm": [
         ("asm(\".section .init_array\\n.quad hook\");\n", 1, "namespace scope"),
@@ -224,6 +248,8 @@ struct Launcher {
 // a comment naming dlopen, fork() and Py_Initialize is not code
 /* neither is extern "C" in a block comment */
 const char* kMessage = "system( and PyRun in a string are not calls";
+inline int cudaShimForRocm(int* x) { return *x; }  // SGLang's ROCm shims define inline cuda* functions
+struct Tag { static inline constexpr int kId = id_of(3); };
 """
     assert screen_cuda(source) == [], [str(f) for f in screen_cuda(source)]
 

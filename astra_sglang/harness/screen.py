@@ -1,58 +1,66 @@
 """Static screening of candidate sources before anything builds, imports or runs them.
 
 A candidate is untrusted code: whatever runs in a process can rebind that process's checker and clock. The worker
-separation is the real defence; this screen rejects, up front and with a named rule, code that has no business in
-a kernel and whose only use is to reach outside it. Each rule is a heuristic on the text, so it errs towards
-rejecting (SGLang's own kernels and every correct candidate in tests/candidates pass, which tests/test_screen.py
-proves); what it cannot see (e.g. an arbitrary computation of an attribute name) is left to the separation.
-A verdict reads ``screen: <rule>: line <n> <detail>``.
+separation is the real defence; this screen rejects up front, with a named rule, code that has no business in a
+kernel and whose use is to reach outside it. The rules are heuristics on the text that err towards rejecting;
+SGLang's own kernels and every correct candidate in tests/candidates pass them (tests/test_screen.py proves it,
+one test per rule). A verdict reads ``screen: <rule>: line <n> <detail>``.
 
-Python / Triton candidates (``ast``; unparsable code is left to the build, which reports the SyntaxError):
-- forbidden-import: only ``torch``, ``triton`` (not their private ``_*`` parts, nor torch's cpp_extension,
-  library, multiprocessing, distributed, hub, package, utils.data; nor triton's backends/runtime.build/tools) and
-  the pure ``math cmath typing typing_extensions functools dataclasses itertools operator numbers enum collections
-  abc fractions heapq bisect __future__``; relative imports are refused (a candidate is one file).
-- forbidden-builtin: ``eval exec compile open globals locals vars __import__ breakpoint input setattr delattr``
-  and ``getattr``/``hasattr`` with a name that is not a string literal (a literal is checked like ``x.name``).
+Python / Triton (``ast``; unparsable code is left to the build, which reports the SyntaxError):
+- forbidden-import: only ``torch``, ``triton`` and the pure ``math cmath typing typing_extensions functools
+  dataclasses itertools operator numbers enum collections abc fractions heapq bisect __future__``; never a private
+  ``_x`` submodule, a denied part (below) or a relative import.
+- forbidden-builtin: ``eval exec compile open globals locals vars __import__ breakpoint input setattr delattr``;
+  ``getattr``/``hasattr`` with a computed name or passed as a value; an annotation string that is no expression
+  (annotation strings are parsed and screened like code: ``typing.get_type_hints`` would evaluate them).
 - frame-access: ``_getframe f_back f_globals f_locals f_builtins f_code tb_frame tb_next gi_frame cr_frame
-  ag_frame`` (as attributes or string literals).
-- dunder-access: any ``__x__`` attribute (``__dict__ __globals__ __code__ __closure__ __class__ __subclasses__
-  __self__ __wrapped__`` ...) except ``__name__ __qualname__ __doc__ __init__``; the names ``__builtins__
-  __import__ __loader__ __spec__``; the same names as string literals.
-- forbidden-attribute: an attribute named like a forbidden module (``torch.os``, ``x.sys``), ``_C
-  cpp_extension load_inline load_library library multiprocessing distributed hub attrgetter methodcaller``, or a
-  private ``_x`` attribute of an imported module (or of anything reached from one by attributes).
+  ag_frame __traceback__`` as attributes, literal getattr names or string literals.
+- dunder-access: any ``__x__`` attribute except ``__name__ __qualname__ __doc__ __init__``; the names
+  ``__builtins__ __import__ __loader__ __spec__``; such names as string literals.
+- forbidden-attribute: an attribute named like a forbidden module (``torch.os``), ``_C cpp_extension load_inline
+  load_library library hub distributed attrgetter methodcaller get_type_hints ForwardRef``, a private ``_x``
+  attribute of a module, and the parts of torch/triton that compile or load native code, run strings as code,
+  start processes or poison caches (``torch.utils.cpp_extension/benchmark/collect_env``, ``torch.jit fx export
+  compile library hub multiprocessing distributed profiler cuda.memory``, ``triton.runtime.cache compiler knobs
+  backends tools``), through any alias.
+- file-access: ``torch.save load from_file serialization``.
+- global-state: ``torch.set_* manual_seed seed random use_deterministic_algorithms backends``,
+  ``torch.cuda.set_* manual_seed* seed random``.
 - module-assignment: assigning, augmenting or deleting an attribute or item of an imported name or of anything
-  reached from one by attributes/items (aliases included: ``E = torch.cuda.Event; E.x = ...``), or of a call's
-  result (``type(t).add = ...``).
+  it reaches by attributes/items (aliases included: ``E = torch.cuda.Event; E.x = ...``), or of a call's result
+  (``type(t).add = ...``).
 - global-rebinding: ``global`` of an imported name.
 
-CUDA candidates (the text after removing comments; string literals are looked at only for includes and asm):
-- forbidden-include: an ``#include`` that is neither a file of the op folder (through the recipe's include dirs
-  or next to the original source) nor on the allowlist (CUDA's ``cuda* cub cute cutlass cooperative_groups
-  curand cublas mma ...``, ``tvm/ffi dlpack``, ``hip``, and the standard C/C++ headers without process,
-  thread, signal, file-system or dynamic-loading facilities).
-- python-api: ``Python.h``, ``Py*``/``_Py*`` identifiers, ``pybind11``, ``nanobind``.
-- dynamic-loading: ``dlopen dlsym dlmopen dlvsym dladdr dlinfo dl_iterate_phdr __libc_dlopen_mode _dl_sym
-  RTLD_* link_map``.
-- process-control: calls of ``fork vfork exec* system popen posix_spawn* pthread_* clone clone3 syscall kill
-  signal sigaction mprotect mmap process_vm_writev setenv putenv unsetenv atexit at_quick_exit``,
-  ``std::thread std::jthread std::async``.
-- file-access: ``fopen freopen tmpfile std::(i|o)?fstream std::filesystem`` and ``/proc/`` paths.
-- symbol-interposition: ``extern "C"`` and the attributes ``alias weak weakref ifunc visibility`` (a C-linkage
-  symbol in the module can shadow libc's, CUDA's or Python's for the whole process).
-- static-initializer: ``__attribute__((constructor|destructor|init_priority|section))``, ``[[gnu::constructor]]``,
-  ``.init_array``/``.ctors`` names, ``#pragma init/fini``, and, at namespace scope (not in function or class
-  bodies, and not ``constexpr``/``constinit``/``__device__``/``__constant__`` variables): a lambda invoked, an
-  initializer that calls anything (``sizeof``/``alignof``/``decltype``/casts excepted), a class-typed
-  direct-initialisation with arguments, or a default-initialised object of a class this file gives a
-  constructor or destructor. Limits: the scanner sees the text, not the preprocessed translation unit; a macro
-  defined elsewhere that expands to such a declaration is not seen, and function-local statics (initialised on
-  the first call, inside the candidate's own run) are allowed.
-- host-asm: ``asm`` at namespace scope (top-level asm can emit sections and symbols), and asm templates that
-  name host system-call instructions (``syscall sysenter int $0x80 svc``); inline PTX in functions is fine.
-- token-pasting: ``##`` joining two macro parameters, or a literal fragment that begins a banned name (the
-  pasted result would escape the name rules above).
+CUDA (the text with comments removed; string literals are read only for includes, asm and ``/proc/``):
+- forbidden-include: ``#include MACRO``, ``#include_next``, ``#import``, or a header that is neither a file of
+  the op folder (through the recipe's include dirs or next to the original source) nor on the allowlist (CUDA's
+  ``cuda* cub cute cutlass cooperative_groups curand cublas thrust ...``, ``tvm/ffi``, ``dlpack``, ``hip``, and
+  the standard C/C++ headers other than thread, process, signal, file-system and dynamic-loading ones).
+- python-api: ``Python.h``, ``Python``, ``Py*``/``_Py*`` identifiers, ``pybind11``, ``nanobind``.
+- dynamic-loading: ``dlfcn.h``, ``dlopen dlsym dlmopen dlvsym dladdr dlinfo dl_iterate_phdr __libc_dlopen_mode
+  _dl_sym RTLD_* link_map``.
+- process-control: calls of ``fork vfork exec* system popen posix_spawn* clone clone3 syscall kill signal
+  sigaction mprotect mmap process_vm_* ptrace setenv putenv unsetenv atexit at_quick_exit``; ``pthread_*
+  std::thread std::jthread std::async __builtin_frame_address __builtin_return_address environ``.
+- file-access: ``fopen freopen tmpfile creat openat std::*fstream std::filesystem``, ``/proc/`` paths.
+- symbol-interposition: ``extern "C"``, the attributes ``alias weak weakref ifunc visibility``, a global
+  non-inline, non-static function named like a CUDA, libc or Python API or ``operator new/delete``, and asm
+  templates naming such symbols.
+- static-initializer: ``constructor destructor init_priority section`` attributes, ``[[gnu::constructor]]``,
+  ``init_array``/``ctors`` names, ``#pragma init/fini``; at namespace scope (outside function and class bodies;
+  ``constexpr constinit __device__ __constant__`` variables excepted): a lambda invoked, an initializer that
+  calls anything (``sizeof alignof decltype`` and casts excepted), a class-typed direct-initialisation with
+  arguments, or a default-initialised object of a class this file gives a constructor or destructor; in class
+  bodies, a ``static inline`` member initialised by a call. Limits: the scanner reads the text, not the
+  preprocessed unit (a macro defined elsewhere that expands to such a declaration is not seen, nor is a class
+  with a constructor defined in a header); function-local statics, initialised on first call inside the
+  candidate's own run, are allowed.
+- host-asm: ``asm`` at namespace scope (it can emit sections and symbols) and asm templates naming host
+  system-call instructions (``syscall sysenter int $0x80 svc``); inline PTX inside functions is fine.
+- token-pasting: ``##`` joining two macro parameters, or a fragment that begins a banned name.
+
+Out of reach of any text screen, left to the separation: raw-pointer reads and writes of host memory, APIs of
+the allowed libraries not listed here, and a name built at run time from pieces.
 """
 
 from __future__ import annotations
@@ -77,6 +85,11 @@ class Finding:
         return f"screen: {self.rule}: line {self.line} {self.detail}"
 
 
+def _unique(findings: list[Finding]) -> list[Finding]:
+    """By line (stable, so the rule order of the checks breaks ties), each finding once."""
+    return list(dict.fromkeys(sorted(findings, key=lambda f: f.line)))
+
+
 # ---------------------------------------------------------------------------------------------- Python
 
 ALLOWED_MODULES = frozenset({
@@ -89,9 +102,21 @@ FORBIDDEN_MODULES = frozenset({
     "astra_sglang", "faulthandler", "code", "codeop", "runpy", "pathlib", "shutil", "io", "tempfile", "mmap",
     "resource", "traceback", "time", "asyncio", "concurrent", "sysconfig", "site", "cffi", "numpy",
 })
-_DENIED_SUBMODULES = ("torch.utils.cpp_extension", "torch.multiprocessing", "torch.distributed", "torch.library",
-                      "torch.hub", "torch.package", "torch.utils.data", "triton.backends", "triton.runtime.build",
-                      "triton.tools")
+# parts of the allowed libraries that compile or load native code, run strings as code, start processes, write
+# files or change process-wide state: (dotted prefix, rule)
+_DENIED_PATHS = tuple((p, "forbidden-attribute") for p in (
+    "torch.utils.cpp_extension", "torch.utils.benchmark", "torch.utils.collect_env", "torch.utils.bottleneck",
+    "torch.utils.hipify", "torch.utils.tensorboard", "torch.utils.data", "torch.multiprocessing",
+    "torch.distributed", "torch.library", "torch.hub", "torch.package", "torch.jit", "torch.fx", "torch.export",
+    "torch.onnx", "torch.profiler", "torch.compile", "torch.compiler", "torch.ops.load_library", "torch.classes",
+    "torch.cuda.memory", "torch.cuda.CUDAPluggableAllocator", "torch.cuda.change_current_allocator",
+    "triton.backends", "triton.runtime.build", "triton.runtime.cache", "triton.tools", "triton.compiler",
+    "triton.knobs",
+)) + tuple((p, "file-access") for p in ("torch.save", "torch.load", "torch.from_file", "torch.serialization")) + \
+    tuple((p, "global-state") for p in (
+        "torch.set_", "torch.manual_seed", "torch.seed", "torch.random", "torch.use_deterministic_algorithms",
+        "torch.cuda.manual_seed", "torch.cuda.seed", "torch.cuda.set_", "torch.cuda.random", "torch.backends",
+    ))
 _FORBIDDEN_BUILTINS = frozenset({"eval", "exec", "compile", "open", "globals", "locals", "vars", "__import__",
                                  "breakpoint", "input", "setattr", "delattr"})
 _FRAME_ATTRS = frozenset({"_getframe", "f_back", "f_globals", "f_locals", "f_builtins", "f_code", "tb_frame",
@@ -99,7 +124,8 @@ _FRAME_ATTRS = frozenset({"_getframe", "f_back", "f_globals", "f_locals", "f_bui
 _DUNDER_OK = frozenset({"__name__", "__qualname__", "__doc__", "__init__"})
 _DUNDER_NAMES = frozenset({"__builtins__", "__import__", "__loader__", "__spec__"})
 _FORBIDDEN_ATTRS = FORBIDDEN_MODULES | {"_C", "cpp_extension", "load_inline", "load_library", "library", "hub",
-                                        "distributed", "attrgetter", "methodcaller"}
+                                        "distributed", "attrgetter", "methodcaller", "get_type_hints",
+                                        "ForwardRef", "CUDAPluggableAllocator", "change_current_allocator"}
 _DUNDER = re.compile(r"^__\w+__$")
 
 
@@ -110,9 +136,16 @@ def _module_problem(name: str) -> Optional[str]:
             ": candidates must not import sglang or astra_sglang" if parts[0] in ("sglang", "astra_sglang") else "")
     if parts[0] not in ALLOWED_MODULES:
         return f"imports {name} (not on the allowlist: {', '.join(sorted(ALLOWED_MODULES))})"
-    if any(p.startswith("_") for p in parts[1:]) or any(name == d or name.startswith(d + ".")
-                                                        for d in _DENIED_SUBMODULES):
+    if any(p.startswith("_") for p in parts[1:]) or _denied_path(name) is not None:
         return f"imports {name} (a private or process-level part of {parts[0]})"
+    return None
+
+
+def _denied_path(path: str) -> Optional[str]:
+    """The rule a dotted name of torch/triton breaks (``torch.set_`` covers every ``torch.set_*``), or None."""
+    for prefix, rule in _DENIED_PATHS:
+        if path == prefix or path.startswith(prefix if prefix.endswith("_") else prefix + "."):
+            return rule
     return None
 
 
@@ -131,6 +164,7 @@ class _PythonScreen:
         self.tree = tree
         self.imported: set[str] = set()
         self.tainted: set[str] = set()  # imported names and names bound to what they reach by attributes
+        self.paths: dict[str, str] = {}  # such a name -> the dotted path it stands for, where known
         self.findings: list[Finding] = []
 
     def add(self, rule: str, node: ast.AST, detail: str) -> None:
@@ -155,6 +189,18 @@ class _PythonScreen:
             return self.reaches_module(e.args[0])
         return False
 
+    def dotted(self, e: ast.AST) -> Optional[str]:
+        if isinstance(e, ast.Name):
+            return self.paths.get(e.id)
+        if isinstance(e, ast.Attribute):
+            base = self.dotted(e.value)
+            return f"{base}.{e.attr}" if base else None
+        if isinstance(e, ast.Call) and isinstance(e.func, ast.Name) and e.func.id == "getattr" and len(e.args) > 1 \
+                and isinstance(e.args[1], ast.Constant) and isinstance(e.args[1].value, str):
+            base = self.dotted(e.args[0])
+            return f"{base}.{e.args[1].value}" if base else None
+        return None
+
     def _bind(self, target: ast.AST) -> None:
         """The names a binding creates (``x``, ``a, *b``), not those it only indexes into (``x[i] = ...``)."""
         if isinstance(target, ast.Name):
@@ -172,13 +218,19 @@ class _PythonScreen:
                     name = a.asname or a.name.split(".")[0]
                     self.imported.add(name)
                     self.tainted.add(name)
+                    if isinstance(node, ast.Import):
+                        self.paths[name] = a.name if a.asname else name
+                    elif not node.level and a.name != "*":
+                        self.paths[name] = f"{node.module}.{a.name}"
         changed = True
         while changed:  # aliases of aliases, in any order of definition
-            before = len(self.tainted)
+            before = len(self.tainted) + len(self.paths)
             for node in ast.walk(self.tree):
                 if isinstance(node, ast.Assign) and self.reaches_module(node.value):
                     for t in node.targets:
                         self._bind(t)
+                        if isinstance(t, ast.Name) and (path := self.dotted(node.value)) and t.id not in self.paths:
+                            self.paths[t.id] = path
                 elif isinstance(node, (ast.AnnAssign, ast.NamedExpr)) and self.reaches_module(node.value):
                     self._bind(node.target)
                 elif isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension)) and self.reaches_module(node.iter):
@@ -193,7 +245,7 @@ class _PythonScreen:
                             (k, d) for k, d in zip(a.kwonlyargs, a.kw_defaults) if d is not None]:
                         if self.reaches_module(d):
                             self.tainted.add(arg.arg)
-            changed = len(self.tainted) != before
+            changed = len(self.tainted) + len(self.paths) != before
 
     def check_target(self, t: ast.AST, verb: str) -> None:
         if isinstance(t, (ast.Tuple, ast.List)):
@@ -214,9 +266,31 @@ class _PythonScreen:
         elif self.reaches_module(t.value):
             self.add("module-assignment", t, f"{verb} {what} (reached from an imported module)")
 
+    def annotation_trees(self) -> Iterator[ast.AST]:
+        """String annotations parsed as the expressions they are (``typing.get_type_hints`` and friends evaluate
+        them), each carrying its line; an annotation string that is no expression is a finding."""
+        for node in ast.walk(self.tree):
+            ann = [node.annotation] if isinstance(node, (ast.arg, ast.AnnAssign)) and node.annotation else []
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.returns is not None:
+                ann.append(node.returns)
+            for a in ann:
+                for c in ast.walk(a):
+                    if isinstance(c, ast.Constant) and isinstance(c.value, str):
+                        try:
+                            expr = ast.parse(c.value.strip(), mode="eval")
+                        except SyntaxError:
+                            self.add("forbidden-builtin", c, f"has an annotation string that is no expression: "
+                                                             f"{c.value[:60]!r}")
+                            continue
+                        for n in ast.walk(expr):
+                            n.lineno = c.lineno  # type: ignore[attr-defined]
+                        yield expr
+
     def run(self) -> list[Finding]:
         self.collect_names()
-        for node in ast.walk(self.tree):
+        called = {id(n.func) for n in ast.walk(self.tree) if isinstance(n, ast.Call)}
+        trees = [self.tree, *self.annotation_trees()]
+        for node in (n for t in trees for n in ast.walk(t)):
             if isinstance(node, ast.Import):
                 for a in node.names:
                     if (p := _module_problem(a.name)) is not None:
@@ -238,11 +312,17 @@ class _PythonScreen:
             elif isinstance(node, ast.Name):
                 if node.id in _FORBIDDEN_BUILTINS and node.id not in self.imported:
                     self.add("forbidden-builtin", node, f"uses {node.id}")
+                elif node.id in ("getattr", "hasattr") and id(node) not in called and node.id not in self.imported:
+                    self.add("forbidden-builtin", node, f"uses {node.id} as a value (names it could compute)")
                 elif node.id in _DUNDER_NAMES:
                     self.add("dunder-access", node, f"uses {node.id}")
+                elif (path := self.paths.get(node.id)) and (rule := _denied_path(path)) is not None:
+                    self.add(rule, node, f"uses {path}")
             elif isinstance(node, ast.Attribute):
                 if (hit := _attr_problem(node.attr)) is not None:
                     self.add(hit[0], node, hit[1])
+                elif (path := self.dotted(node)) and (rule := _denied_path(path)) is not None:
+                    self.add(rule, node, f"uses {path}")
                 elif node.attr.startswith("_") and not _DUNDER.match(node.attr) and self.reaches_module(node.value):
                     self.add("forbidden-attribute", node, f"reaches the private {ast.unparse(node)}")
             elif isinstance(node, ast.Constant) and isinstance(node.value, str):
@@ -265,7 +345,7 @@ class _PythonScreen:
                 for n in node.names:
                     if n in self.imported:
                         self.add("global-rebinding", node, f"declares the imported name {n} global")
-        return sorted(self.findings, key=lambda f: f.line)
+        return _unique(self.findings)
 
 
 def screen_python(source: str) -> list[Finding]:
@@ -309,9 +389,10 @@ _CALLS = {
     "file-access": ("fopen", "fopen64", "freopen", "tmpfile", "creat", "openat"),
 }
 _WORDS = [
-    ("python-api", re.compile(r"\b(_?Py[A-Z_]\w*|pybind11|nanobind|PYBIND11_\w+|NB_MODULE)\b")),
+    ("python-api", re.compile(r"\b(_?Py[A-Z_]\w*|Python|pybind11|nanobind|PYBIND11_\w+|NB_MODULE)\b")),
     ("dynamic-loading", re.compile(r"\b(RTLD_\w+|link_map|dlfcn)\b")),
-    ("process-control", re.compile(r"\b(pthread_\w+|std\s*::\s*(thread|jthread|async)|__NR_\w+)\b")),
+    ("process-control", re.compile(r"\b(pthread_\w+|std\s*::\s*(thread|jthread|async)|__NR_\w+|"
+                                   r"__builtin_(frame|return)_address|__builtin_extract_return_addr|environ)\b")),
     ("file-access", re.compile(r"\bstd\s*::\s*(ifstream|ofstream|fstream|filesystem|basic_\w*fstream)\b")),
     ("symbol-interposition", re.compile(r"\bextern\s*\"[^\"\n]*\"|\b(alias|weakref|ifunc|visibility)\s*\(|"
                                         r"__attribute__\s*\(\([^)]*\bweak\b|\[\[\s*gnu\s*::\s*weak\b")),
@@ -542,61 +623,73 @@ def _classify_statement(stmt: str, ctor_classes: set[str]) -> Optional[str]:
     return None
 
 
-def _namespace_scope(code: str) -> Iterator[tuple[int, str]]:
-    """(position, reason) for each namespace-scope statement that would run code when the module loads, and for
-    top-level asm. ``code`` has comments removed and literals blanked."""
+_INTERPOSABLE = re.compile(r"^((cuda|cu|nvrtc|cublas|nccl|ncclx)[A-Z]\w*|_?Py\w+|operator\s*(new|delete)\b.*|"
+                           r"(malloc|calloc|realloc|free|memcpy|memmove|memset|dlopen|dlsym|open|read|write|close|"
+                           r"exit|_exit|abort|getenv|pthread_\w+|clock_gettime|gettimeofday|time)$)")
+_STATIC_MEMBER = re.compile(r"\b(?:static\s+inline|inline\s+static)\b([^;{}()]*?)\b([A-Za-z_]\w*)\s*"
+                            r"(=[^;]*|\{[^;]*\})\s*;")
+
+
+def _namespace_scope(code: str) -> Iterator[tuple[int, str, str]]:
+    """(position, rule, reason) for what runs or binds at load time outside any function: namespace-scope
+    statements with dynamic initialisation, top-level asm, global functions that would shadow a CUDA, libc or
+    Python symbol, and class-scope ``static inline`` members initialised by a call. ``code`` has comments
+    removed and literals blanked."""
     code = re.sub(r"^[ \t]*#.*(?:\\\n.*)*", lambda m: re.sub(r"[^\n]", " ", m.group(0)), code, flags=re.M)
     ctor_classes: set[str] = set()
-    stack: list[str] = []
-    start = 0
-    i, n = 0, len(code)
+    depth = 0  # open namespace blocks (function and class bodies are skipped whole)
+    start, i, n = 0, 0, len(code)
     while i < n:
         c = code[i]
-        at_ns = all(k == "ns" for k in stack)
-        if not at_ns:
-            i += 1
-            continue
         if c == ";":
             stmt = code[start:i]
             if _ASM.search(stmt):
-                yield start, "asm at namespace scope"
+                yield start, "host-asm", "asm at namespace scope"
             elif (why := _classify_statement(stmt, ctor_classes)) is not None:
-                yield start + len(stmt) - len(stmt.lstrip()), why
+                yield start + len(stmt) - len(stmt.lstrip()), "static-initializer", why
             start = i + 1
         elif c == "}":
-            if stack:
-                stack.pop()
+            depth = max(0, depth - 1)
             start = i + 1
         elif c == "{":
             head = code[start:i]
             h = _strip_template_head(head)
             if re.search(r"\bnamespace\b", h) or re.fullmatch(r"\s*extern\s*\"\s*\"\s*", head):
-                stack.append("ns")
+                depth += 1
                 start = i + 1
-            elif _top_level(h, "=") >= 0 or (re.search(r"[\w\]]\s*$", h) and "(" not in h
-                                              and not re.search(r"\b(struct|class|union|enum)\b", h)):
+                i += 1
+                continue
+            if _top_level(h, "=") >= 0 or (re.search(r"[\w\]]\s*$", h) and "(" not in h
+                                            and not re.search(r"\b(struct|class|union|enum)\b", h)):
                 i = _balanced(code, i, "{", "}")  # an initializer: part of the statement
                 continue
-            else:
-                end = _balanced(code, i, "{", "}")
-                cls = re.search(r"\b(?:struct|class|union)\s+(?:\w+\s+)*?([A-Za-z_]\w*)\s*(?:final\s*)?(?::[^{]*)?$",
-                                h)
-                if cls and "(" not in h.split(cls.group(1))[0]:
-                    name = cls.group(1)
-                    if re.search(r"(?<![\w.>:])~?\s*" + re.escape(name) + r"\s*\(", code[i + 1:end - 1]):
-                        ctor_classes.add(name)
-                    start = end  # `struct S {...} s;` keeps going as one statement
-                    stmt_tail = code[end:code.find(";", end) if code.find(";", end) >= 0 else n]
-                    if cls and re.fullmatch(r"\s*[*&]?\s*[A-Za-z_]\w*\s*", stmt_tail) and name in ctor_classes:
-                        yield end, f"an object of class {name} (which has a constructor) at namespace scope"
-                    i = end
-                    start = code.find(";", end) + 1 if code.find(";", end) >= 0 else n
-                    continue
-                if _ASM.search(head) and not re.search(r"\)\s*$", head.split("asm")[0]):
-                    yield start, "asm at namespace scope"
-                i = end
-                start = end
+            end = _balanced(code, i, "{", "}")
+            body = code[i + 1:end - 1]
+            cls = re.search(r"\b(?:struct|class|union)\s+(?:\w+\s+)*?([A-Za-z_]\w*)\s*(?:final\s*)?(?::[^{]*)?$", h)
+            if cls and "(" not in h[:cls.start(1)]:  # a class body: its statics, its constructors, `} obj;`
+                name = cls.group(1)
+                for m in _STATIC_MEMBER.finditer(body):
+                    if "constexpr" not in m.group(1) and (what := _has_call(m.group(3).lstrip("="))):
+                        yield i + 1 + m.start(), "static-initializer", \
+                            f"static member {m.group(2)} initialised by {what}"
+                if re.search(r"(?<![\w.>:])~?\s*" + re.escape(name) + r"\s*\(", body):
+                    ctor_classes.add(name)
+                semi = code.find(";", end)
+                semi = n if semi < 0 else semi
+                if name in ctor_classes and re.fullmatch(r"\s*[*&]?\s*[A-Za-z_]\w*\s*", code[end:semi]):
+                    yield end, "static-initializer", \
+                        f"an object of class {name} (which has a constructor) at namespace scope"
+                i = start = min(semi + 1, n)
                 continue
+            if _ASM.search(head) and not re.search(r"\)\s*$", head.split("asm")[0]):
+                yield start, "host-asm", "asm at namespace scope"
+            fn = re.search(r"(operator\s*(?:new|delete)(?:\s*\[\s*\])?|[A-Za-z_][\w:]*)\s*\(", h)
+            if depth == 0 and fn and _INTERPOSABLE.match(fn.group(1)) and not re.search(
+                    r"\b(inline|static|__forceinline__|__device__|__global__)\b", h[:fn.start()]):
+                yield start + len(head) - len(head.lstrip()), "symbol-interposition", \
+                    f"defines the global function {' '.join(fn.group(1).split())} (shadows the library's symbol)"
+            i = start = end
+            continue
         i += 1
 
 
@@ -623,6 +716,8 @@ def screen_cuda(source: str, search_dirs: Sequence[Path] = (), root: Optional[Pa
             add("dynamic-loading", m.start(), f"includes {lit}")
         elif (p := inc.problem(lit.strip(), m.group(1) == '"')) is not None:
             add("forbidden-include", m.start(), p)
+    for m in re.finditer(r"^[ \t]*#[ \t]*(include_next|import|include(?![ \t]*[<\"]))\b", code, re.M):
+        add("forbidden-include", m.start(), f"#{m.group(1)} (a computed or non-standard include)")
     for m in re.finditer(r"^[ \t]*#[ \t]*pragma[ \t]+(init|fini)\b", code, re.M):
         add("static-initializer", m.start(), f"#pragma {m.group(1)}")
     for rule, names in _CALLS.items():
@@ -647,15 +742,9 @@ def screen_cuda(source: str, search_dirs: Sequence[Path] = (), root: Optional[Pa
             add("symbol-interposition", m.start(), f"asm naming {py.group(0)}")
     for pos, why in _pasting(code):
         add("token-pasting", pos, why)
-    for pos, why in _namespace_scope(code):
-        add("host-asm" if why.startswith("asm") else "static-initializer", pos, why)
-    seen: set[tuple[str, int, str]] = set()
-    out = []
-    for f in sorted(findings, key=lambda f: f.line):
-        if (f.rule, f.line, f.detail) not in seen:
-            seen.add((f.rule, f.line, f.detail))
-            out.append(f)
-    return out
+    for pos, rule, why in _namespace_scope(code):
+        add(rule, pos, why)
+    return _unique(findings)
 
 
 # ------------------------------------------------------------------------------------------ candidates
