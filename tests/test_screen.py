@@ -126,7 +126,7 @@ def test_python_code_that_only_looks_risky_passes():
         "@functools.lru_cache(maxsize=None)\ndef blocks(d: int) -> int:\n    return triton.next_power_of_2(d)\n"
         "class Cfg:\n    def __init__(self, n):\n        self.n = n\n"
         "def run(out: torch.Tensor, out2: Optional[torch.Tensor] = None):\n"
-        "    out[...] = 0\n    buf = torch.empty(3)\n    buf[1:] = math.inf\n    cfg = Cfg(3)\n    cfg.n += 1\n"
+        "    out[...] = 0\n    buf = torch.empty(3)\n    buf[1:] = math.inf\n    out.view(-1)[:2] = buf[:2]\n    cfg = Cfg(3)\n    cfg.n += 1\n"
         "    d = {}\n    d['a'] = getattr(out, 'shape')\n    if __name__ == '__main__':\n        pass\n"
         "    return out, blocks.__name__\n"
     )

@@ -10,25 +10,27 @@ Python / Triton (``ast``; unparsable code is left to the build, which reports th
 - forbidden-import: only ``torch``, ``triton`` and the pure ``math cmath typing typing_extensions functools
   dataclasses itertools operator numbers enum collections abc fractions heapq bisect __future__``; never a private
   ``_x`` submodule, a denied part (below) or a relative import.
-- forbidden-builtin: ``eval exec compile open globals locals vars __import__ breakpoint input setattr delattr``;
+- forbidden-builtin: ``eval exec compile open globals locals vars __import__ breakpoint setattr delattr``;
   ``getattr``/``hasattr`` with a computed name or passed as a value; an annotation string that is no expression
   (annotation strings are parsed and screened like code: ``typing.get_type_hints`` would evaluate them).
 - frame-access: ``_getframe f_back f_globals f_locals f_builtins f_code tb_frame tb_next gi_frame cr_frame
   ag_frame __traceback__`` as attributes, literal getattr names or string literals.
-- dunder-access: any ``__x__`` attribute except ``__name__ __qualname__ __doc__ __init__``; the names
+- dunder-access: any ``__x__`` attribute except ``__name__ __qualname__ __doc__ __init__ __version__ __file__
+  __module__``; the names
   ``__builtins__ __import__ __loader__ __spec__``; such names as string literals.
-- forbidden-attribute: an attribute named like a forbidden module (``torch.os``), ``_C cpp_extension load_inline
-  load_library library hub distributed attrgetter methodcaller get_type_hints ForwardRef``, a private ``_x``
-  attribute of a module, and the parts of torch/triton that compile or load native code, run strings as code,
-  start processes or poison caches (``torch.utils.cpp_extension/benchmark/collect_env``, ``torch.jit fx export
-  compile library hub multiprocessing distributed profiler cuda.memory``, ``triton.runtime.cache compiler knobs
-  backends tools``), through any alias.
+- forbidden-attribute: an attribute named like a process-level module (``torch.os``, ``x.sys``), ``_C
+  cpp_extension load_inline load_library library hub distributed attrgetter methodcaller get_type_hints
+  ForwardRef``, a private ``_x`` attribute of a module (``triton.language``'s device helpers excepted), and,
+  through any alias, the parts of torch/triton that compile or load native code, run strings as code, start
+  processes or poison caches: ``torch.utils.cpp_extension/benchmark/collect_env``, ``torch.jit fx export compile
+  compiler library hub multiprocessing distributed profiler cuda.memory`` (``torch.compiler.is_compiling`` and
+  ``disable`` excepted), ``triton.runtime.cache/build``, ``triton.compiler``, ``triton.backends``.
 - file-access: ``torch.save load from_file serialization``.
-- global-state: ``torch.set_* manual_seed seed random use_deterministic_algorithms backends``,
-  ``torch.cuda.set_* manual_seed* seed random``.
+- global-state: ``torch.set_* manual_seed seed random use_deterministic_algorithms``, ``torch.cuda.set_*
+  manual_seed* seed random``.
 - module-assignment: assigning, augmenting or deleting an attribute or item of an imported name or of anything
-  it reaches by attributes/items (aliases included: ``E = torch.cuda.Event; E.x = ...``), or of a call's result
-  (``type(t).add = ...``).
+  it reaches by attributes/items (aliases included: ``E = torch.cuda.Event; E.x = ...``), or an attribute of a
+  call's result (``type(t).add = ...``; items of one, ``x.view(-1)[i] = v``, are fine).
 - global-rebinding: ``global`` of an imported name.
 
 CUDA (the text with comments removed; string literals are read only for includes, asm and ``/proc/``):
@@ -103,27 +105,34 @@ FORBIDDEN_MODULES = frozenset({
     "resource", "traceback", "time", "asyncio", "concurrent", "sysconfig", "site", "cffi", "numpy",
 })
 # parts of the allowed libraries that compile or load native code, run strings as code, start processes, write
-# files or change process-wide state: (dotted prefix, rule)
+# files or change process-wide state: (dotted prefix, rule); assignments into the rest are module-assignment
 _DENIED_PATHS = tuple((p, "forbidden-attribute") for p in (
     "torch.utils.cpp_extension", "torch.utils.benchmark", "torch.utils.collect_env", "torch.utils.bottleneck",
     "torch.utils.hipify", "torch.utils.tensorboard", "torch.utils.data", "torch.multiprocessing",
     "torch.distributed", "torch.library", "torch.hub", "torch.package", "torch.jit", "torch.fx", "torch.export",
     "torch.onnx", "torch.profiler", "torch.compile", "torch.compiler", "torch.ops.load_library", "torch.classes",
     "torch.cuda.memory", "torch.cuda.CUDAPluggableAllocator", "torch.cuda.change_current_allocator",
-    "triton.backends", "triton.runtime.build", "triton.runtime.cache", "triton.tools", "triton.compiler",
-    "triton.knobs",
+    "triton.backends", "triton.runtime.build", "triton.runtime.cache", "triton.compiler", "triton.tools.disasm",
+    "triton.tools.compile", "triton.tools.link",
 )) + tuple((p, "file-access") for p in ("torch.save", "torch.load", "torch.from_file", "torch.serialization")) + \
     tuple((p, "global-state") for p in (
         "torch.set_", "torch.manual_seed", "torch.seed", "torch.random", "torch.use_deterministic_algorithms",
-        "torch.cuda.manual_seed", "torch.cuda.seed", "torch.cuda.set_", "torch.cuda.random", "torch.backends",
+        "torch.cuda.manual_seed", "torch.cuda.seed", "torch.cuda.set_", "torch.cuda.random",
     ))
+# harmless names under a denied prefix that SGLang's own kernels use
+_ALLOWED_PATHS = ("torch.compiler.is_compiling", "torch.compiler.is_dynamo_compiling", "torch.compiler.disable")
 _FORBIDDEN_BUILTINS = frozenset({"eval", "exec", "compile", "open", "globals", "locals", "vars", "__import__",
-                                 "breakpoint", "input", "setattr", "delattr"})
+                                 "breakpoint", "setattr", "delattr"})
 _FRAME_ATTRS = frozenset({"_getframe", "f_back", "f_globals", "f_locals", "f_builtins", "f_code", "tb_frame",
                           "tb_next", "gi_frame", "cr_frame", "ag_frame", "__traceback__"})
-_DUNDER_OK = frozenset({"__name__", "__qualname__", "__doc__", "__init__"})
+_DUNDER_OK = frozenset({"__name__", "__qualname__", "__doc__", "__init__", "__version__", "__file__", "__module__"})
 _DUNDER_NAMES = frozenset({"__builtins__", "__import__", "__loader__", "__spec__"})
-_FORBIDDEN_ATTRS = FORBIDDEN_MODULES | {"_C", "cpp_extension", "load_inline", "load_library", "library", "hub",
+# modules whose only use as an attribute (``torch.os``, ``jit.sys``) is a way around the import rule; not every
+# forbidden module (``x.numpy()``, ``err.code`` and ``t.time`` are ordinary attributes)
+_MODULE_ATTRS = frozenset({"sys", "os", "gc", "inspect", "ctypes", "posix", "subprocess", "threading", "_thread",
+                           "multiprocessing", "importlib", "builtins", "pickle", "marshal", "weakref", "atexit",
+                           "sglang", "astra_sglang", "faulthandler", "runpy", "shutil", "socket", "cffi"})
+_FORBIDDEN_ATTRS = _MODULE_ATTRS | {"_C", "cpp_extension", "load_inline", "load_library", "library", "hub",
                                         "distributed", "attrgetter", "methodcaller", "get_type_hints",
                                         "ForwardRef", "CUDAPluggableAllocator", "change_current_allocator"}
 _DUNDER = re.compile(r"^__\w+__$")
@@ -143,6 +152,8 @@ def _module_problem(name: str) -> Optional[str]:
 
 def _denied_path(path: str) -> Optional[str]:
     """The rule a dotted name of torch/triton breaks (``torch.set_`` covers every ``torch.set_*``), or None."""
+    if any(a == path or a.startswith(path + ".") for a in _ALLOWED_PATHS):
+        return None
     for prefix, rule in _DENIED_PATHS:
         if path == prefix or path.startswith(prefix if prefix.endswith("_") else prefix + "."):
             return rule
@@ -261,7 +272,7 @@ class _PythonScreen:
         while isinstance(base, (ast.Attribute, ast.Subscript)):
             base = base.value
         what = ast.unparse(t)
-        if isinstance(base, ast.Call):
+        if isinstance(base, ast.Call) and isinstance(t, ast.Attribute):  # `x.view(-1)[i] = v` is ordinary
             self.add("module-assignment", t, f"{verb} {what} (an attribute of a call's result)")
         elif self.reaches_module(t.value):
             self.add("module-assignment", t, f"{verb} {what} (reached from an imported module)")
@@ -323,7 +334,8 @@ class _PythonScreen:
                     self.add(hit[0], node, hit[1])
                 elif (path := self.dotted(node)) and (rule := _denied_path(path)) is not None:
                     self.add(rule, node, f"uses {path}")
-                elif node.attr.startswith("_") and not _DUNDER.match(node.attr) and self.reaches_module(node.value):
+                elif node.attr.startswith("_") and not _DUNDER.match(node.attr) and self.reaches_module(node.value) \
+                        and not (self.dotted(node) or "").startswith("triton.language."):
                     self.add("forbidden-attribute", node, f"reaches the private {ast.unparse(node)}")
             elif isinstance(node, ast.Constant) and isinstance(node.value, str):
                 v = node.value
