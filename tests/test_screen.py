@@ -77,6 +77,7 @@ PY_RULES = {
         ("import torch\nu = torch.utils\nu.collect_env.run('true')\n", 3, "torch.utils.collect_env"),
         ("import triton\ntriton.runtime.cache.get_cache_manager('k')\n", 2, "triton.runtime.cache"),
         ("import typing\ntyping.get_type_hints(len)\n", 2, "get_type_hints"),
+        ("import torch\ndef u():\n    return torch.utils\nu().benchmark.Timer(stmt='pass')\n", 4, "hides"),
     ],
     "file-access": [
         ("import torch\ntorch.save({}, 'astra_sglang/harness/compare.py')\n", 2, "torch.save"),
@@ -125,8 +126,10 @@ def test_python_code_that_only_looks_risky_passes():
         "@triton.jit\ndef k(x, BLOCK: tl.constexpr):\n    tl.store(x + tl.arange(0, BLOCK), 0.0)\n"
         "@functools.lru_cache(maxsize=None)\ndef blocks(d: int) -> int:\n    return triton.next_power_of_2(d)\n"
         "class Cfg:\n    def __init__(self, n):\n        self.n = n\n"
+        "conf = triton.Config({'BLOCK': 64}, num_warps=4)\nconf.num_stages = 2\n"
         "def run(out: torch.Tensor, out2: Optional[torch.Tensor] = None):\n"
-        "    out[...] = 0\n    buf = torch.empty(3)\n    buf[1:] = math.inf\n    out.view(-1)[:2] = buf[:2]\n    cfg = Cfg(3)\n    cfg.n += 1\n"
+        "    out[...] = 0\n    buf = torch.empty(3)\n    buf[1:] = math.inf\n    out.view(-1)[:2] = buf[:2]\n"
+        "    cfg = Cfg(3)\n    cfg.n += 1\n"
         "    d = {}\n    d['a'] = getattr(out, 'shape')\n    if __name__ == '__main__':\n        pass\n"
         "    return out, blocks.__name__\n"
     )
@@ -343,7 +346,8 @@ def test_the_loops_form_check_reports_the_same_rule():
     m = load_manifest(MERGE)
     original = (MERGE / m.recipe.source).read_text()
     assert check_source(original, MERGE, m) is None
-    assert check_source(CHECKER_REBIND + original, MERGE, m) == "screen: forbidden-import: line 1 imports sys (forbidden)"
+    expected = "screen: forbidden-import: line 1 imports sys (forbidden)"
+    assert check_source(CHECKER_REBIND + original, MERGE, m) == expected
 
 
 FAR = EXTRACTED / "fused_add_rmsnorm"

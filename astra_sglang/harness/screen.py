@@ -8,26 +8,26 @@ one test per rule). A verdict reads ``screen: <rule>: line <n> <detail>``.
 
 Python / Triton (``ast``; unparsable code is left to the build, which reports the SyntaxError):
 - forbidden-import: only ``torch``, ``triton`` and the pure ``math cmath typing typing_extensions functools
-  dataclasses itertools operator numbers enum collections abc fractions heapq bisect __future__``; never a private
-  ``_x`` submodule, a denied part (below) or a relative import.
+  dataclasses itertools operator numbers enum collections abc fractions heapq bisect contextlib re __future__``;
+  never a private ``_x`` submodule, a denied part (below) or a relative import.
 - forbidden-builtin: ``eval exec compile open globals locals vars __import__ breakpoint setattr delattr``;
   ``getattr``/``hasattr`` with a computed name or passed as a value; an annotation string that is no expression
   (annotation strings are parsed and screened like code: ``typing.get_type_hints`` would evaluate them).
 - frame-access: ``_getframe f_back f_globals f_locals f_builtins f_code tb_frame tb_next gi_frame cr_frame
   ag_frame __traceback__`` as attributes, literal getattr names or string literals.
 - dunder-access: any ``__x__`` attribute except ``__name__ __qualname__ __doc__ __init__ __version__ __file__
-  __module__``; the names
-  ``__builtins__ __import__ __loader__ __spec__``; such names as string literals.
+  __module__``; the names ``__builtins__ __import__ __loader__ __spec__``; such names as string literals.
 - forbidden-attribute: an attribute named like a process-level module (``torch.os``, ``x.sys``), ``_C
   cpp_extension load_inline load_library library hub distributed attrgetter methodcaller get_type_hints
   ForwardRef``, a private ``_x`` attribute of a module (``triton.language``'s device helpers excepted), and,
   through any alias, the parts of torch/triton that compile or load native code, run strings as code, start
   processes or poison caches: ``torch.utils.cpp_extension/benchmark/collect_env``, ``torch.jit fx export compile
   compiler library hub multiprocessing distributed profiler cuda.memory`` (``torch.compiler.is_compiling`` and
-  ``disable`` excepted), ``triton.runtime.cache/build``, ``triton.compiler``, ``triton.backends``.
+  ``disable`` excepted), ``triton.runtime.cache/build``, ``triton.compiler``, ``triton.backends``; where a
+  function, list or loop hides the path (``def u(): return torch.utils``), by the attribute's name alone.
 - file-access: ``torch.save load from_file serialization``.
 - global-state: ``torch.set_* manual_seed seed random use_deterministic_algorithms``, ``torch.cuda.set_*
-  manual_seed* seed random``.
+  manual_seed* seed random``, ``contextlib.chdir``.
 - module-assignment: assigning, augmenting or deleting an attribute or item of an imported name or of anything
   it reaches by attributes/items (aliases included: ``E = torch.cuda.Event; E.x = ...``), or an attribute of a
   call's result (``type(t).add = ...``; items of one, ``x.view(-1)[i] = v``, are fine).
@@ -96,7 +96,8 @@ def _unique(findings: list[Finding]) -> list[Finding]:
 
 ALLOWED_MODULES = frozenset({
     "torch", "triton", "math", "cmath", "typing", "typing_extensions", "functools", "dataclasses", "itertools",
-    "operator", "numbers", "enum", "collections", "abc", "fractions", "heapq", "bisect", "__future__",
+    "operator", "numbers", "enum", "collections", "abc", "fractions", "heapq", "bisect", "contextlib", "re",
+    "__future__",
 })
 FORBIDDEN_MODULES = frozenset({
     "sys", "gc", "inspect", "ctypes", "os", "posix", "subprocess", "threading", "_thread", "multiprocessing",
@@ -117,8 +118,9 @@ _DENIED_PATHS = tuple((p, "forbidden-attribute") for p in (
 )) + tuple((p, "file-access") for p in ("torch.save", "torch.load", "torch.from_file", "torch.serialization")) + \
     tuple((p, "global-state") for p in (
         "torch.set_", "torch.manual_seed", "torch.seed", "torch.random", "torch.use_deterministic_algorithms",
-        "torch.cuda.manual_seed", "torch.cuda.seed", "torch.cuda.set_", "torch.cuda.random",
+        "torch.cuda.manual_seed", "torch.cuda.seed", "torch.cuda.set_", "torch.cuda.random", "contextlib.chdir",
     ))
+_DENIED_LEAVES = {p.rsplit(".", 1)[1]: rule for p, rule in _DENIED_PATHS if not p.endswith("_")}
 # harmless names under a denied prefix that SGLang's own kernels use
 _ALLOWED_PATHS = ("torch.compiler.is_compiling", "torch.compiler.is_dynamo_compiling", "torch.compiler.disable")
 _FORBIDDEN_BUILTINS = frozenset({"eval", "exec", "compile", "open", "globals", "locals", "vars", "__import__",
@@ -145,7 +147,8 @@ def _module_problem(name: str) -> Optional[str]:
             ": candidates must not import sglang or astra_sglang" if parts[0] in ("sglang", "astra_sglang") else "")
     if parts[0] not in ALLOWED_MODULES:
         return f"imports {name} (not on the allowlist: {', '.join(sorted(ALLOWED_MODULES))})"
-    if any(p.startswith("_") for p in parts[1:]) or _denied_path(name) is not None:
+    private = any(p.startswith("_") for p in parts[1:]) and not name.startswith("triton.language.")
+    if private or _denied_path(name) is not None:
         return f"imports {name} (a private or process-level part of {parts[0]})"
     return None
 
@@ -176,6 +179,7 @@ class _PythonScreen:
         self.imported: set[str] = set()
         self.tainted: set[str] = set()  # imported names and names bound to what they reach by attributes
         self.paths: dict[str, str] = {}  # such a name -> the dotted path it stands for, where known
+        self.returners: set[str] = set()  # functions of this file that return such a thing
         self.findings: list[Finding] = []
 
     def add(self, rule: str, node: ast.AST, detail: str) -> None:
@@ -198,6 +202,12 @@ class _PythonScreen:
             return self.reaches_module(e.value)
         if isinstance(e, ast.Call) and isinstance(e.func, ast.Name) and e.func.id == "getattr" and e.args:
             return self.reaches_module(e.args[0])
+        if isinstance(e, ast.Call):  # a call of a function of this file that hands back a module (not any call:
+            # ``triton.Config(...)`` makes an ordinary object)
+            return (isinstance(e.func, ast.Name) and e.func.id in self.returners) or (
+                isinstance(e.func, ast.Lambda) and self.reaches_module(e.func.body))
+        if isinstance(e, ast.Lambda):
+            return self.reaches_module(e.body)
         return False
 
     def dotted(self, e: ast.AST) -> Optional[str]:
@@ -235,7 +245,7 @@ class _PythonScreen:
                         self.paths[name] = f"{node.module}.{a.name}"
         changed = True
         while changed:  # aliases of aliases, in any order of definition
-            before = len(self.tainted) + len(self.paths)
+            before = len(self.tainted) + len(self.paths) + len(self.returners)
             for node in ast.walk(self.tree):
                 if isinstance(node, ast.Assign) and self.reaches_module(node.value):
                     for t in node.targets:
@@ -249,14 +259,20 @@ class _PythonScreen:
                 elif isinstance(node, ast.withitem) and node.optional_vars is not None and self.reaches_module(
                         node.context_expr):
                     self._bind(node.optional_vars)
-                elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and any(
+                        isinstance(r, ast.Return) and self.reaches_module(r.value) for r in ast.walk(node)):
+                    self.returners.add(node.name)
+                if isinstance(node, ast.Assign) and isinstance(node.value, ast.Lambda) and self.reaches_module(
+                        node.value.body):
+                    self.returners.update(t.id for t in node.targets if isinstance(t, ast.Name))
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
                     a = node.args
                     pos = a.posonlyargs + a.args
                     for arg, d in list(zip(pos[len(pos) - len(a.defaults):], a.defaults)) + [
                             (k, d) for k, d in zip(a.kwonlyargs, a.kw_defaults) if d is not None]:
                         if self.reaches_module(d):
                             self.tainted.add(arg.arg)
-            changed = len(self.tainted) + len(self.paths) != before
+            changed = len(self.tainted) + len(self.paths) + len(self.returners) != before
 
     def check_target(self, t: ast.AST, verb: str) -> None:
         if isinstance(t, (ast.Tuple, ast.List)):
@@ -315,7 +331,7 @@ class _PythonScreen:
                 if p is None:
                     for a in node.names:
                         if a.name != "*" and (_module_problem(f"{mod}.{a.name}") is not None
-                                              or a.name in _FORBIDDEN_ATTRS or a.name.startswith("_")):
+                                              or a.name in _FORBIDDEN_ATTRS):
                             p = f"imports {a.name} from {mod}"
                             break
                 if p is not None:
@@ -334,6 +350,8 @@ class _PythonScreen:
                     self.add(hit[0], node, hit[1])
                 elif (path := self.dotted(node)) and (rule := _denied_path(path)) is not None:
                     self.add(rule, node, f"uses {path}")
+                elif path is None and node.attr in _DENIED_LEAVES and self.reaches_module(node.value):
+                    self.add(_DENIED_LEAVES[node.attr], node, f"reaches .{node.attr} of a module by a path it hides")
                 elif node.attr.startswith("_") and not _DUNDER.match(node.attr) and self.reaches_module(node.value) \
                         and not (self.dotted(node) or "").startswith("triton.language."):
                     self.add("forbidden-attribute", node, f"reaches the private {ast.unparse(node)}")
