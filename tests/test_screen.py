@@ -168,6 +168,7 @@ CUDA_RULES = {
         ("void f() { system(\"true\"); }\n", 1, "system"),
         ("void f() { if (fork() == 0) execve(\"/bin/sh\", 0, 0); }\n", 1, "fork"),
         ("void f() { std::thread t([] {}); t.detach(); }\n", 1, "std::thread"),
+        ("int run(void*);\nvoid f(char* stack) { clone(run, stack, 0x100, nullptr); }\n", 2, "clone"),
         ("void f(pthread_t* t) { pthread_create(t, 0, 0, 0); }\n", 1, "pthread_"),
         ("void f() { auto r = std::async([] { return 1; }); }\n", 1, "std::async"),
         ("void f(void* p) { mprotect(p, 4096, 7); }\n", 1, "mprotect"),
@@ -251,6 +252,9 @@ struct Launcher {
 /* neither is extern "C" in a block comment */
 const char* kMessage = "system( and PyRun in a string are not calls";
 inline int cudaShimForRocm(int* x) { return *x; }  // SGLang's ROCm shims define inline cuda* functions
+auto act = [](float v) { return expf(v); };  // a lambda object: its body runs only when called
+Launcher make_launcher(Params);  // a declaration with an unnamed parameter, not an object
+struct Node { Node* clone() const; void f() { clone(); this->clone(); Node::clone(); } };
 struct Tag { static inline constexpr int kId = id_of(3); };
 """
     assert screen_cuda(source) == [], [str(f) for f in screen_cuda(source)]

@@ -578,10 +578,19 @@ def _top_level(s: str, ch: str) -> int:
 
 
 def _has_call(s: str) -> Optional[str]:
-    for m in re.finditer(r"([A-Za-z_]\w*)\s*(?:<[^;{}()]*>)?\s*\(|(\])\s*(?:\([^()]*\))?\s*(?:mutable)?\s*\{|"
-                         r"(\})\s*\(", s):
-        if m.group(2) or m.group(3):
-            return "a lambda" if m.group(2) else "an invoked lambda"
+    """What an initializer calls (so it runs code at load time), or None. A lambda's body only runs when the
+    lambda is invoked, so bodies are blanked first and ``}(`` counts as the call."""
+    if re.search(r"\}\s*\(", s):
+        return "an invoked lambda"
+    out, i = [], 0
+    while i < len(s):
+        if s[i] == "{" and re.search(r"[)\]]\s*(mutable\s*|noexcept\s*|->[^{]*)?$", "".join(out)):
+            i = _balanced(s, i, "{", "}")
+            out.append("{}")
+            continue
+        out.append(s[i])
+        i += 1
+    for m in re.finditer(r"([A-Za-z_]\w*)\s*(?:<[^;{}()]*>)?\s*\(", "".join(out)):
         if m.group(1) not in _CONST_CALLS:
             return m.group(1)
     return None
@@ -613,8 +622,8 @@ def _looks_like_params(args: str) -> bool:
         words = _IDENT.findall(it)
         if len(words) >= 2 and not re.search(r"\d|\"|'|\b(true|false|nullptr)\b|[+\-/%^|!~?]", it):
             continue
-        if len(words) == 1 and words[0] in _SCALARS:
-            continue
+        if len(words) == 1 and (words[0] in _SCALARS or words[0][0].isupper() or "::" in it or "<" in it):
+            continue  # an unnamed parameter of a type (``Foo make(Bar);``); a lowercase name is a variable
         return False
     return True
 
@@ -752,8 +761,10 @@ def screen_cuda(source: str, search_dirs: Sequence[Path] = (), root: Optional[Pa
         add("static-initializer", m.start(), f"#pragma {m.group(1)}")
     for rule, names in _CALLS.items():
         if names:
-            for m in re.finditer(r"(?<![\w.])(?:::\s*|std\s*::\s*)?(" + "|".join(map(re.escape, names))
+            for m in re.finditer(r"(?<![\w.>:])(?:::\s*|std\s*::\s*)?(" + "|".join(map(re.escape, names))
                                  + r")\s*\(", code):
+                if m.group(1) == "clone" and "," not in code[m.end():_balanced(code, m.end() - 1, "(", ")")]:
+                    continue  # a `clone()` method, not clone(fn, stack, flags, arg)
                 add(rule, m.start(), f"calls {m.group(1)}")
     for rule, rx in _WORDS:
         for m in rx.finditer(code):
