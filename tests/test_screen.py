@@ -197,6 +197,7 @@ CUDA_RULES = {
         ("namespace a {\nint x = compute();\n}\n", 2, "compute"),
         ("namespace a {\nstd::string s(make_name(), 3);\n}\n", 2, "constructed with arguments"),
         ("struct R { int a; };\nR r{make_r()};\n", 2, "make_r"),
+        ("struct Hook {\n  Hook(int) {}\n};\nHook h(1);\n", 4, "h constructed with arguments"),
         ("#pragma init(hook)\n", 1, "#pragma init"),
         ("__attribute__((section(\".init_array\"))) void* p = 0;\n", 1, "section"),
         ("struct Holder {\n  static inline int hooked = install_hook();\n};\n", 2, "static member hooked"),
@@ -255,6 +256,16 @@ inline int cudaShimForRocm(int* x) { return *x; }  // SGLang's ROCm shims define
 auto act = [](float v) { return expf(v); };  // a lambda object: its body runs only when called
 Launcher make_launcher(Params);  // a declaration with an unnamed parameter, not an object
 struct Node { Node* clone() const; void f() { clone(); this->clone(); Node::clone(); } };
+extern "C" __device__ float __nv_tanhf(float);  // a device symbol: libdevice, not the host's
+extern "C" {
+__device__ unsigned __nvvm_get_smem_pointer(void*);
+}
+const dim3 kCluster(4, 1, 1);  // literal arguments: constant initialisation
+Node combine(int last, const std::vector<int32_t>& paths);
+#define TRAP_UNLESS(cond) \
+do { \
+  if (!(cond)) asm("trap;"); \
+} while (0)
 struct Tag { static inline constexpr int kId = id_of(3); };
 """
     assert screen_cuda(source) == [], [str(f) for f in screen_cuda(source)]

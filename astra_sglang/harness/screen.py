@@ -424,7 +424,7 @@ _WORDS = [
     ("process-control", re.compile(r"\b(pthread_\w+|std\s*::\s*(thread|jthread|async)|__NR_\w+|"
                                    r"__builtin_(frame|return)_address|__builtin_extract_return_addr|environ)\b")),
     ("file-access", re.compile(r"\bstd\s*::\s*(ifstream|ofstream|fstream|filesystem|basic_\w*fstream)\b")),
-    ("symbol-interposition", re.compile(r"\bextern\s*\"[^\"\n]*\"|\b(alias|weakref|ifunc|visibility)\s*\(|"
+    ("symbol-interposition", re.compile(r"\b(alias|weakref|ifunc|visibility)\s*\(|"
                                         r"__attribute__\s*\(\([^)]*\bweak\b|\[\[\s*gnu\s*::\s*weak\b")),
     ("static-initializer", re.compile(r"\b(constructor|destructor|init_priority|section)\s*(\(|\)\))|"
                                       r"\[\[\s*gnu\s*::\s*(constructor|destructor)\b|\b(init_array|fini_array|"
@@ -524,8 +524,22 @@ class _Includes:
         return f"includes {name} (" + ("not a file of the op folder" if quoted else "not on the allowlist") + ")"
 
 
+def _host_c_linkage(code: str) -> Iterator[int]:
+    """Positions of ``extern "C"`` that give a host symbol C linkage; device declarations (``extern "C"
+    __device__ float __nv_tanhf(float);``, alone or in a block) live in the GPU module and shadow nothing."""
+    device = re.compile(r"\b(__device__|__global__)\b")
+    for m in re.finditer(r"\bextern\s*\"[^\"\n]*\"\s*", code):
+        if code.startswith("{", m.end()):
+            block = code[m.end() + 1:_balanced(code, m.end(), "{", "}") - 1]
+            if all(device.search(d) for d in re.split(r"[;}]", block) if d.strip()):
+                continue
+        elif device.match(code, m.end()):
+            continue
+        yield m.start()
+
+
 def _pasting(code: str) -> Iterator[tuple[int, str]]:
-    for m in re.finditer(r"^[ \t]*#[ \t]*define[ \t]+(\w+)(\(([^)]*)\))?(.*(?:\\\n.*)*)", code, re.M):
+    for m in re.finditer(r"^[ \t]*#[ \t]*define[ \t]+(\w+)(\(([^)]*)\))?((?:\\\n|[^\n])*)", code, re.M):
         params = {p.strip() for p in (m.group(3) or "").split(",") if p.strip()} | {"__VA_ARGS__"}
         body = m.group(4)
         for p in re.finditer(r"(\w*)\s*##\s*(\w*)", body):
@@ -620,7 +634,7 @@ def _looks_like_params(args: str) -> bool:
     for it in items:
         it = it.split("=")[0]
         words = _IDENT.findall(it)
-        if len(words) >= 2 and not re.search(r"\d|\"|'|\b(true|false|nullptr)\b|[+\-/%^|!~?]", it):
+        if len(words) >= 2 and not re.search(r"(?<!\w)\d|\"|'|\b(true|false|nullptr)\b|[+\-/%^|!~?]", it):
             continue
         if len(words) == 1 and (words[0] in _SCALARS or words[0][0].isupper() or "::" in it or "<" in it):
             continue  # an unnamed parameter of a type (``Foo make(Bar);``); a lowercase name is a variable
@@ -652,7 +666,11 @@ def _classify_statement(stmt: str, ctor_classes: set[str]) -> Optional[str]:
         if brace is not None:
             what = _has_call(brace)
             return f"{name} initialised by {what} at namespace scope" if what else None
-        if paren is not None and head.strip() and type_words and not _looks_like_params(paren) and \
+        literal_args = re.fullmatch(r"[\s,.\-+\w\"']*", paren or "") and not _has_call(paren or "") and not (
+            set(_IDENT.findall(paren or "")) - {"true", "false", "nullptr"} - {w for w in _IDENT.findall(
+                paren or "") if re.fullmatch(r"\d\w*|0x\w+", w)})
+        plain = literal_args and not (type_words & ctor_classes)  # `const dim3 C::grid(4, 1, 1);` is constant
+        if paren is not None and head.strip() and type_words and not plain and not _looks_like_params(paren) and \
                 not re.search(r"\)\s*(const|noexcept|override|->)", s):
             return f"{name} constructed with arguments at namespace scope"
         return None
@@ -674,7 +692,7 @@ def _namespace_scope(code: str) -> Iterator[tuple[int, str, str]]:
     statements with dynamic initialisation, top-level asm, global functions that would shadow a CUDA, libc or
     Python symbol, and class-scope ``static inline`` members initialised by a call. ``code`` has comments
     removed and literals blanked."""
-    code = re.sub(r"^[ \t]*#.*(?:\\\n.*)*", lambda m: re.sub(r"[^\n]", " ", m.group(0)), code, flags=re.M)
+    code = re.sub(r"^[ \t]*#(?:\\\n|[^\n])*", lambda m: re.sub(r"[^\n]", " ", m.group(0)), code, flags=re.M)
     ctor_classes: set[str] = set()
     depth = 0  # open namespace blocks (function and class bodies are skipped whole)
     start, i, n = 0, 0, len(code)
@@ -768,8 +786,9 @@ def screen_cuda(source: str, search_dirs: Sequence[Path] = (), root: Optional[Pa
                 add(rule, m.start(), f"calls {m.group(1)}")
     for rule, rx in _WORDS:
         for m in rx.finditer(code):
-            word = ' '.join(m.group(0).rstrip('()').split())
-            add(rule, m.start(), 'declares C linkage (extern "C")' if word.startswith("extern") else f"uses {word}")
+            add(rule, m.start(), f"uses {' '.join(m.group(0).rstrip('()').split())}")
+    for pos in _host_c_linkage(code):
+        add("symbol-interposition", pos, 'declares host C linkage (extern "C")')
     for pos, s in strings:
         if "/proc/" in s:
             add("file-access", pos, f"names {s!r}")
