@@ -45,18 +45,19 @@ CUDA (the text with comments removed; string literals are read only for includes
   sigaction mprotect mmap process_vm_* ptrace setenv putenv unsetenv atexit at_quick_exit``; ``pthread_*
   std::thread std::jthread std::async __builtin_frame_address __builtin_return_address environ``.
 - file-access: ``fopen freopen tmpfile creat openat std::*fstream std::filesystem``, ``/proc/`` paths.
-- symbol-interposition: ``extern "C"``, the attributes ``alias weak weakref ifunc visibility``, a global
+- symbol-interposition: host ``extern "C"`` (device declarations such as ``extern "C" __device__ float
+  __nv_tanhf(float);`` are fine), the attributes ``alias weak weakref ifunc visibility``, a global
   non-inline, non-static function named like a CUDA, libc or Python API or ``operator new/delete``, and asm
   templates naming such symbols.
 - static-initializer: ``constructor destructor init_priority section`` attributes, ``[[gnu::constructor]]``,
   ``init_array``/``ctors`` names, ``#pragma init/fini``; at namespace scope (outside function and class bodies;
-  ``constexpr constinit __device__ __constant__`` variables excepted): a lambda invoked, an initializer that
-  calls anything (``sizeof alignof decltype`` and casts excepted), a class-typed direct-initialisation with
-  arguments, or a default-initialised object of a class this file gives a constructor or destructor; in class
-  bodies, a ``static inline`` member initialised by a call. Limits: the scanner reads the text, not the
-  preprocessed unit (a macro defined elsewhere that expands to such a declaration is not seen, nor is a class
-  with a constructor defined in a header); function-local statics, initialised on first call inside the
-  candidate's own run, are allowed.
+  ``constexpr constinit __device__ __constant__`` variables excepted): a lambda invoked, an initializer that calls
+  anything (``sizeof alignof decltype`` and casts excepted), a class-typed direct-initialisation with non-literal
+  arguments (``dim3 g(4, 1, 1)`` is constant) or of a class this file gives a constructor, or a default-initialised
+  object of a class this file gives a constructor or destructor; in class bodies, a ``static inline`` member
+  initialised by a call. Limits: the scanner reads the text, not the preprocessed unit (a macro defined elsewhere
+  that expands to such a declaration is not seen, nor is a class with a constructor defined in a header);
+  function-local statics, initialised on first call inside the candidate's own run, are allowed.
 - host-asm: ``asm`` at namespace scope (it can emit sections and symbols) and asm templates naming host
   system-call instructions (``syscall sysenter int $0x80 svc``); inline PTX inside functions is fine.
 - token-pasting: ``##`` joining two macro parameters, or a fragment that begins a banned name.
@@ -792,10 +793,10 @@ def screen_cuda(source: str, search_dirs: Sequence[Path] = (), root: Optional[Pa
     for pos, s in strings:
         if "/proc/" in s:
             add("file-access", pos, f"names {s!r}")
-    for m in _ASM.finditer(code):
-        lits = [s for p, s in strings if m.end() <= p < m.end() + 4000 and p < _balanced(code, code.find("(", m.end()),
-                                                                                            "(", ")")]
-        text = " ".join(lits)
+    for m in _ASM.finditer(code):  # the asm's templates: the literals inside its parentheses
+        paren = re.compile(r"\s*(volatile|__volatile__|goto|inline)?\s*\(").match(code, m.end())
+        end = _balanced(code, paren.end() - 1, "(", ")") if paren else m.end()
+        text = " ".join(lit for p, lit in strings if m.end() <= p < end)
         if (h := _ASM_HOST.search(text)) is not None:
             add("host-asm", m.start(), f"asm with a host instruction ({h.group(0)})")
         if (py := re.search(r"\b(_?Py[A-Z_]\w*|dl(open|sym)\w*|system|fork|exec\w*)\b", text)) is not None:
