@@ -151,6 +151,7 @@ CUDA_RULES = {
         ("#define H <dlfcn.h>\n#include H\n", 2, "computed"),
         ("#include_next <cuda_runtime.h>\n", 1, "include_next"),
         ("#import <cstdio>\n", 1, "#import"),
+        ("#include <execution>\n", 1, "execution"),  # std::execution::par runs a thread pool
     ],
     "python-api": [
         ("#include <Python.h>\n", 1, "Python.h"),
@@ -179,6 +180,7 @@ CUDA_RULES = {
         ("#include <cstdio>\nvoid f() { FILE* fp = fopen(\"x\", \"w\"); }\n", 2, "fopen"),
         ("void f() { std::ofstream o(\"harness/compare.py\"); }\n", 1, "std::ofstream"),
         ("const char* p = \"/proc/self/mem\";\n", 1, "/proc/"),
+        ("void f() {\n  std::remove(\"astra_sglang/harness/compare.py\");\n}\n", 2, "remove"),
     ],
     "symbol-interposition": [
         ("extern \"C\" int cudaEventElapsedTime(float* ms, void* a, void* b) { *ms = 0.f; return 0; }\n", 1,
@@ -256,6 +258,7 @@ inline int cudaShimForRocm(int* x) { return *x; }  // SGLang's ROCm shims define
 auto act = [](float v) { return expf(v); };  // a lambda object: its body runs only when called
 Launcher make_launcher(Params);  // a declaration with an unnamed parameter, not an object
 struct Node { Node* clone() const; void f() { clone(); this->clone(); Node::clone(); } };
+inline void drop_zeros(int* a, int* b) { std::remove(a, b, 0); }  // the algorithm, not the file call
 extern "C" __device__ float __nv_tanhf(float);  // a device symbol: libdevice, not the host's
 extern "C" {
 __device__ unsigned __nvvm_get_smem_pointer(void*);

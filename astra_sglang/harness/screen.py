@@ -44,7 +44,8 @@ CUDA (the text with comments removed; string literals are read only for includes
 - process-control: calls of ``fork vfork exec* system popen posix_spawn* clone clone3 syscall kill signal
   sigaction mprotect mmap process_vm_* ptrace setenv putenv unsetenv atexit at_quick_exit``; ``pthread_*
   std::thread std::jthread std::async __builtin_frame_address __builtin_return_address environ``.
-- file-access: ``fopen freopen tmpfile creat openat std::*fstream std::filesystem``, ``/proc/`` paths.
+- file-access: ``fopen freopen tmpfile creat openat rename unlink rmdir truncate chmod remove(path)
+  std::*fstream std::filesystem``, ``/proc/`` paths.
 - symbol-interposition: host ``extern "C"`` (device declarations such as ``extern "C" __device__ float
   __nv_tanhf(float);`` are fine), the attributes ``alias weak weakref ifunc visibility``, a global
   non-inline, non-static function named like a CUDA, libc or Python API or ``operator new/delete``, and asm
@@ -393,7 +394,7 @@ def screen_python(source: str) -> list[Finding]:
 _STD_HEADERS = frozenset("""
 algorithm any array atomic barrier bit bitset cassert ccomplex cctype cerrno cfenv cfloat charconv chrono
 cinttypes ciso646 climits clocale cmath compare complex concepts condition_variable cstdarg cstdbool cstddef
-cstdint cstdio cstdlib cstring ctgmath ctime cuchar cwchar cwctype deque exception execution expected
+cstdint cstdio cstdlib cstring ctgmath ctime cuchar cwchar cwctype deque exception expected
 format forward_list functional initializer_list iomanip ios iosfwd iostream istream iterator latch limits
 list locale map memory memory_resource mutex new numbers numeric optional ostream queue random ranges ratio
 regex scoped_allocator semaphore set shared_mutex source_location span sstream stack stdexcept stdfloat
@@ -409,7 +410,6 @@ _HEADER_PREFIXES = ("cuda", "cub/", "cute/", "cutlass/", "cooperative_groups", "
                     "hip/")
 
 _CALLS = {
-    "python-api": (),
     "dynamic-loading": ("dlopen", "dlsym", "dlmopen", "dlvsym", "dladdr", "dladdr1", "dlinfo", "dlclose",
                         "dl_iterate_phdr", "__libc_dlopen_mode", "__libc_dlsym", "_dl_sym", "LoadLibraryA",
                         "LoadLibraryW", "GetProcAddress"),
@@ -417,7 +417,8 @@ _CALLS = {
                         "fexecve", "system", "popen", "posix_spawn", "posix_spawnp", "clone", "clone3", "syscall",
                         "kill", "signal", "sigaction", "mprotect", "mmap", "mmap64", "process_vm_writev",
                         "process_vm_readv", "ptrace", "setenv", "putenv", "unsetenv", "atexit", "at_quick_exit"),
-    "file-access": ("fopen", "fopen64", "freopen", "tmpfile", "creat", "openat"),
+    "file-access": ("fopen", "fopen64", "freopen", "tmpfile", "creat", "openat", "rename", "renameat", "unlink",
+                    "unlinkat", "rmdir", "truncate", "chmod", "remove"),
 }
 _WORDS = [
     ("python-api", re.compile(r"\b(_?Py[A-Z_]\w*|Python|pybind11|nanobind|PYBIND11_\w+|NB_MODULE)\b")),
@@ -779,12 +780,12 @@ def screen_cuda(source: str, search_dirs: Sequence[Path] = (), root: Optional[Pa
     for m in re.finditer(r"^[ \t]*#[ \t]*pragma[ \t]+(init|fini)\b", code, re.M):
         add("static-initializer", m.start(), f"#pragma {m.group(1)}")
     for rule, names in _CALLS.items():
-        if names:
-            for m in re.finditer(r"(?<![\w.>:])(?:::\s*|std\s*::\s*)?(" + "|".join(map(re.escape, names))
-                                 + r")\s*\(", code):
-                if m.group(1) == "clone" and "," not in code[m.end():_balanced(code, m.end() - 1, "(", ")")]:
-                    continue  # a `clone()` method, not clone(fn, stack, flags, arg)
-                add(rule, m.start(), f"calls {m.group(1)}")
+        for m in re.finditer(r"(?<![\w.>:])(?:::\s*|std\s*::\s*)?(" + "|".join(map(re.escape, names))
+                             + r")\s*\(", code):
+            commas = "," in code[m.end():_balanced(code, m.end() - 1, "(", ")")]
+            if (m.group(1) == "clone" and not commas) or (m.group(1) == "remove" and commas):
+                continue  # a `clone()` method, not clone(fn, stack, ...); std::remove(first, last, v), not a file
+            add(rule, m.start(), f"calls {m.group(1)}")
     for rule, rx in _WORDS:
         for m in rx.finditer(code):
             add(rule, m.start(), f"uses {' '.join(m.group(0).rstrip('()').split())}")
