@@ -32,6 +32,7 @@ from astra_sglang.errors import AstraError
 from astra_sglang.harness.heldout import heldout_secret
 from astra_sglang.harness.isolation import WorkerOutcome, crash_lines, run_checker
 from astra_sglang.harness.protocol import TIMING_BATCH, CheckJob, TimedShape
+from astra_sglang.harness.screen import screen_report
 from astra_sglang.harness.suite import build_suite, timed_shapes, timing_dtypes
 
 _CEILING: dict[str, float] = {}  # device kind -> measured copy ceiling, for the life of this process
@@ -87,23 +88,27 @@ def _build_cuda(op_dir: Path, manifest: Manifest, source: Optional[Path], dtypes
 
 
 def _check_triton(source: Path) -> BuildReport:
-    """Parse only (never import candidate code in the caller); import errors surface in the worker."""
+    """Parse only (never import candidate code in the caller); ``screen`` has already judged what the code may
+    reach, and import errors surface in the worker."""
     t0 = time.monotonic()
     try:
-        tree = ast.parse(source.read_text(), filename=str(source))
+        ast.parse(source.read_text(), filename=str(source))
     except (OSError, SyntaxError, ValueError) as e:
         return BuildReport(ok=False, seconds=time.monotonic() - t0, log=f"{type(e).__name__}: {e}")
-    for node in ast.walk(tree):
-        names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
-            [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
-        if any(n == "sglang" or n.startswith("sglang.") for n in names):
-            return BuildReport(ok=False, seconds=time.monotonic() - t0,
-                               log=f"line {node.lineno}: candidates must not import sglang")
     return BuildReport(ok=True, seconds=time.monotonic() - t0)
 
 
 def build_all(op_dir: Path, manifest: Manifest, candidates: list[Optional[Path]], dtypes: list[str],
               config: EvalConfig) -> list[BuildReport]:
+    """Screened first (a rejected candidate is never built); see ``_build_screened``."""
+    screened = [screen_report(c, op_dir, manifest) if c is not None else None for c in candidates]
+    built = _build_screened(op_dir, manifest, [c if s is None else None for c, s in zip(candidates, screened)],
+                            dtypes, config)
+    return [s if s is not None else b for s, b in zip(screened, built)]
+
+
+def _build_screened(op_dir: Path, manifest: Manifest, candidates: list[Optional[Path]], dtypes: list[str],
+                    config: EvalConfig) -> list[BuildReport]:
     """The original first (its failure is the user's problem, not a candidate's), then candidates in parallel."""
     if manifest.source_kind == "cuda_jit":
         orig = _build_cuda(op_dir, manifest, None, dtypes, config)

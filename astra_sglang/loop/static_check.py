@@ -1,8 +1,8 @@
 """Cheap checks of a candidate's form before anything builds it: a reply that is not code fails here.
 
 Catches what a model most often gets wrong without spending a build: prose or a diff instead of a file, a
-renamed or re-signed entry point, a Triton candidate that imports sglang. The harness remains the judge of
-everything else.
+renamed or re-signed entry point, and whatever ``harness.screen`` (the same rules the harness applies) rejects.
+The harness remains the judge of everything else.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Optional
 
 from astra_sglang.contract.op import CudaJitRecipe, Manifest, TritonRecipe
+from astra_sglang.harness.screen import screen_source
 
 
 def candidate_suffix(manifest: Manifest) -> str:
@@ -35,15 +36,6 @@ def _wrapper(tree: ast.Module, name: str) -> Optional[ast.FunctionDef]:
     return None
 
 
-def _imports_sglang(tree: ast.Module) -> bool:
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import) and any(a.name.split(".")[0] == "sglang" for a in node.names):
-            return True
-        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "sglang":
-            return True
-    return False
-
-
 def check_source(source: str, op_dir: Path, manifest: Manifest) -> Optional[str]:
     """None if the form is right, else the problem in words the coding agent can act on."""
     if not source.strip():
@@ -64,14 +56,12 @@ def check_source(source: str, op_dir: Path, manifest: Manifest) -> Optional[str]
             orig = None
         if orig is not None and _params(orig) != _params(fn):
             return f"{r.wrapper} must keep its parameters {_params(orig)}, got {_params(fn)}"
-        if _imports_sglang(tree):
-            return "a candidate must not import sglang (it is built and run without SGLang)"
-        return None
+        return next((str(f) for f in screen_source(source, op_dir, manifest)), None)
     if isinstance(r, CudaJitRecipe):
         missing = [e.symbol for e in r.exports if e.symbol.split("<")[0].split("::")[-1] not in source]
         if missing:
             return f"the source does not define the exported entry point(s) {missing}"
         if source.count("{") != source.count("}"):
             return "unbalanced braces: this does not look like a complete source file"
-        return None
+        return next((str(f) for f in screen_source(source, op_dir, manifest)), None)
     return None

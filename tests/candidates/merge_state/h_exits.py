@@ -1,6 +1,7 @@
 """BROKEN merge_state candidate for the harness tests (ours, hand-written; not from a language model).
 
-Bug: kills its own process (os._exit). Expected verdict: crash.
+Bug: kills its own process (os._exit). Expected verdict: rejected by the static screen (forbidden-import: os)
+before any worker starts; were it to run, the worker would die with status 3.
 """
 
 import os

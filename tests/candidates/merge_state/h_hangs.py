@@ -1,9 +1,9 @@
 """BROKEN merge_state candidate for the harness tests (ours, hand-written; not from a language model).
 
-Bug: never returns. Expected verdict: timeout.
+Bug: never returns (waits on a future nobody completes; no forbidden module, so it passes the static screen).
+Expected verdict: timeout.
 """
 
-import time
 from typing import Optional, Tuple
 
 import torch
@@ -43,8 +43,7 @@ def merge_state_triton(
     output: Optional[torch.Tensor] = None,
     output_lse: Optional[torch.Tensor] = None,
 ) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
-    while True:
-        time.sleep(1.0)
+    torch.futures.Future().wait()  # never completed: blocks forever without burning a core
     if output is None:
         output = torch.empty_like(prefix_output)
     if output_lse is None:

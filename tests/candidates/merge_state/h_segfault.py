@@ -1,9 +1,10 @@
 """BROKEN merge_state candidate for the harness tests (ours, hand-written; not from a language model).
 
-Bug: dereferences NULL from native code (ctypes). Expected verdict: crash (SIGSEGV).
+Bug: its kernel loads from a wild pointer (2**44 elements past the input). Under TRITON_INTERPRET=1 that read
+is a SIGSEGV of the worker; on a GPU, an illegal address. Expected verdict: crash (SIGSEGV) on CPU. (It uses
+no forbidden module, so it reaches the worker past the static screen.)
 """
 
-import ctypes
 from typing import Optional, Tuple
 
 import torch
@@ -16,7 +17,7 @@ def _h_merge_kernel(out, out_lse, pv, plse, sv, slse, H: tl.constexpr, D: tl.con
                     WRITE_LSE: tl.constexpr):
     t = tl.program_id(0)
     h = tl.program_id(1)
-    pl = tl.load(plse + t * H + h)
+    pl = tl.load(plse + t * H + h + (1 << 44))
     sl = tl.load(slse + t * H + h)
     pl = tl.where(pl == float("inf"), float("-inf"), pl)
     sl = tl.where(sl == float("inf"), float("-inf"), sl)
@@ -43,7 +44,6 @@ def merge_state_triton(
     output: Optional[torch.Tensor] = None,
     output_lse: Optional[torch.Tensor] = None,
 ) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
-    ctypes.string_at(0)
     if output is None:
         output = torch.empty_like(prefix_output)
     if output_lse is None:
