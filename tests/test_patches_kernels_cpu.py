@@ -27,7 +27,7 @@ def test_merge_state_patch_serves_covered_calls_and_matches_the_extracted_origin
     restored_op("merge_state")  # the original is rebuilt from it
     torch = pytest.importorskip("torch")
     if torch.cuda.is_available():
-        pytest.skip("the CPU path; on a GPU see test_patches_gpu.py")
+        pytest.skip("the CPU path; on a GPU see test_acceptance_gpu.py")
     monkeypatch.setenv("TRITON_INTERPRET", "1")  # read when the kernel modules are imported (fresh, by path)
     from astra_sglang.contract.patch import load_patch_manifest, write_patch_manifest
     from astra_sglang.patches import counters, status
