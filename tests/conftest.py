@@ -5,6 +5,8 @@
 - ``restored_op(name)``: the committed ``extracted/<name>`` folder with SGLang's git-ignored files restored.
   Locally a missing restore is a skip; under ``CI=true`` it is a failure, because CI restores them itself and a
   test that silently skips there proves nothing.
+- Under ``CI=true`` a test skipped by ``pytest.importorskip`` of a package ``scripts/setup_env.sh`` installs
+  (sglang, torch, triton, matplotlib, openai-agents) fails too: there the skip means the set-up broke.
 - ``measurements``: where GPU acceptance tests write their JSON (``docs/measurements/``).
 """
 
@@ -12,8 +14,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -24,6 +27,8 @@ REPO = Path(__file__).resolve().parents[1]
 EXTRACTED = REPO / "extracted"
 MEASUREMENTS = REPO / "docs" / "measurements"
 RESTORE_HINT = "run `astra-sglang extract --restore`"
+CI_REQUIRED = ("sglang", "torch", "triton", "matplotlib", "agents")  # what scripts/setup_env.sh installs
+_IMPORT_SKIP = re.compile(r"could not import '([\w.]+)'")
 
 
 def _in_ci() -> bool:
@@ -63,6 +68,36 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             reason = reasons[marker]
             if reason is not None:
                 item.add_marker(pytest.mark.skip(reason=reason))
+
+
+def _missing_in_ci(report: pytest.CollectReport | pytest.TestReport) -> str | None:
+    """The importorskip reason when, under CI, it names a package the CI set-up installs."""
+    if not (report.skipped and _in_ci()):
+        return None
+    longrepr = report.longrepr
+    reason = str(longrepr[2]) if isinstance(longrepr, tuple) else str(longrepr)
+    found = _IMPORT_SKIP.search(reason)
+    if found is None or found.group(1).split(".")[0] not in CI_REQUIRED:
+        return None
+    return f"CI=true: {reason} (scripts/setup_env.sh installs it: the set-up is broken)"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector: pytest.Collector) -> Generator[None, Any, None]:
+    outcome = yield
+    report = outcome.get_result()
+    reason = _missing_in_ci(report)
+    if reason is not None:
+        report.outcome, report.longrepr = "failed", reason
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, None]:
+    outcome = yield
+    report = outcome.get_result()
+    reason = _missing_in_ci(report)
+    if reason is not None:
+        report.outcome, report.longrepr = "failed", reason
 
 
 def restore_problem(op: Path) -> str | None:

@@ -22,6 +22,12 @@ def test_needs_restored(restored_op):
 def test_stand_in_when_not_restored(restored_op_or_none):
     assert restored_op_or_none("softcap_inplace_logits") is None
 
+def test_needs_sglang_part():
+    pytest.importorskip("sglang.no_such_module_h")
+
+def test_needs_an_optional_extra():
+    pytest.importorskip("no_such_package_h")
+
 @pytest.mark.gpu
 def test_on_the_gpu():
     import torch
@@ -54,6 +60,14 @@ def test_unrestored_sglang_file_skips_locally(scratch: Path) -> None:
     assert "SKIPPED" in out.stdout and "extract --restore" in out.stdout, out.stdout
     assert "PASSED tests/test_scratch.py::test_stand_in_when_not_restored" in out.stdout, out.stdout
     assert "FAILED" not in out.stdout, out.stdout
+
+
+def test_missing_package_that_ci_installs_fails_under_ci_only(scratch: Path) -> None:
+    local, ci = _run(scratch, ci=False), _run(scratch, ci=True)
+    assert "FAILED tests/test_scratch.py::test_needs_sglang_part" not in local.stdout, local.stdout
+    assert "FAILED tests/test_scratch.py::test_needs_sglang_part" in ci.stdout, ci.stdout
+    assert "scripts/setup_env.sh installs it" in ci.stdout
+    assert "FAILED tests/test_scratch.py::test_needs_an_optional_extra" not in ci.stdout  # not one CI installs
 
 
 def test_unrestored_sglang_file_fails_under_ci(scratch: Path) -> None:
