@@ -5,6 +5,9 @@ brings the files back). Everything goes through the package's own API: the harne
 the extracted folders, restored here and carried there, hold SGLang's kernels.
 
     ASTRA_SGLANG_MEASUREMENTS=$OUT python -m pytest -m gpu tests/test_acceptance_gpu.py
+
+The scripted runs take minutes each: run one op per command; with ``ASTRA_SGLANG_SCRIPTED_RUNS=DIR`` their run
+folders go to DIR (default: pytest's tmp dir) and a run cut short resumes there.
 """
 
 from __future__ import annotations
