@@ -25,5 +25,6 @@ def bundled_extracted() -> Path:
 def user_cache() -> Path:
     """A writable place for restored SGLang files and builds when the package folder is read-only."""
     env = os.environ.get(CACHE_ENV)
-    base = Path(env).expanduser() if env else Path(os.environ.get("XDG_CACHE_HOME", "~/.cache")).expanduser() / "astra-sglang"
+    xdg = Path(os.environ.get("XDG_CACHE_HOME", "~/.cache")).expanduser()
+    base = Path(env).expanduser() if env else xdg / "astra-sglang"
     return base.resolve()

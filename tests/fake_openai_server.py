@@ -13,9 +13,10 @@ import re
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable, Optional, Union
+from typing import Any, Optional, Union
 
 ROLE_RE = re.compile(r"#\s*Role:\s*([\w-]+)\s+agent", re.IGNORECASE)
 
@@ -71,12 +72,12 @@ class Script:
         self.defaults: dict[str, Responder] = {}
         self.lock = threading.Lock()
 
-    def add(self, role: str, *replies: Union[Reply, Responder]) -> "Script":
+    def add(self, role: str, *replies: Union[Reply, Responder]) -> Script:
         with self.lock:
             self.queues.setdefault(role, deque()).extend(replies)
         return self
 
-    def default(self, role: str, responder: Responder) -> "Script":
+    def default(self, role: str, responder: Responder) -> Script:
         self.defaults[role] = responder
         return self
 
@@ -91,7 +92,8 @@ class Script:
         if item is None:
             responder = self.defaults.get(role)
             if responder is None:
-                return http_error(500, json.dumps({"error": {"message": f"fake server: script for {role!r} exhausted"}}))
+                message = f"fake server: script for {role!r} exhausted"
+                return http_error(500, json.dumps({"error": {"message": message}}))
             return responder(body)
         return item(body) if callable(item) else item
 
@@ -108,7 +110,8 @@ class Recorded:
 class FakeOpenAIServer:
     """ThreadingHTTPServer serving /v1/models and /v1/chat/completions with scripted replies."""
 
-    def __init__(self, responder: Responder, api_key: Optional[str] = "test-key", models: tuple[str, ...] = ("o4-mini",)):
+    def __init__(self, responder: Responder, api_key: Optional[str] = "test-key",
+                 models: tuple[str, ...] = ("o4-mini",)):
         self.responder = responder
         self.api_key = api_key
         self.models = models
@@ -126,7 +129,7 @@ class FakeOpenAIServer:
     def roles(self) -> list[str]:
         return [r.role for r in self.requests if r.path.endswith("/chat/completions")]
 
-    def start(self) -> "FakeOpenAIServer":
+    def start(self) -> FakeOpenAIServer:
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -151,7 +154,8 @@ class FakeOpenAIServer:
                     return True
                 if self.headers.get("Authorization", "") == f"Bearer {server.api_key}":
                     return True
-                self._send(401, json.dumps({"error": {"message": "Incorrect API key provided", "code": "invalid_api_key"}}))
+                self._send(401, json.dumps({"error": {"message": "Incorrect API key provided",
+                                                      "code": "invalid_api_key"}}))
                 return False
 
             def do_GET(self) -> None:
@@ -209,7 +213,8 @@ class FakeOpenAIServer:
             "object": "chat.completion",
             "created": int(time.time()),
             "model": body.get("model", "fake"),
-            "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls" if reply.tool_calls else "stop"}],
+            "choices": [{"index": 0, "message": message,
+                         "finish_reason": "tool_calls" if reply.tool_calls else "stop"}],
             "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
                       "total_tokens": prompt_tokens + completion_tokens},
         }
@@ -220,7 +225,7 @@ class FakeOpenAIServer:
             self._httpd.server_close()
             self._httpd = None
 
-    def __enter__(self) -> "FakeOpenAIServer":
+    def __enter__(self) -> FakeOpenAIServer:
         return self.start()
 
     def __exit__(self, *exc: Any) -> None:

@@ -13,8 +13,9 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPTED = REPO / "tests" / "candidates" / "merge_state" / "scripted"

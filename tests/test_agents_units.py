@@ -135,12 +135,13 @@ def test_static_check_rejects_prose_renames_and_sglang_imports(h_merge: Path):
     m = load_manifest(h_merge)
     original = (h_merge / "h_merge.py").read_text()
     assert check_source(original, h_merge, m) is None
-    assert "SyntaxError" in check_source("Here is the faster kernel: tile the rows.", h_merge, m)
-    assert "merge_state_triton" in check_source(original.replace("def merge_state_triton", "def merge2"), h_merge, m)
-    assert "sglang" in check_source("import sglang\n" + original, h_merge, m)
+    assert "SyntaxError" in (check_source("Here is the faster kernel: tile the rows.", h_merge, m) or "")
+    renamed_entry = original.replace("def merge_state_triton", "def merge2")
+    assert "merge_state_triton" in (check_source(renamed_entry, h_merge, m) or "")
+    assert "sglang" in (check_source("import sglang\n" + original, h_merge, m) or "")
     renamed = original.replace("output_lse=None", "out_lse=None").replace("output_lse: ", "out_lse: ")
     if renamed != original:
-        assert "parameters" in check_source(renamed, h_merge, m)
+        assert "parameters" in (check_source(renamed, h_merge, m) or "")
 
 
 def test_suite_validation_keeps_the_contract(h_merge: Path):
@@ -154,12 +155,14 @@ def test_suite_validation_keeps_the_contract(h_merge: Path):
     ok, bad = validate_suite([case(3, 2, 8), case(0, 1, 8), case(1, 1, 12), case(1, 1, 8, "int8"),
                               case(4096, 64, 128)], m, max_elems=4096)
     assert ok == [case(3, 2, 8)]
-    assert [b.split(":")[-1].strip() for b in bad][:2] == ["T=0 outside its constraints", "D=12 outside its constraints"]
+    assert [b.split(":")[-1].strip() for b in bad][:2] == ["T=0 outside its constraints",
+                                                            "D=12 outside its constraints"]
     assert "dtype int8" in bad[2] and "too large" in bad[3]
     assert SuiteProposal.model_json_schema()["required"] == ["cases", "rationale"]
     # Accepted cases reach the harness as extra visible cases (the harness decides correctness).
     config = to_eval_config(EvalSpec(shapes="test", suite=ok))
-    assert [(c.dims, c.dtype, c.distribution) for c in config.extra_cases] == [({"T": 3, "H": 2, "D": 8}, "bfloat16", "normal")]
+    assert [(c.dims, c.dtype, c.distribution) for c in config.extra_cases] == [
+        ({"T": 3, "H": 2, "D": 8}, "bfloat16", "normal")]
     assert op_view(m).shapes[0] == {"T": 512, "H": 40, "D": 128}
 
 

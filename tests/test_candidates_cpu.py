@@ -11,7 +11,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -21,6 +20,8 @@ from typing import Any
 
 import pytest
 import torch
+
+from astra_sglang.loader import toolchain
 
 ROOT = Path(__file__).resolve().parents[1]
 CAND = ROOT / "tests" / "candidates"
@@ -32,8 +33,8 @@ def _load(path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
     # Triton reads TRITON_INTERPRET when a kernel is decorated, i.e. while the module executes.
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     spec = importlib.util.spec_from_file_location(f"cand_{path.parent.name}_{path.stem}", path)
+    assert spec is not None and spec.loader is not None
     mod = importlib.util.module_from_spec(spec)
-    assert spec.loader is not None
     spec.loader.exec_module(mod)
     return mod
 
@@ -51,7 +52,8 @@ def _inputs(T: int, H: int, D: int, dtype: torch.dtype, seed: int = 0, special: 
     return [po, pl, so, sl]
 
 
-def _reference(po: torch.Tensor, pl: torch.Tensor, so: torch.Tensor, sl: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def _reference(po: torch.Tensor, pl: torch.Tensor, so: torch.Tensor,
+               sl: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     pl = torch.where(pl == float("inf"), float("-inf"), pl.double())
     sl = torch.where(sl == float("inf"), float("-inf"), sl.double())
     m = torch.maximum(pl, sl)
@@ -72,12 +74,14 @@ def _matches_reference(mod: Any, T: int, H: int, D: int, dtype: torch.dtype) -> 
     ref, ref_lse = _reference(*args)
     tol = TOL[dtype]
     return bool(
-        torch.allclose(out.double(), ref, atol=tol, rtol=tol) and torch.allclose(out_lse.double(), ref_lse, atol=1e-5, rtol=1e-5)
+        torch.allclose(out.double(), ref, atol=tol, rtol=tol)
+        and torch.allclose(out_lse.double(), ref_lse, atol=1e-5, rtol=1e-5)
     )
 
 
 GOOD = [MS / "hand_written.py", MS / "scripted" / "r3.py", MS / "scripted" / "r4.py", MS / "scripted" / "r5.py"]
-SHAPES = [(3, 5, 128, torch.bfloat16), (2, 3, 96, torch.float16), (5, 2, 64, torch.float32), (1, 4, 256, torch.bfloat16)]
+SHAPES = [(3, 5, 128, torch.bfloat16), (2, 3, 96, torch.float16), (5, 2, 64, torch.float32),
+          (1, 4, 256, torch.bfloat16)]
 
 
 @pytest.mark.parametrize("path", GOOD, ids=lambda p: f"{p.parent.name}/{p.stem}")
@@ -87,24 +91,9 @@ def test_good_merge_state_candidates_match_float64_reference(path: Path, monkeyp
         assert _matches_reference(mod, T, H, D, dt), (T, H, D, dt)
 
 
-def _original_path() -> Path | None:
-    for root in (ROOT / "extracted" / "merge_state" / "src",):
-        hits = sorted(root.rglob("merge_state.py")) if root.is_dir() else []
-        if hits:
-            return hits[0]
-    spec = importlib.util.find_spec("sglang")  # locates without importing sglang
-    if spec and spec.submodule_search_locations:
-        p = Path(list(spec.submodule_search_locations)[0]) / "kernels" / "ops" / "attention" / "merge_state.py"
-        if p.exists():
-            return p
-    return None
-
-
-def test_hand_written_merge_state_is_bitwise_the_original(monkeypatch: pytest.MonkeyPatch) -> None:
-    orig_path = _original_path()
-    if orig_path is None:
-        pytest.skip("SGLang's merge_state.py not available")
-    orig = _load(orig_path, monkeypatch)
+def test_hand_written_merge_state_is_bitwise_the_original(monkeypatch: pytest.MonkeyPatch, restored_op) -> None:
+    op = restored_op("merge_state")
+    orig = _load(op / "src" / "kernels" / "ops" / "attention" / "merge_state.py", monkeypatch)
     cand = _load(MS / "hand_written.py", monkeypatch)
     for T, H, D, dt in SHAPES:
         args = _inputs(T, H, D, dt)
@@ -151,7 +140,7 @@ def test_stale_output_returns_the_first_result_for_reused_buffers(monkeypatch: p
     out = torch.empty_like(args[0])
     mod.merge_state_triton(*args, output=out)
     first = out.clone()
-    for t, new in zip(args, _inputs(2, 3, 64, torch.float32, seed=1, special=False)):
+    for t, new in zip(args, _inputs(2, 3, 64, torch.float32, seed=1, special=False), strict=True):
         t.copy_(new)  # fresh data at the same addresses
     mod.merge_state_triton(*args, output=out)
     ref, _ = _reference(*args)
@@ -166,7 +155,7 @@ def test_mutates_input_changes_prefix_lse(monkeypatch: pytest.MonkeyPatch) -> No
     out, out_lse = mod.merge_state_triton(*args)
     assert torch.allclose(out.double(), ref, atol=1e-5)  # the outputs are right ...
     assert not torch.equal(args[1], before[1])  # ... but an input was changed
-    assert all(torch.equal(a, b) for i, (a, b) in enumerate(zip(args, before)) if i != 1)
+    assert all(torch.equal(a, b) for i, (a, b) in enumerate(zip(args, before, strict=True)) if i != 1)
 
 
 def test_produces_nan_only_when_output_buffer_holds_nan(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -244,31 +233,14 @@ def test_every_fixture_states_what_it_is() -> None:
 EXPECT_BUILD_FAIL = {"compile_error", "r1"}
 
 
-def _jit_include() -> Path | None:
-    for root in [ROOT / "extracted"]:
-        for p in sorted(root.rglob("utils.cuh")) if root.is_dir() else []:
-            if p.parent.name == "sgl_kernel":
-                return p.parent.parent
-    spec = importlib.util.find_spec("sglang")
-    if spec and spec.submodule_search_locations:
-        p = Path(list(spec.submodule_search_locations)[0]) / "kernels" / "jit" / "include"
-        if p.is_dir():
-            return p
-    return None
-
-
 CUDA_FILES = sorted(CAND.glob("*/*.cuh")) + sorted(CAND.glob("*/*/*.cuh"))
 
 
 @pytest.mark.nvcc
 @pytest.mark.parametrize("path", CUDA_FILES, ids=lambda p: str(p.relative_to(CAND)))
-def test_cuda_fixture_compiles_for_sm90a_unless_meant_not_to(path: Path, tmp_path: Path) -> None:
-    nvcc = Path(os.environ.get("CUDA_HOME", "/usr/local/cuda")) / "bin" / "nvcc"
-    inc = _jit_include()
-    if not nvcc.exists() and shutil.which("nvcc") is None:
-        pytest.skip("nvcc not available")
-    if inc is None:
-        pytest.skip("SGLang's kernels/jit/include not available")
+def test_cuda_fixture_compiles_for_sm90a_unless_meant_not_to(path: Path, tmp_path: Path, restored_op) -> None:
+    nvcc = toolchain.nvcc_path()
+    inc = restored_op("silu_and_mul") / "src" / "kernels" / "jit" / "include"  # SGLang's sgl_kernel/ headers
     import tvm_ffi.libinfo
 
     op = path.relative_to(CAND).parts[0]
@@ -281,9 +253,10 @@ def test_cuda_fixture_compiles_for_sm90a_unless_meant_not_to(path: Path, tmp_pat
         f'#include "{path}"\nnamespace sglang {{ TVM_FFI_DLL_EXPORT_TYPED_FUNC(entry, ({export})); }}\n'
     )
     cmd = [
-        str(nvcc) if nvcc.exists() else "nvcc", "-gencode=arch=compute_90a,code=sm_90a", "-DSGL_CUDA_ARCH=900",
+        str(nvcc), "-gencode=arch=compute_90a,code=sm_90a", "-DSGL_CUDA_ARCH=900",
         "-std=c++20", "-O3", "--expt-relaxed-constexpr", "-Xcompiler", "-fPIC", "-Xptxas=-v", *flags,
-        f"-I{tvm_ffi.libinfo.find_include_path()}", f"-I{inc}", "-c", str(tmp_path / "cuda.cu"), "-o", str(tmp_path / "x.o"),
+        f"-I{tvm_ffi.libinfo.find_include_path()}", f"-I{inc}", "-c", str(tmp_path / "cuda.cu"),
+        "-o", str(tmp_path / "x.o"),
     ]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     if path.stem in EXPECT_BUILD_FAIL:

@@ -9,8 +9,8 @@ import pytest
 
 pytest.importorskip("sglang")
 
-from astra_sglang.contract.op import CudaJitRecipe, TritonRecipe, load_manifest  # noqa: E402
 from astra_sglang.contract.base import sha256_file as sha256  # noqa: E402
+from astra_sglang.contract.op import CudaJitRecipe, TritonRecipe, load_manifest  # noqa: E402
 from astra_sglang.extract.closure import includes_of  # noqa: E402
 
 PAPER = ["silu_and_mul", "fused_add_rmsnorm", "merge_state"]
@@ -81,7 +81,8 @@ def test_silu_recipe_is_sglangs_sm90_build(out: Path) -> None:
     assert r.template_args["bfloat16"] == "bf16_t, true"
     assert r.entry == "run_activation" and r.call == ["input", "out", "'silu'"]
     assert "--use_fast_math" in r.cuda_cflags and "-DSGL_CUDA_ARCH=900" in r.cuda_cflags
-    assert any(e.name == "run_activation" and e.symbol == "ActivationKernel<{targs}>::run_activation" for e in r.exports)
+    assert any(e.name == "run_activation" and e.symbol == "ActivationKernel<{targs}>::run_activation"
+               for e in r.exports)
     assert r.sources == ["src/kernels/jit/csrc/elementwise/activation.cuh"] and r.arch == "sm_90a"
     sig = {t.name: t for t in m.signature.tensors}
     assert sig["input"].shape == ["T", "2*H"] and sig["out"].shape == ["T", "H"] and sig["out"].role == "output"

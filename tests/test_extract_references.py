@@ -33,6 +33,7 @@ def out(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def _reference(op: Path):
     m = load_manifest(op)
     spec = importlib.util.spec_from_file_location(f"ref_{op.name}", op / m.reference.path)
+    assert spec is not None and spec.loader is not None
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return m, getattr(mod, m.reference.function)
@@ -121,7 +122,8 @@ for dtype, (t, nh, d) in [(torch.float32, (4, 3, 96)), (torch.bfloat16, (3, 2, 1
     assert torch.equal(args["output"][0, 0], args["suffix_output"][0, 0])
     assert torch.isnan(args["output_lse"][1, 0])
     results.append(str(dtype))
-print(json.dumps({"ok": results, "sglang_imported": any(k == "sglang" or k.startswith("sglang.") for k in sys.modules)}))
+imported = any(k == "sglang" or k.startswith("sglang.") for k in sys.modules)
+print(json.dumps({"ok": results, "sglang_imported": imported}))
 """
 
 

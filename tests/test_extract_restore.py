@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from astra_sglang.contract.base import sha256_file as sha256
 from astra_sglang.contract.op import load_manifest
 from astra_sglang.errors import AstraError
-from astra_sglang.contract.base import sha256_file as sha256
 from astra_sglang.extract.restore import restore_folder
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -63,4 +63,5 @@ def test_materialize_completes_a_committed_only_folder_in_a_cache(tmp_path):
     done = materialize(clone, tmp_path / "cache")
     assert done != clone and is_complete(done) and not is_complete(clone)
     assert materialize(clone, tmp_path / "cache") == done  # reused, keyed by the manifest's hash
-    assert materialize(ROOT / "extracted" / "fused_add_rmsnorm", tmp_path / "cache") == ROOT / "extracted" / "fused_add_rmsnorm"
+    restored = ROOT / "extracted" / "fused_add_rmsnorm"
+    assert materialize(restored, tmp_path / "cache") == restored

@@ -4,11 +4,15 @@ Found on the H200: SGLang's own merge_state_triton failed its float32 check on '
 mixed into results near 0, error 4.9e-4 against rtol 1e-5 of the cancelled result).
 """
 
+import importlib.util
+from pathlib import Path
+
 import torch
 
-from astra_sglang.contract.op import Tolerance
+from astra_sglang.contract.op import Tolerance, load_manifest
 from astra_sglang.harness.compare import compare, compare_to_reference, scale_key
 
+REPO = Path(__file__).resolve().parents[1]
 TOL = Tolerance(atol=1e-5, rtol=1e-5)
 
 
@@ -43,8 +47,30 @@ def test_a_wrong_result_still_fails_with_the_scale():
     assert m is not None and m.reason == "mismatch"
 
 
-def test_scale_key_names_the_output():
-    assert scale_key("output_lse") == "output_lse:scale"
+def test_merge_state_reference_hands_the_harness_a_scale_for_every_output():
+    """The harness reads each output's scale under scale_key(name); a reference that returned it under any
+    other key would silently fall back to element-wise rtol and reject correct kernels where merge_state
+    cancels (the H200 finding above)."""
+    op = REPO / "extracted" / "merge_state"  # its reference.py is ours and committed: no restore needed
+    m = load_manifest(op)
+    spec = importlib.util.spec_from_file_location("ms_reference", op / m.reference.path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    gen = torch.Generator().manual_seed(0)
+    args = {"prefix_output": torch.randn(3, 2, 64, generator=gen) * 1e3, "prefix_lse": torch.randn(3, 2, generator=gen),
+            "suffix_output": torch.randn(3, 2, 64, generator=gen) * 1e3, "suffix_lse": torch.randn(3, 2, generator=gen)}
+    ref = getattr(mod, m.reference.function)(**args)
+    names = {t.name for t in m.signature.tensors}
+    outputs = [t.name for t in m.signature.tensors if t.role == "output"]
+    assert outputs and all(scale_key(o) not in names for o in outputs)  # never mistaken for a tensor
+    for o in outputs:
+        assert ref[scale_key(o)].shape == ref[o].shape, o
+    # and compare() uses it: a result off by rounding at the terms' size passes only with the scale
+    scale = ref[scale_key("output")]
+    out = ref["output"] + 0.5 * TOL.rtol * scale
+    assert compare("output", out, ref["output"], ref["output"], TOL) is not None
+    assert compare("output", out, ref["output"], ref["output"], TOL, scale) is None
 
 
 def test_float16_overflow_matches_a_reference_above_the_range():

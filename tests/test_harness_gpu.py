@@ -1,5 +1,7 @@
-"""Harness checks that need the GPU (run on the H200; skipped elsewhere). The full acceptance run with tables is
-scripts/gpu_harness_check.py."""
+"""The harness's integrity defences on the GPU (run on the H200; skipped without CUDA by conftest's gpu marker).
+
+The original-vs-itself and broken-candidate acceptance checks live in tests/test_acceptance_gpu.py.
+"""
 
 from __future__ import annotations
 
@@ -7,45 +9,13 @@ from pathlib import Path
 
 import pytest
 
-torch = pytest.importorskip("torch")
-pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
+from astra_sglang.contract.eval_config import EvalConfig
+from astra_sglang.harness.evaluate import evaluate, evaluate_many
 
-from astra_sglang.contract.eval_config import EvalConfig  # noqa: E402
-from astra_sglang.contract.op import load_manifest  # noqa: E402
-from astra_sglang.harness.evaluate import evaluate, evaluate_many  # noqa: E402
+pytestmark = pytest.mark.gpu
 
 REPO = Path(__file__).resolve().parent.parent
 CANDS = REPO / "tests" / "candidates"
-
-
-def _op(name: str) -> Path:
-    op = REPO / "extracted" / name
-    if not (op / "manifest.json").is_file():
-        pytest.skip(f"extracted/{name} missing")
-    return op
-
-
-@pytest.mark.parametrize("name", ["silu_and_mul", "fused_add_rmsnorm", "merge_state"])
-def test_original_against_itself_is_no_change_on_paper_shapes(name):
-    op = _op(name)
-    m = load_manifest(op)
-    src = op / (m.recipe.sources[0] if m.recipe.kind == "cuda_jit" else m.recipe.source)
-    r = evaluate(op, src, EvalConfig(shapes="paper", timing_dtypes=["bfloat16"]))
-    assert r.ok, r.model_dump_json(indent=1)
-    assert r.timing and r.timing.shapes and r.timing.copy_ceiling_gbps > 1000
-    for s in r.timing.shapes:
-        assert s.verdict == "no change", s
-        assert s.original_pct_ceiling < 105
-    assert not r.timing.suspect, r.timing.suspect  # the wall-clock cross-check does not fire on honest timing
-
-
-def test_broken_cuda_candidates_are_rejected():
-    op = _op("fused_add_rmsnorm")
-    broken = sorted((CANDS / "fused_add_rmsnorm" / "broken").glob("*.cuh"))
-    if not broken:
-        pytest.skip("no broken CUDA candidates")
-    for path, r in zip(broken, evaluate_many(op, broken, EvalConfig(shapes="paper", timing_dtypes=["bfloat16"]))):
-        assert not r.ok, f"{path.name} was accepted: {r.model_dump_json(indent=1)[:3000]}"
 
 
 CHEATS = CANDS / "merge_state" / "cheats"
@@ -58,8 +28,8 @@ def marker(tmp_path, monkeypatch):
     return tmp_path
 
 
-def test_python_cheats_on_paper_shapes(marker):
-    op = _op("merge_state")
+def test_python_cheats_on_paper_shapes(marker, restored_op):
+    op = restored_op("merge_state")
     names = ["rebinds_checker", "rebinds_original", "wrong_return", "scales_timer", "forges_times"]
     r = dict(zip(names, evaluate_many(op, [CHEATS / f"{n}.py" for n in names], PAPER)))
     assert r["rebinds_checker"].correctness.first_failure.reason == "mismatch"
@@ -75,8 +45,8 @@ def test_python_cheats_on_paper_shapes(marker):
         assert (marker / n).is_file(), f"{n}: the attack did not run"
 
 
-def test_cuda_static_constructor_calling_python_is_still_checked(marker):
-    op = _op("fused_add_rmsnorm")
+def test_cuda_static_constructor_calling_python_is_still_checked(marker, restored_op):
+    op = restored_op("fused_add_rmsnorm")
     r = evaluate(op, CANDS / "fused_add_rmsnorm" / "cheats" / "static_ctor_python.cuh", PAPER)
     assert not r.ok and r.correctness.first_failure.reason == "mismatch", r.model_dump_json(indent=1)[:3000]
     assert "rebound" in (marker / "static_ctor_python").read_text()  # the constructor ran, in the worker
@@ -91,8 +61,8 @@ GOOD = {"merge_state": ["merge_state/hand_written.py", "merge_state/h_correct.py
 
 
 @pytest.mark.parametrize("name", list(GOOD))
-def test_no_false_rejection_of_correct_candidates_with_heldout_cases(name):
-    op = _op(name)
+def test_no_false_rejection_of_correct_candidates_with_heldout_cases(name, restored_op):
+    op = restored_op(name)
     paths = [CANDS / p for p in GOOD[name]]
     cfg = PAPER.model_copy(update={"include_heldout": True})
     for path, r in zip(paths, evaluate_many(op, paths, cfg)):
@@ -101,20 +71,17 @@ def test_no_false_rejection_of_correct_candidates_with_heldout_cases(name):
 
 @pytest.mark.parametrize("name,cand", [("merge_state", "merge_state/hand_written.py"),
                                        ("fused_add_rmsnorm", "fused_add_rmsnorm/hand_written.cuh")])
-def test_one_candidate_evaluates_on_paper_shapes_within_30_s(name, cand):
+def test_one_candidate_evaluates_on_paper_shapes_within_30_s(name, cand, restored_op, measurements):
     """Checker and candidate in separate processes must stay fast: the full evaluation (build cached)."""
-    import json
     import time
 
-    op = _op(name)
+    op = restored_op(name)
     evaluate(op, CANDS / cand, EvalConfig(shapes="test", timing=False))  # build (and cache) outside the clock
     t0 = time.monotonic()
     r = evaluate(op, CANDS / cand, PAPER)
     wall = time.monotonic() - t0
     assert r.ok, r.model_dump_json(indent=1)[:3000]
-    out = REPO / "docs" / "measurements" / f"harness_eval_wall_{name}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"op": name, "candidate": cand, "shapes": "paper", "wall_s": round(wall, 2),
+    measurements(f"harness_eval_wall_{name}", {"op": name, "candidate": cand, "shapes": "paper", "wall_s": round(wall, 2),
                                "cases_run": r.correctness.cases_run, "device": r.device,
-                               "geomean_speedup": r.timing.geomean_speedup if r.timing else None}, indent=1) + "\n")
+                               "geomean_speedup": r.timing.geomean_speedup if r.timing else None})
     assert wall <= 30.0, f"{name}: {wall:.1f} s"

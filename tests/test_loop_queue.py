@@ -121,7 +121,8 @@ def test_queue_run_chooses_fastest_correct_confirmed_on_heldout(op_dir: Path, tm
         _inject_file(item / RESULT_NAME, "r000-original")
 
         # Resume, this time waiting on the queue while the "GPU host" answers each request.
-        stop, seen = threading.Event(), []
+        stop = threading.Event()
+        seen: list[str] = []
         host = threading.Thread(target=_gpu_host, args=(queue, op_dir, stop, seen), daemon=True)
         host.start()
         try:
@@ -145,7 +146,7 @@ def test_queue_run_chooses_fastest_correct_confirmed_on_heldout(op_dir: Path, tm
     best = run / "best"
     assert (best / "merge_state.py").read_text() == candidate("r5.py")
     held = EvalResult.model_validate_json((best / "heldout.json").read_text())
-    assert held.correctness.ok and held.correctness.heldout_cases_run > 0
+    assert held.correctness is not None and held.correctness.ok and held.correctness.heldout_cases_run > 0
     assert "INJECTED" in second.stdout  # the final table says where the times came from
     # Handed to the patch registry with its evidence.
     patch = patches / "merge_state" / "ms-queue-test"
@@ -191,5 +192,6 @@ def test_single_agent_run_through_the_file_provider(op_dir: Path, tmp_path: Path
     log = [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines()]
     assert [(r["round"], r["status"]) for r in log] == [(0, "ok"), (1, "ok")]
     assert log[1]["diagnosis_text"] == "memory-bound" and log[1]["source"] == candidate("r4.py")
-    tool_outputs = [i["output"] for t in log[1]["transcript"] for i in t["items"] if i.get("type") == "function_call_output"]
+    tool_outputs = [i["output"] for t in log[1]["transcript"] for i in t["items"]
+                    if i.get("type") == "function_call_output"]
     assert tool_outputs and "CORRECT on all" in tool_outputs[0]

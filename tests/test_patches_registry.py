@@ -17,6 +17,7 @@ from astra_sglang.contract.result import (
     ShapeTiming,
     TimingReport,
 )
+from astra_sglang.errors import AstraError
 from astra_sglang.patches import registry, status
 
 REPO = Path(__file__).resolve().parents[1]
@@ -127,7 +128,8 @@ def test_add_is_one_command_with_evidence(root, tmp_path, capsys):
                  "--provenance", "hand-written", "--evidence", str(ev), "--author", "dev"]) == 0
     d = root / "silu_and_mul" / "hw-silu"
     m = load_patch_manifest(d)
-    assert m.kernel.kind == "cuda_jit" and m.kernel.source == "kernel.cuh" and m.kernel.op_dir == "extracted/silu_and_mul"
+    assert m.kernel.kind == "cuda_jit" and m.kernel.source == "kernel.cuh"
+    assert m.kernel.op_dir == "extracted/silu_and_mul"
     assert m.validated_on.sglang_versions == ["0.5.23"] and m.validated_on.archs == ["sm_90"]
     assert m.evidence.results[0].geomean_speedup == 1.25
     assert m.call_sites[0].target == "sglang.kernels.ops.activation.activation.silu_and_mul"
@@ -151,7 +153,7 @@ def test_add_from_run_copies_the_winner(root, tmp_path):
     assert m.provenance.kind == "run" and m.provenance.model == "o4-mini" and m.provenance.rounds == 5
     assert m.kernel.kind == "triton" and m.kernel.entry == "merge_state_triton"
     assert m.evidence.results[0].geomean_speedup == 1.4
-    with pytest.raises(Exception):
+    with pytest.raises(AstraError, match="expected one kernel source"):
         registry.add_from_run(tmp_path / "empty")
 
 

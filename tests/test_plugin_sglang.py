@@ -225,7 +225,8 @@ def _run_child(tmp: Path, body: str, env_extra: dict[str, str], root: Path) -> d
     proc = subprocess.run([sys.executable, str(script)], env=env, cwd=tmp, capture_output=True, text=True,
                           timeout=600)
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("CHILD-RESULT ")]
-    assert proc.returncode == 0 and lines, f"child failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
+    assert proc.returncode == 0 and lines, (
+        f"child failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}")
     return json.loads(lines[-1][len("CHILD-RESULT "):])
 
 

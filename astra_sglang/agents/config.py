@@ -47,6 +47,6 @@ class TokenCount(Model):
     input_tokens: int = 0
     output_tokens: int = 0
 
-    def __add__(self, other: "TokenCount") -> "TokenCount":
+    def __add__(self, other: TokenCount) -> TokenCount:
         return TokenCount(requests=self.requests + other.requests, input_tokens=self.input_tokens + other.input_tokens,
                           output_tokens=self.output_tokens + other.output_tokens)

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 from importlib import resources
 
 ROLES = ("testing", "profiling", "planning", "coding", "single")
 
 
-@lru_cache(maxsize=None)
+@cache
 def load_prompt(role: str) -> str:
     if role not in ROLES:
         raise ValueError(f"no prompt for role {role!r}; roles: {ROLES}")
-    return resources.files("astra_sglang.agents").joinpath("prompts", f"{role}.md").read_text()
+    return (resources.files("astra_sglang.agents") / "prompts" / f"{role}.md").read_text()

@@ -47,7 +47,8 @@ class Diagnosis(Model):
     """The Profiling agent's reading of timing and resource numbers."""
 
     bound: Literal["memory", "latency", "compute", "mixed", "unknown"]
-    pct_of_copy_ceiling: Optional[float] = Field(description="typical % of the measured copy bandwidth; null if unknown")
+    pct_of_copy_ceiling: Optional[float] = Field(
+        description="typical % of the measured copy bandwidth; null if unknown")
     where_time_goes: str
     evidence: list[str] = Field(description="the numbers the diagnosis rests on")
     summary: str

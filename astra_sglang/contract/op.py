@@ -166,7 +166,8 @@ class Manifest(Model):
     notes: list[str] = Field(default_factory=list)
     external_includes: list[str] = Field(
         default_factory=list,
-        description="#include names reached but not copied (system, CUDA, tvm-ffi headers): the build host provides them",
+        description="#include names reached but not copied (system, CUDA, tvm-ffi headers): "
+                    "the build host provides them",
     )
 
     def file(self, role: FileRole) -> list[SourceFile]:

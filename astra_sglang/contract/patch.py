@@ -99,7 +99,7 @@ class Evidence(Model):
     notes: list[str] = Field(default_factory=list)
 
     def speedups(self) -> list[tuple[dict[str, int], str, Optional[float]]]:
-        rows = []
+        rows: list[tuple[dict[str, int], str, Optional[float]]] = []
         for r in self.results:
             if r.timing:
                 rows.extend((s.dims, s.dtype, s.speedup) for s in r.timing.shapes)
@@ -177,5 +177,5 @@ def pin_files(patch_dir: Path, roles: Optional[dict[str, str]] = None) -> list[P
         if not p.is_file() or rel == MANIFEST_NAME or "__pycache__" in p.parts:
             continue
         role = (roles or {}).get(rel) or ("evidence" if p.suffix == ".json" else "kernel")
-        out.append(PatchFile(path=rel, sha256=sha256_file(p), role=role))  # type: ignore[arg-type]
+        out.append(PatchFile(path=rel, sha256=sha256_file(p), role=role))
     return out

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Optional
 
 from astra_sglang.contract.base import sha256_file as sha256
 from astra_sglang.contract.op import (

@@ -50,7 +50,8 @@ def restore_folder(op_dir: Path) -> int:
             bad.append(f"{f.path}: SHA-256 differs from the manifest")
     if bad:
         raise AstraError(
-            f"{op_dir}: {len(bad)} file(s) do not match the manifest (extracted from SGLang {manifest.sglang_version}); "
+            f"{op_dir}: {len(bad)} file(s) do not match the manifest "
+            f"(extracted from SGLang {manifest.sglang_version}); "
             f"re-extract with `astra-sglang extract {manifest.short_name}`: " + "; ".join(bad[:3])
         )
     return copied
@@ -80,7 +81,7 @@ def materialize(op_dir: Path, cache_root: Path) -> Path:
     if is_complete(op_dir):
         return op_dir
     manifest = load_manifest(op_dir)
-    key = sha256((op_dir / MANIFEST_NAME))[:16]
+    key = sha256(op_dir / MANIFEST_NAME)[:16]
     dest = Path(cache_root) / "extracted" / f"{op_dir.name}-{key}"
     if dest.is_dir() and is_complete(dest):
         return dest

@@ -14,7 +14,7 @@ import importlib.machinery
 import importlib.util
 import sys
 import types
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +36,8 @@ class _Inert(type):
 
 
 class _StandInModule(types.ModuleType):
+    __version__: str
+
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__"):
             raise AttributeError(name)
@@ -81,7 +83,8 @@ def require_sglang() -> types.ModuleType:
     try:
         return importlib.import_module("sglang.kernels.ops")
     except Exception as e:  # an install too old/new to have the kernel registry
-        raise AstraError(f"cannot import sglang.kernels.ops from the installed SGLang ({type(e).__name__}: {e})") from None
+        raise AstraError(
+            f"cannot import sglang.kernels.ops from the installed SGLang ({type(e).__name__}: {e})") from None
 
 
 def import_optional(module: str) -> types.ModuleType | None:
@@ -97,7 +100,7 @@ def import_optional(module: str) -> types.ModuleType | None:
         return None
 
 
-@lru_cache(maxsize=None)
+@cache
 def sglang_root() -> Path:
     spec = importlib.util.find_spec("sglang")
     if spec is None or not spec.submodule_search_locations:

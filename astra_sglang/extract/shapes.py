@@ -8,8 +8,8 @@ moderate (~30-60 per op) while still covering every T in the lists somewhere.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Callable, Iterable
 
 from astra_sglang.contract.op import ShapeCase
 
@@ -58,7 +58,8 @@ def decode_prefill(widths: Iterable[tuple[dict[str, int], str]]) -> list[ShapeCa
     """One decode and one prefill case per width, T rotating through DECODE_T / PREFILL_T."""
     cases: list[ShapeCase] = []
     for i, (dims, source) in enumerate(widths):
-        cases.append(ShapeCase(dims={"T": DECODE_T[i % len(DECODE_T)], **dims}, tags=["decode"], source=f"{source} decode"))
+        cases.append(ShapeCase(dims={"T": DECODE_T[i % len(DECODE_T)], **dims}, tags=["decode"],
+                               source=f"{source} decode"))
         cases.append(
             ShapeCase(dims={"T": PREFILL_T[i % len(PREFILL_T)], **dims}, tags=["prefill"], source=f"{source} prefill")
         )

@@ -11,7 +11,7 @@ from __future__ import annotations
 import ast
 import importlib.util
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 from typing import Optional
 
@@ -51,7 +51,7 @@ def _literal_strings(node: ast.expr) -> Optional[list[str]]:
     return None
 
 
-@lru_cache(maxsize=None)
+@cache
 def scan_module(module: str) -> Optional[ModuleScan]:
     path = module_file(module)
     if path is None:
@@ -62,11 +62,11 @@ def scan_module(module: str) -> Optional[ModuleScan]:
     except (SyntaxError, UnicodeDecodeError) as e:
         result.error = f"cannot parse {path.name}: {e}"
         return result
-    for node in tree.body:
-        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("sglang"):
-            result.sglang_imports.append(node.module)
-        elif isinstance(node, ast.Import):
-            result.sglang_imports += [a.name for a in node.names if a.name.startswith("sglang")]
+    for stmt in tree.body:
+        if isinstance(stmt, ast.ImportFrom) and stmt.module and stmt.module.startswith("sglang"):
+            result.sglang_imports.append(stmt.module)
+        elif isinstance(stmt, ast.Import):
+            result.sglang_imports += [a.name for a in stmt.names if a.name.startswith("sglang")]
     for node in ast.walk(tree):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             result.functions.add(node.name)
@@ -82,7 +82,7 @@ def scan_module(module: str) -> Optional[ModuleScan]:
     return result
 
 
-@lru_cache(maxsize=None)
+@cache
 def imported_modules_of(module: str, qualname: str) -> tuple[str, ...]:
     """Modules that the function ``qualname`` of ``module`` imports inside its body (``forward_jit`` style)."""
     path = module_file(module)

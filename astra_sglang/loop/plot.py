@@ -8,9 +8,12 @@ given a bar, so a reader cannot mistake a failed round for a slow one.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from astra_sglang.loop.records import RoundRecord, WinnerInfo
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 
 def plot_run(records: list[RoundRecord], winner: Optional[WinnerInfo], title: str, out: Path,
@@ -23,6 +26,18 @@ def plot_run(records: list[RoundRecord], winner: Optional[WinnerInfo], title: st
         import matplotlib.pyplot as plt
     except ImportError:
         return None
+    fig = speedup_figure(records, winner, title, label)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
+
+
+def speedup_figure(records: list[RoundRecord], winner: Optional[WinnerInfo], title: str,
+                   label: Optional[str] = None) -> Figure:
+    """The figure ``plot_run`` saves, returned so what it shows can be read back (matplotlib required)."""
+    import matplotlib.pyplot as plt
+
     rounds = [r for r in sorted(records, key=lambda r: r.round) if r.round > 0]
     fig, ax = plt.subplots(figsize=(max(4.0, 1.1 * len(rounds) + 2), 3.6))
     for r in rounds:
@@ -44,7 +59,4 @@ def plot_run(records: list[RoundRecord], winner: Optional[WinnerInfo], title: st
     ax.set_ylim(0, 1.15 * max([1.0, *measured]))
     ax.set_title(title if not label else f"{title}\n{label}", fontsize=9)
     fig.tight_layout()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return out
+    return fig

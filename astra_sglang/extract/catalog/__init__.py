@@ -6,14 +6,14 @@ reason: without a signature and a reference a folder could not be checked, so it
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 
 from astra_sglang.extract.catalog.base import CatalogEntry
 
 _MODULES = ("activation", "fused_add_rmsnorm", "merge_state", "softcap", "row_scale", "norm")
 
 
-@lru_cache(maxsize=None)
+@cache
 def entries() -> tuple[CatalogEntry, ...]:
     import importlib
 

@@ -7,8 +7,9 @@ how the entry export is called, which shapes matter, and where the serving path 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Literal, Optional
+from typing import Any, Literal, Optional
 
 from astra_sglang.contract.op import Baseline, ShapeCase, Signature, Tolerance
 

@@ -49,7 +49,8 @@ def _shapes() -> list[ShapeCase]:
     cases += [
         case(["edge", "decode"], "edge: one token", T=1, H=4096),
         case(["edge"], "edge: the largest hidden SGLang's JIT accepts on sm_90", T=64, H=_JIT_MAX_H),
-        case(["edge", "unsupported_by_sglang_jit"], "edge: H not a multiple of 8 (FlashInfer handles it)", T=17, H=4100),
+        case(["edge", "unsupported_by_sglang_jit"], "edge: H not a multiple of 8 (FlashInfer handles it)",
+             T=17, H=4100),
         case(["prefill", "anchor"], "anchor h200.md", T=8192, H=8192),
     ]
     return dedup(cases)
