@@ -55,8 +55,8 @@ def run(args: argparse.Namespace) -> int:
     if args.restore:
         from astra_sglang.extract.restore import restore_all
 
-        for folder, copied in restore_all(args.out):
-            print(f"{folder}: verified ({copied} file(s) restored)")
+        for done in restore_all(args.out):
+            print(done.line())
         return 0
     if not args.ops:
         raise AstraError("give at least one OP to extract, or --list")
@@ -75,5 +75,10 @@ def run(args: argparse.Namespace) -> int:
         return 0
     from astra_sglang.extract.extractor import extract
 
-    extract(list(args.ops), args.out, progress=lambda name, path: err.print(f"[green]extracted[/] {name} -> {path}"))
+    def progress(name: str, done) -> None:
+        note = done.note()
+        err.print(f"[green]extracted[/] {name} -> {done.path}" + (f" ({note})" if note else ""), highlight=False,
+                  soft_wrap=True)
+
+    extract(list(args.ops), args.out, progress=progress)
     return 0
