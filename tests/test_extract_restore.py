@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from astra_sglang.contract.base import sha256_file as sha256
 from astra_sglang.contract.op import load_manifest
 from astra_sglang.errors import AstraError
-from astra_sglang.contract.base import sha256_file as sha256
 from astra_sglang.extract.restore import restore_folder
 
 ROOT = Path(__file__).resolve().parents[1]
