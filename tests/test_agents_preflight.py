@@ -81,3 +81,14 @@ def test_a_server_that_does_not_serve_the_model(key) -> None:
         with pytest.raises(AstraError, match=r"does not serve model 'o4-mini' \(it lists 1 other model\(s\): "
                                              r"Qwen/Qwen3-32B\)"):
             asyncio.run(preflight(_opts(srv.url)))
+
+
+def test_a_model_server_refusing_max_tokens_still_counts(key) -> None:
+    """OpenAI's o-series answer max_tokens with an API error (HTTP 400): a model server did answer."""
+    from fake_openai_server import http_error
+
+    body = '{"error": {"message": "Unsupported parameter: \'max_tokens\'", "type": "invalid_request_error"}}'
+    script = Script().default("unknown", lambda b: http_error(400, body))
+    with FakeOpenAIServer(script, api_key=API_KEY, models=()) as srv:
+        note = asyncio.run(preflight(_opts(srv.url)))
+    assert "answered a 1-token chat request for o4-mini (HTTP 400" in note

@@ -133,6 +133,21 @@ def test_doctor_reports_this_host(capsys, tmp_path: Path, monkeypatch: pytest.Mo
     assert "merge-state-tiled-v1 (merge_state): " in text and f"{cache}, 3.0 MiB" in text
 
 
+@pytest.mark.gpu
+def test_doctor_on_a_gpu_names_its_arch_and_what_applies(capsys) -> None:
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    major, minor = torch.cuda.get_device_capability()
+    arch = f"sm_{major}{minor}"
+    assert main(["doctor", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    gpu = next(f for f in report["facts"] if f["name"] == "gpu")
+    assert gpu["ok"] and f"({arch})" in gpu["detail"] and torch.cuda.get_device_name() in gpu["detail"]
+    merge = next(p for p in report["patches"] if p["patch_id"] == "merge-state-tiled-v1")
+    assert merge["applies_here"] == (arch == "sm_90"), merge  # validated on SGLang 0.5.23 / sm_90
+
+
 def test_serving_commands_work_without_rich(tmp_path: Path) -> None:
     """rich is not in SGLang's environment: the commands a serving install runs print plain text."""
     code = ("import sys; sys.modules['rich'] = None\n"

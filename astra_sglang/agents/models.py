@@ -92,15 +92,15 @@ async def preflight(opts: ModelOptions) -> str:
                     else "is not an OpenAI-compatible model server (no /models listing, and POST /chat/completions "
                          "gave HTTP 404)")
             raise AstraError(f"{url} {what}") from None
+        except openai.BadRequestError as e:
+            if isinstance(e.body, dict):  # an OpenAI-style error about the request: a model server answered
+                return f"{url} answered a 1-token chat request for {opts.model} (HTTP 400: {e.message[:120]})"
+            raise AstraError(f"{url} is not an OpenAI-compatible model server (HTTP 400 without an API error)") from None
         except openai.APIStatusError as e:
             if e.status_code not in (405, 501):
                 raise
             raise AstraError(f"{url} is not an OpenAI-compatible model server ({'no' if names is None else 'a'} "
                              f"/models listing, and POST /chat/completions gave HTTP {e.status_code})") from None
-        except openai.BadRequestError as e:
-            if isinstance(e.body, dict):  # an OpenAI-style error about the request: a model server answered
-                return f"{url} answered a 1-token chat request for {opts.model} (HTTP 400: {e.message[:120]})"
-            raise AstraError(f"{url} is not an OpenAI-compatible model server (HTTP 400 without an API error)") from None
         except (openai.APIResponseValidationError, ValueError) as e:
             raise AstraError(f"{url} is not an OpenAI-compatible model server (its reply to a chat request is "
                              f"not a chat completion: {type(e).__name__})") from None
