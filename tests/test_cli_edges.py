@@ -86,6 +86,28 @@ def test_optimize_without_a_gpu_points_to_the_queue(tmp_path: Path) -> None:
     assert not runs.exists()  # refused before any work
 
 
+def test_evaluate_without_a_gpu_writes_no_untimed_result(tmp_path: Path) -> None:
+    from astra_sglang.loop.evaluator import (
+        REQUEST_NAME,
+        RESULT_NAME,
+        EvalPending,
+        QueueEvaluator,
+    )
+    from astra_sglang.loop.records import EvalSpec
+
+    queue = tmp_path / "queue"
+    with pytest.raises(EvalPending):
+        QueueEvaluator(MERGE_STATE, queue, "run1").evaluate("r000-original", None, EvalSpec(shapes="test"))
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", PYTHONPATH=str(ROOT))
+    r = subprocess.run([sys.executable, "-m", "astra_sglang", "evaluate", str(queue), "--extracted",
+                        str(MERGE_STATE.parent)], capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 2, r.stderr
+    err = r.stderr.strip().splitlines()
+    assert len(err) == 1 and "no CUDA GPU visible: 1 request(s)" in err[0] and "--device cpu" in err[0]
+    item = queue / "run1--r000-original"
+    assert (item / REQUEST_NAME).is_file() and not (item / RESULT_NAME).exists()
+
+
 def test_queue_or_explicit_cpu_lets_optimize_run_without_a_gpu() -> None:
     from astra_sglang.loop.records import EvalSpec, LoopOptions
     from astra_sglang.loop.session import require_timing_device

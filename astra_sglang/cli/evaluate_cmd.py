@@ -6,6 +6,7 @@ import argparse
 import sys
 import time
 from pathlib import Path
+from typing import Optional
 
 from astra_sglang.cli.args import non_negative_float
 from astra_sglang.contract.base import Model
@@ -40,11 +41,27 @@ class EvaluateReport(Model):
     pending: int
 
 
+def _refuse_untimed(queue: Path, device: Optional[str]) -> None:
+    """A result written without a GPU has no timing, and a result is final: the run could never be timed."""
+    from astra_sglang.contract.eval_config import EvalConfig
+    from astra_sglang.harness.evaluate import resolve_device
+    from astra_sglang.loop.evaluator import list_queue
+
+    if device is not None or resolve_device(EvalConfig(device="auto")) != "cpu":
+        return
+    timed = [r.item_id for _, r, result in list_queue(queue) if result is None and r.spec.device == "auto"]
+    if timed:
+        raise AstraError(f"no CUDA GPU visible: {len(timed)} request(s) in {queue} need timing ({timed[0]}, ...) and "
+                         f"a result written here would have none; run `astra-sglang evaluate` on the GPU host, or "
+                         f"pass --device cpu for correctness-only results")
+
+
 def handle(args: argparse.Namespace) -> int:
     from astra_sglang.loop.evaluator import process_queue, queue_status
 
     if not args.queue.is_dir():
         raise AstraError(f"{args.queue} is not a queue folder")
+    _refuse_untimed(args.queue, args.device)
     log = sys.stderr if args.json else sys.stdout  # with --json, stdout carries only the report
     deadline = time.monotonic() + args.watch
     evaluated: list[EvaluatedItem] = []
