@@ -18,7 +18,6 @@ from loop_support import answer_files
 
 from astra_sglang.agents.file_provider import (
     FileModel,
-    FileModelProvider,
     parse_response,
 )
 from astra_sglang.agents.prompts import ROLES, load_prompt
@@ -83,7 +82,7 @@ def test_file_provider_round_trip_with_tool_call_and_schema(tmp_path: Path):
     # The same requests again (a resumed run) reuse the answers on disk instead of asking again.
     again = asyncio.run(Runner.run(
         Agent(name="coding", instructions="# Role: coding agent",
-              model=FileModelProvider(tmp_path, timeout_s=2).get_model("file"), tools=[check_candidate],
+              model=FileModel(tmp_path, timeout_s=2), tools=[check_candidate],
               output_type=CandidateSource),
         "improve it", run_config=RunConfig(tracing_disabled=True)))
     assert again.final_output.source == "x = 2"

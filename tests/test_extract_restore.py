@@ -32,7 +32,7 @@ def _clone_committed_part(tmp_path: Path, op: str) -> Path:
 @pytest.mark.parametrize("op", ["fused_add_rmsnorm", "merge_state"])
 def test_restore_refills_a_clone_and_every_hash_matches(tmp_path, op):
     dest = _clone_committed_part(tmp_path, op)
-    copied = restore_folder(dest)
+    copied = len(restore_folder(dest).copied)
     manifest = load_manifest(dest)
     assert copied == sum(not f.committed for f in manifest.files) > 0
     assert all(sha256(dest / f.path) == f.sha256 for f in manifest.files)

@@ -46,10 +46,12 @@ from astra_sglang.harness.evaluate import evaluate
 from astra_sglang.loop.evaluator import (
     REQUEST_NAME,
     RESULT_NAME,
+    EvalPending,
+    QueueEvaluator,
     list_queue,
     to_eval_config,
 )
-from astra_sglang.loop.records import QueueRequest
+from astra_sglang.loop.records import EvalSpec, QueueRequest
 from astra_sglang.loop.runfolder import atomic_write
 
 pytestmark = pytest.mark.timeout(500)
@@ -195,3 +197,20 @@ def test_single_agent_run_through_the_file_provider(op_dir: Path, tmp_path: Path
     tool_outputs = [i["output"] for t in log[1]["transcript"] for i in t["items"]
                     if i.get("type") == "function_call_output"]
     assert tool_outputs and "CORRECT on all" in tool_outputs[0]
+
+
+def test_evaluate_json_reports_what_it_evaluated(op_dir: Path, tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    queue = tmp_path / "queue"
+    spec = EvalSpec(shapes="test", device="cpu")
+    with pytest.raises(EvalPending):
+        QueueEvaluator(op_dir, queue, "run1").evaluate("r000-original", None, spec)
+    assert main(["evaluate", str(queue), "--extracted", str(op_dir.parent), "--json"]) == 0
+    out, err = capsys.readouterr()
+    report = json.loads(out)
+    assert [e["item"] for e in report["evaluated"]] == ["run1--r000-original"]
+    assert report["evaluated"][0]["result"]["op_id"] and report["evaluated"][0]["result"]["correctness"]["ok"]
+    assert (report["done"], report["pending"]) == (1, 0)
+    assert "evaluating run1--r000-original" in err
+    assert main(["evaluate", str(queue), "--extracted", str(op_dir.parent), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == {"evaluated": [], "done": 1, "pending": 0}

@@ -1,8 +1,10 @@
-"""A run killed mid-round (SIGKILL of the optimize process) resumes without repeating finished steps."""
+"""A run killed mid-round (SIGKILL of the optimize process) resumes without repeating finished steps; one
+stopped by SIGTERM or Ctrl-C says so in run.json first."""
 
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -45,6 +47,25 @@ def _wait_for(cond, timeout: float, what: str, proc: subprocess.Popen) -> None:
     raise AssertionError(f"timed out waiting for {what}")
 
 
+def _start(op_dir: Path, runs: Path, url: str, run_id: str, rounds: int) -> subprocess.Popen:
+    args = optimize_args(op_dir, runs, url, "--rounds", str(rounds), "--run-id", run_id, "--request-timeout-s", "300")
+    return subprocess.Popen([PY, "-m", "astra_sglang", *args], cwd=REPO, env=loop_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def _resume_with_plan_and_code(runs: Path, run_id: str, rnd: int) -> list[str]:
+    """Resume with a server that has only round ``rnd``'s plan and code: any other request would fail."""
+    second = Script()
+    second.add("planning", final(plan_reply(f"round {rnd} plan")))
+    second.add("coding", final(code_reply(candidate("r5.py"), f"round {rnd} code")))
+    with FakeOpenAIServer(second, api_key=API_KEY) as srv2:
+        done = run_cli(["optimize", "--resume", run_id, "--runs-dir", str(runs), "--base-url", srv2.url,
+                        "--no-live"], env=loop_env())
+        roles = srv2.roles()
+    assert done.returncode == 0, done.stdout + done.stderr
+    return roles
+
+
 def test_killed_mid_round_resumes_without_repeating_steps(op_dir: Path, tmp_path: Path):
     runs = tmp_path / "runs"
     run = runs / "merge_state" / "killme"
@@ -56,10 +77,7 @@ def test_killed_mid_round_resumes_without_repeating_steps(op_dir: Path, tmp_path
     first.add("profiling", final(diagnosis_reply("round 2")))
     first.add("planning", delayed(final(plan_reply("never delivered")), 120))  # killed while waiting for this
     with FakeOpenAIServer(first, api_key=API_KEY) as srv:
-        args = optimize_args(op_dir, runs, srv.url, "--rounds", "2", "--run-id", "killme",
-                             "--request-timeout-s", "300")
-        proc = subprocess.Popen([PY, "-m", "astra_sglang", *args], cwd=REPO, env=loop_env(),
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        proc = _start(op_dir, runs, srv.url, "killme", rounds=2)
         try:
             _wait_for(lambda: srv.roles().count("planning") == 2, 240, "round 2's planning request", proc)
             assert (run / "rounds/r001/record.json").is_file()
@@ -73,14 +91,7 @@ def test_killed_mid_round_resumes_without_repeating_steps(op_dir: Path, tmp_path
     assert meta["status"] == "running" and (run / "lock").exists()
     r1_before = (run / "rounds/r001/record.json").read_text()
 
-    second = Script()
-    second.add("planning", final(plan_reply("round 2 plan")))
-    second.add("coding", final(code_reply(candidate("r5.py"), "round 2 code")))
-    with FakeOpenAIServer(second, api_key=API_KEY) as srv2:
-        done = run_cli(["optimize", "--resume", "killme", "--runs-dir", str(runs), "--base-url", srv2.url,
-                        "--no-live"], env=loop_env())
-        after_roles = srv2.roles()
-    assert done.returncode == 0, done.stdout + done.stderr
+    after_roles = _resume_with_plan_and_code(runs, "killme", 2)
     # Only the step in flight was redone: no testing, no round 1, no round 2 diagnosis.
     assert after_roles == ["planning", "coding"]
     log = [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines()]
@@ -92,3 +103,31 @@ def test_killed_mid_round_resumes_without_repeating_steps(op_dir: Path, tmp_path
     meta = json.loads((run / "run.json").read_text())
     assert meta["status"] == "done" and not (run / "lock").exists()
     assert grep_tree(run, API_KEY) == []
+
+
+@pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_sigterm_and_ctrl_c_mark_the_run_interrupted_and_keep_finished_steps(op_dir: Path, tmp_path: Path, sig, code):
+    runs = tmp_path / "runs"
+    run = runs / "merge_state" / "stopme"
+    first = Script()
+    first.add("testing", final(suite_reply()))
+    first.add("profiling", final(diagnosis_reply("round 1")))
+    first.add("planning", delayed(final(plan_reply("never delivered")), 120))  # stopped while waiting for this
+    with FakeOpenAIServer(first, api_key=API_KEY) as srv:
+        proc = _start(op_dir, runs, srv.url, "stopme", rounds=1)
+        try:
+            _wait_for(lambda: srv.roles().count("planning") == 1, 240, "round 1's planning request", proc)
+            proc.send_signal(sig)
+            out, _ = proc.communicate(timeout=60)
+        finally:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == code, out
+    assert "interrupted; everything written so far is kept" in out and "Traceback" not in out
+    meta = json.loads((run / "run.json").read_text())
+    assert meta["status"] == "interrupted" and not (run / "lock").exists()
+    assert (run / "rounds/r000/record.json").is_file() and (run / "rounds/r001/diagnosis.json").is_file()
+
+    after_roles = _resume_with_plan_and_code(runs, "stopme", 1)
+    assert after_roles == ["planning", "coding"]  # the suite and round 1's diagnosis were not asked again
+    assert json.loads((run / "run.json").read_text())["status"] == "done"

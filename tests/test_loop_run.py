@@ -159,3 +159,24 @@ def test_missing_key_unreachable_server_and_bad_key_fail_first(op_dir: Path, tmp
     assert len(err) == 1 and "rejected the API key" in err[0]
     assert not runs.exists()  # no run folder, no work: the error came first
     assert "Traceback" not in "".join(err)
+
+
+def test_a_run_where_every_model_call_fails_exits_non_zero(op_dir: Path, tmp_path: Path, cpu_env, capsys):
+    gone = '{"error": {"message": "The model `o4-mini` does not exist", "code": "model_not_found"}}'
+    script = Script()
+    for role in ("testing", "profiling", "planning", "coding"):
+        script.default(role, lambda body: http_error(404, gone))
+    runs = tmp_path / "runs"
+    with FakeOpenAIServer(script, api_key=API_KEY) as srv:  # lists o4-mini, so the preflight passes
+        rc = main(optimize_args(op_dir, runs, srv.url, "--rounds", "2", "--json"))
+    out, err = capsys.readouterr()
+    assert rc == 1
+    summary = json.loads(out)  # stdout is the summary alone; progress went to stderr
+    run = only_run(runs)
+    meta = json.loads((run / "run.json").read_text())
+    assert meta["status"] == "failed" == summary["status"] and summary["exit_code"] == 1
+    assert meta["message"].startswith("no round produced a correct candidate (2 failed)")
+    assert "404" in meta["message"] and summary["message"] == meta["message"]
+    assert [(r["round"], r["status"]) for r in summary["rounds"]] == [(0, "ok"), (1, "failed"), (2, "failed")]
+    assert summary["run_dir"] == str(run) and summary["winner"]["round"] is None
+    assert "no round produced a correct candidate" in err

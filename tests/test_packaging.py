@@ -45,3 +45,26 @@ def test_wheel_patches_resolve_without_a_checkout(installed, tmp_path):
                        cwd=tmp_path)
     assert r.returncode == 0, r.stderr[-2000:]
     assert "ok" in r.stdout
+
+
+def test_the_wheel_installs_into_sglangs_environment_with_nothing_more(installed):
+    """README's install line (`pip wheel . -w dist/ --no-deps && pip install dist/astra_sglang-*.whl`) into an
+    SGLang environment: every unconditional dependency is one SGLang itself requires (rich is an extra's)."""
+    import json
+    import re
+    from importlib.metadata import requires
+
+    wheel = next(installed.parent.glob("astra_sglang-*.whl"))
+    with zipfile.ZipFile(wheel) as z:
+        meta = z.read(next(n for n in z.namelist() if n.endswith(".dist-info/METADATA"))).decode()
+    deps = [line.split(":", 1)[1].strip() for line in meta.splitlines() if line.startswith("Requires-Dist:")]
+    name = lambda req: re.split(r"[\s<>=!~;\[]", req, maxsplit=1)[0].lower().replace("_", "-")  # noqa: E731
+    unconditional = {name(d) for d in deps if "extra ==" not in d}
+    sglang_needs = {name(r) for r in requires("sglang") or [] if "extra ==" not in r}
+    assert unconditional and unconditional <= sglang_needs, unconditional - sglang_needs
+    assert any(name(d) == "rich" and 'extra == "agents"' in d for d in deps)
+    # Nothing to fetch: pip, offline, finds every requirement already in this (SGLang) environment.
+    r = subprocess.run([sys.executable, "-m", "pip", "install", "--dry-run", "--no-index", "--quiet", "--report", "-",
+                        str(wheel)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert [i["metadata"]["name"] for i in json.loads(r.stdout)["install"]] == ["astra-sglang"]

@@ -30,7 +30,7 @@ from agents.handoffs import Handoff
 from agents.items import ModelResponse, TResponseInputItem, TResponseStreamEvent
 from agents.model_settings import ModelSettings
 from agents.models.chatcmpl_converter import Converter
-from agents.models.interface import Model, ModelProvider, ModelTracing
+from agents.models.interface import Model, ModelTracing
 from agents.tool import Tool
 from agents.usage import Usage
 from openai.types.chat import ChatCompletionMessage
@@ -153,14 +153,3 @@ class FileModel(Model):
 
     def stream_response(self, *args: Any, **kwargs: Any) -> AsyncIterator[TResponseStreamEvent]:
         raise NotImplementedError("the file: provider does not stream")
-
-
-class FileModelProvider(ModelProvider):
-    """For ``RunConfig(model_provider=...)``: every model name maps to the same request folder."""
-
-    def __init__(self, directory: Path, timeout_s: float = 3600.0) -> None:
-        self.directory = Path(directory)
-        self.timeout_s = timeout_s
-
-    def get_model(self, model_name: Optional[str]) -> Model:
-        return FileModel(self.directory, model_name or "file", self.timeout_s)

@@ -56,7 +56,9 @@ def configure_tracing(opts: ModelOptions) -> None:
 
 
 async def preflight(opts: ModelOptions) -> str:
-    """One cheap request before any work: a missing key or an unreachable server is one clear error."""
+    """One cheap request before any work: a missing key, an unreachable server, a server that is not a model
+    server (any HTTP server answers a GET) or one without the model is one clear error, not R failed rounds.
+    A /models listing that names the model is enough; otherwise a chat request of 1 token must be answered."""
     if opts.kind == "file":
         directory = Path(opts.model[len("file:"):])
         try:
@@ -77,10 +79,35 @@ async def preflight(opts: ModelOptions) -> str:
     client = openai.AsyncOpenAI(base_url=opts.base_url, api_key=key, max_retries=1,
                                 timeout=min(30.0, opts.request_timeout_s))
     try:
-        page = await client.models.list()
-        names = [m.id for m in page.data]
-    except openai.NotFoundError:
-        return f"{url} reachable (it has no /models listing)"
+        names = await _listed_models(client)
+        if names is not None and opts.model in names:
+            return f"{url} reachable; model {opts.model} listed"
+        # No listing, or one without the model: only an answer to a real request shows a model server.
+        listed = "" if names is None else f" (it lists {len(names)} other model(s): {', '.join(names[:5])})"
+        try:
+            reply = await client.chat.completions.create(
+                model=opts.model, messages=[{"role": "user", "content": "Reply with one word: ok"}], max_tokens=1)
+        except openai.NotFoundError:
+            what = (f"does not serve model {opts.model!r}{listed}" if names is not None
+                    else "is not an OpenAI-compatible model server (no /models listing, and POST /chat/completions "
+                         "gave HTTP 404)")
+            raise AstraError(f"{url} {what}") from None
+        except openai.BadRequestError as e:
+            if isinstance(e.body, dict):  # an OpenAI-style error about the request: a model server answered
+                return f"{url} answered a 1-token chat request for {opts.model} (HTTP 400: {e.message[:120]})"
+            raise AstraError(f"{url} is not an OpenAI-compatible model server (HTTP 400 without an API error)") from None
+        except openai.APIStatusError as e:
+            if e.status_code not in (405, 501):
+                raise
+            raise AstraError(f"{url} is not an OpenAI-compatible model server ({'no' if names is None else 'a'} "
+                             f"/models listing, and POST /chat/completions gave HTTP {e.status_code})") from None
+        except (openai.APIResponseValidationError, ValueError) as e:
+            raise AstraError(f"{url} is not an OpenAI-compatible model server (its reply to a chat request is "
+                             f"not a chat completion: {type(e).__name__})") from None
+        if not getattr(reply, "choices", None):
+            raise AstraError(f"{url} is not an OpenAI-compatible model server (its reply to a chat request has "
+                             f"no choices)")
+        return f"{url} reachable; model {opts.model} answered a 1-token chat request{listed}"
     except (openai.AuthenticationError, openai.PermissionDeniedError) as e:
         raise AstraError(f"the model server at {url} rejected the API key from {opts.api_key_env} "
                          f"(HTTP {e.status_code})") from None
@@ -90,6 +117,16 @@ async def preflight(opts: ModelOptions) -> str:
         raise AstraError(f"model server preflight at {url} failed: HTTP {e.status_code}") from None
     finally:
         await client.close()
-    if names and opts.model not in names:
-        return f"{url} reachable; warning: it does not list model {opts.model!r} (it lists {len(names)} models)"
-    return f"{url} reachable; model {opts.model} listed"
+
+
+async def _listed_models(client) -> Optional[list[str]]:
+    """The server's /models listing; None when it has none (404) or answers something that is not one."""
+    import openai
+
+    try:
+        page = await client.models.list()
+        return [m.id for m in page.data]
+    except openai.NotFoundError:
+        return None
+    except (openai.APIResponseValidationError, ValueError, AttributeError, TypeError):
+        return None

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from astra_sglang.cli.args import positive_float
 from astra_sglang.errors import AstraError
 
 
@@ -24,7 +25,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--heldout", action="store_true", help="include the private held-out cases (final verdict)")
     p.add_argument("--device", choices=["auto", "cuda", "cpu"], default="auto",
                    help="cpu = correctness only under TRITON_INTERPRET=1 (Triton ops)")
-    p.add_argument("--timeout", type=float, default=120.0, help="seconds without progress before a worker is killed")
+    p.add_argument("--timeout", type=positive_float, default=120.0, help="seconds without progress before a worker is killed")
     p.add_argument("--seed", type=int, help="base seed of the visible cases (default: fresh)")
     p.add_argument("--extracted", type=Path, default=Path("extracted"), help="extracted ops root (default: extracted/)")
     p.add_argument("--json", action="store_true", help="print the EvalResult as JSON")
@@ -44,10 +45,20 @@ def op_folder(op: str, extracted: Path) -> Path:
 
 
 def handle(args: argparse.Namespace) -> int:
+    from astra_sglang.cli.output import HAVE_RICH, console
     from astra_sglang.contract.eval_config import EvalConfig
+    from astra_sglang.contract.op import ManifestError, load_manifest
     from astra_sglang.harness.evaluate import evaluate, resolve_device
+    from astra_sglang.loop.static_check import require_candidate_file
 
+    if not args.json and not HAVE_RICH:
+        raise AstraError("bench's report needs rich (`pip install 'astra-sglang[gpu]'`); or pass --json")
     op_dir = op_folder(args.op, args.extracted)
+    if args.candidate is not None:
+        try:
+            require_candidate_file(args.candidate, load_manifest(op_dir))
+        except ManifestError as e:
+            raise AstraError(str(e)) from None
     config = EvalConfig(shapes=args.shapes, dtypes=args.dtypes, timing_dtypes=args.dtypes,
                         mode="warm" if args.warm else "cold", protocol="paper" if args.paper_protocol else "default",
                         include_heldout=args.heldout, device=args.device, timeout_s=args.timeout, seed=args.seed)
@@ -58,14 +69,9 @@ def handle(args: argparse.Namespace) -> int:
     if args.json:
         print(result.model_dump_json(indent=2))
     else:
-        from rich.console import Console
-
         from astra_sglang.harness.report import print_result
 
-        console = Console()
-        if not console.is_terminal:
-            console = Console(width=160)  # the per-shape table has 12 columns
-        print_result(result, console)
+        print_result(result, console(width=160))  # the per-shape table has 12 columns
     if args.candidate is None:
         return 0 if result.build.ok and result.error is None else 1
     return 0 if result.ok else 1

@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from pathlib import Path
+from typing import Optional
 
+from astra_sglang.cli.args import non_negative_float
+from astra_sglang.contract.base import Model
+from astra_sglang.contract.result import EvalResult
 from astra_sglang.errors import AstraError
 
 
@@ -17,33 +22,62 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("queue", type=Path, help="the queue folder given to optimize --eval-queue")
     p.add_argument("--extracted", type=Path, default=Path("extracted"), help="extracted ops root on this host")
     p.add_argument("--device", choices=["auto", "cuda", "cpu"], default=None, help="override the requests' device")
-    p.add_argument("--watch", type=float, default=0.0, metavar="S",
+    p.add_argument("--watch", type=non_negative_float, default=0.0, metavar="S",
                    help="keep polling the queue for this many seconds (default: one pass)")
+    p.add_argument("--json", action="store_true", help="print what was evaluated (item and EvalResult) as JSON")
     p.set_defaults(handler=handle)
 
 
-def handle(args: argparse.Namespace) -> int:
-    from rich.console import Console
+class EvaluatedItem(Model):
+    item: str
+    result: EvalResult
 
+
+class EvaluateReport(Model):
+    """``evaluate --json``: what this call evaluated, and what the queue holds after it."""
+
+    evaluated: list[EvaluatedItem]
+    done: int
+    pending: int
+
+
+def _refuse_untimed(queue: Path, device: Optional[str]) -> None:
+    """A result written without a GPU has no timing, and a result is final: the run could never be timed."""
+    from astra_sglang.contract.eval_config import EvalConfig
+    from astra_sglang.harness.evaluate import resolve_device
+    from astra_sglang.loop.evaluator import list_queue
+
+    if device is not None or resolve_device(EvalConfig(device="auto")) != "cpu":
+        return
+    timed = [r.item_id for _, r, result in list_queue(queue) if result is None and r.spec.device == "auto"]
+    if timed:
+        raise AstraError(f"no CUDA GPU visible: {len(timed)} request(s) in {queue} need timing ({timed[0]}, ...) and "
+                         f"a result written here would have none; run `astra-sglang evaluate` on the GPU host, or "
+                         f"pass --device cpu for correctness-only results")
+
+
+def handle(args: argparse.Namespace) -> int:
     from astra_sglang.loop.evaluator import process_queue, queue_status
 
-    console = Console()
     if not args.queue.is_dir():
         raise AstraError(f"{args.queue} is not a queue folder")
+    _refuse_untimed(args.queue, args.device)
+    log = sys.stderr if args.json else sys.stdout  # with --json, stdout carries only the report
     deadline = time.monotonic() + args.watch
-    total = 0
+    evaluated: list[EvaluatedItem] = []
     while True:
         done = process_queue(args.queue, args.extracted, args.device,
-                             progress=lambda r: console.print(f"evaluating {r.item_id} ({r.op}, {r.label})",
-                                                              highlight=False))
+                             progress=lambda r: print(f"evaluating {r.item_id} ({r.op}, {r.label})", file=log))
         for item, result in done:
             verdict = "correct" if result.ok else "NOT correct"
             sp = f", geomean {result.geomean_speedup:.3f}x" if result.geomean_speedup is not None else ""
-            console.print(f"  {item}: {verdict}{sp} on {result.device}", highlight=False)
-        total += len(done)
+            print(f"  {item}: {verdict}{sp} on {result.device}", file=log)
+            evaluated.append(EvaluatedItem(item=item, result=result))
         if time.monotonic() >= deadline:
             break
         time.sleep(2.0)
     status = queue_status(args.queue)
-    console.print(f"evaluated {total}; queue: {status['done']} done, {status['pending']} pending", highlight=False)
+    print(f"evaluated {len(evaluated)}; queue: {status['done']} done, {status['pending']} pending", file=log)
+    if args.json:
+        print(EvaluateReport(evaluated=evaluated, **status).model_dump_json(indent=2))
     return 0

@@ -36,17 +36,16 @@ def _list(as_json: bool, only_extractable: bool) -> int:
     if as_json:
         print(json.dumps([i.model_dump() for i in infos], indent=1))
         return 0
-    from rich.console import Console
-    from rich.table import Table
+    from astra_sglang.cli.output import Table, console
 
     table = Table(title=f"SGLang kernels ({len(infos)} ops, {sum(i.extractable for i in infos)} extractable)")
     for col in ("op", "backends", "source", "torch ref", "extract"):
         table.add_column(col, overflow="fold")
     for i in infos:
         src = i.source_kind + (f" {', '.join(i.sources)}" if i.sources else "")
-        verdict = f"[green]yes[/] -> {i.short_name}" if i.extractable else f"[dim]no: {i.reason}[/]"
+        verdict = f"yes -> {i.short_name}" if i.extractable else f"no: {i.reason}"
         table.add_row(i.op_id, ",".join(i.backends), src, "yes" if i.torch_reference else "", verdict)
-    Console().print(table)
+    console().print(table)
     return 0
 
 
@@ -56,14 +55,14 @@ def run(args: argparse.Namespace) -> int:
     if args.restore:
         from astra_sglang.extract.restore import restore_all
 
-        for folder, copied in restore_all(args.out):
-            print(f"{folder}: verified ({copied} file(s) restored)")
+        for done in restore_all(args.out):
+            print(done.line())
         return 0
     if not args.ops:
         raise AstraError("give at least one OP to extract, or --list")
-    from rich.console import Console
+    from astra_sglang.cli.output import console
 
-    console = Console(stderr=True)
+    err = console(stderr=True)
     if args.add_trace is not None:
         from astra_sglang.extract import catalog
         from astra_sglang.extract.traces import add_trace
@@ -72,9 +71,14 @@ def run(args: argparse.Namespace) -> int:
             entry = catalog.find(op)
             folder = args.out / (entry.short_name if entry else op)
             added = add_trace(folder, args.add_trace)
-            console.print(f"{folder}: {added} traced shape(s) added")
+            err.print(f"{folder}: {added} traced shape(s) added")
         return 0
     from astra_sglang.extract.extractor import extract
 
-    extract(list(args.ops), args.out, progress=lambda name, path: console.print(f"[green]extracted[/] {name} -> {path}"))
+    def progress(name: str, done) -> None:
+        note = done.note()
+        err.print(f"[green]extracted[/] {name} -> {done.path}" + (f" ({note})" if note else ""), highlight=False,
+                  soft_wrap=True)
+
+    extract(list(args.ops), args.out, progress=progress)
     return 0

@@ -1,17 +1,26 @@
 """Entry point of ``astra-sglang`` / ``python -m astra_sglang``.
 
 Each stage registers its own sub-command from a module of its own (``cli/<stage>_cmd.py`` exposing
-``register(subparsers)``), imported lazily so ``--help`` and the serving-side commands never import the
-optimizer's dependencies.
+``register(subparsers)``); those modules import their stage lazily inside the handler, so ``--help`` and the
+serving-side commands never import the optimizer's dependencies.
+
+Every way a command can end is decided here once: an ``AstraError`` is one line and exit 2; Ctrl-C or SIGTERM
+is "interrupted" (130 / 143) after the command has written down what it finished; a closed stdout pipe
+(``... --json | head``) ends the command quietly.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
+import signal
 import sys
-from typing import Callable, Optional
+import threading
+from typing import Any, Callable, Optional
 
+from astra_sglang import __version__
+from astra_sglang.cli.args import Parser
 from astra_sglang.errors import AstraError
 
 # sub-command name -> module under astra_sglang.cli defining register(subparsers)
@@ -22,41 +31,74 @@ COMMANDS: dict[str, str] = {
     "evaluate": "evaluate_cmd",
     "patches": "patches_cmd",
     "serve": "serve_cmd",
+    "doctor": "doctor_cmd",
 }
+EXIT_INTERRUPTED = 130
+EXIT_TERMINATED = 143  # 128 + SIGTERM, what a shell reports for a process SIGTERM ended
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, what `cat big | head` reports for cat
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, delivered like Ctrl-C so every ``except KeyboardInterrupt`` cleanup runs for it too."""
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="astra-sglang",
         description="Extract, optimize and safely patch SGLang's own GPU kernels.",
     )
+    parser.add_argument("--version", action="version", version=f"astra-sglang {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name, module in COMMANDS.items():
-        try:
-            mod = importlib.import_module(f"astra_sglang.cli.{module}")
-        except ModuleNotFoundError as e:
-            if e.name and e.name.startswith("astra_sglang.cli."):
-                continue  # stage not built yet
-            raise
-        mod.register(sub)
+    for module in COMMANDS.values():
+        importlib.import_module(f"astra_sglang.cli.{module}").register(sub)
     return parser
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    raise Terminated()
+
+
+def _quiet_stdout() -> None:
+    """After a reader closed the pipe, Python's final flush of stdout would print a second traceback."""
+    try:
+        fd = sys.stdout.fileno()
+    except (OSError, ValueError):  # not a real file (a test's capture): nothing will flush into a pipe
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, fd)
+    os.close(devnull)
 
 
 def main(argv: Optional[list[str]] = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:  # --help, --version, a bad argument: an exit code for callers of main() too
+        return e.code if isinstance(e.code, int) else 2
     handler: Optional[Callable[[argparse.Namespace], int]] = getattr(args, "handler", None)
     if handler is None:
         parser.print_help()
         return 2
+    in_main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.getsignal(signal.SIGTERM)
+    if in_main_thread:
+        signal.signal(signal.SIGTERM, _on_sigterm)
     try:
-        return int(handler(args) or 0)
+        code = int(handler(args) or 0)
+        sys.stdout.flush()  # a closed pipe shows here, inside the handling below
+        return code
     except AstraError as e:
         print(f"astra-sglang: error: {e}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
+    except BrokenPipeError:
+        _quiet_stdout()
+        return EXIT_BROKEN_PIPE
+    except KeyboardInterrupt as e:
         print("astra-sglang: interrupted; everything written so far is kept", file=sys.stderr)
-        return 130
+        return EXIT_TERMINATED if isinstance(e, Terminated) else EXIT_INTERRUPTED
+    finally:
+        if in_main_thread:
+            signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
 
 
 if __name__ == "__main__":

@@ -62,9 +62,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _console():
-    from rich.console import Console
+    from astra_sglang.cli.output import console
 
-    return Console()
+    return console()
 
 
 def _rows() -> list[dict]:
@@ -113,7 +113,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
-    from rich.table import Table
+    from astra_sglang.cli.output import Table
 
     t = Table(title=f"patches in {patches_root()}  (SGLang {installed_sglang_version() or 'not installed'}, "
                     f"device {probe_arch() or 'none'}, ASTRA_SGLANG_PATCHES={os.environ.get('ASTRA_SGLANG_PATCHES', '')!r})")
@@ -140,7 +140,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     if args.json:
         print(m.model_dump_json(indent=2, exclude_none=True))
         return 0
-    from rich.table import Table
+    from astra_sglang.cli.output import Table
 
     c = _console()
     c.print(f"[bold]{m.patch_id}[/bold]  op {m.op}  ({m.kernel.kind}: {m.kernel.source} -> {m.kernel.entry or 'recipe entry'})")

@@ -3,7 +3,8 @@
 Generic work lives here (copying sources with their include closure, hashing, capturing the JIT recipe,
 scanning call sites); the op-specific knowledge comes from the catalog entry. A folder is assembled in a
 temporary sibling directory and renamed into place only once its manifest validates, so a failure never
-leaves a half-written folder (and never destroys the previous good one).
+leaves a half-written folder (and never destroys the previous good one). Re-extracting replaces only extract's
+own unchanged files: anything else in the folder is carried over (see ``keep``).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import shutil
 import tempfile
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
@@ -35,6 +37,7 @@ from astra_sglang.extract.callsites import scan_call_sites
 from astra_sglang.extract.catalog.base import CatalogEntry, FlashInferBaseline
 from astra_sglang.extract.closure import include_closure
 from astra_sglang.extract.discovery import list_ops, resolve
+from astra_sglang.extract.keep import backup_path, carry, files_under, summarize
 from astra_sglang.extract.recipe import (
     capture_jit_request,
     resolve_target,
@@ -251,25 +254,71 @@ def build_manifest(entry: CatalogEntry, root: Path, kept_shapes: list[ShapeCase]
     )
 
 
-def write_op(entry: CatalogEntry, out: Path) -> Path:
+@dataclass
+class WrittenOp:
+    path: Path
+    kept: list[str] = field(default_factory=list)  # files extract did not write, carried over
+    backups: list[str] = field(default_factory=list)  # edited copies of extract's files, kept beside the new ones
+
+    def note(self) -> str:
+        parts = []
+        if self.kept:
+            parts.append(f"kept {len(self.kept)} file(s) extract did not write: {summarize(self.kept)}")
+        if self.backups:
+            parts.append(f"you had edited {len(self.backups)} of its file(s); kept as {', '.join(self.backups)}")
+        return "; ".join(parts)
+
+
+def _carry_over(final: Path, tmp: Path) -> WrittenOp:
+    """Into the new folder: every file of the old one that extract did not write, and a backup of each of its
+    files the user edited (hash differs from the old manifest). Extract's own unchanged files are replaced."""
+    try:
+        own = {f.path: f.sha256 for f in load_manifest(final).files}
+    except Exception:  # not an op folder (or an unreadable one): every file in it is the user's
+        own = {}
+    done = WrittenOp(path=final)
+    for path in files_under(final):
+        rel = path.relative_to(final).as_posix()
+        if rel == MANIFEST_NAME and own:
+            continue  # regenerated; its traced shapes are carried by _kept_traced
+        if rel in own:
+            if not path.is_symlink() and sha256(path) == own[rel]:
+                continue
+            dest = backup_path(tmp / rel)
+            done.backups.append(dest.relative_to(tmp).as_posix())
+        else:
+            dest = tmp / rel if not (tmp / rel).exists() else backup_path(tmp / rel)
+            done.kept.append(rel)
+        carry(path, dest)
+    return done
+
+
+def write_op(entry: CatalogEntry, out: Path) -> WrittenOp:
     """Assemble the folder in a temporary sibling, then swap it in; the old folder survives any failure."""
-    out.mkdir(parents=True, exist_ok=True)
+    if out.exists() and not out.is_dir():
+        raise AstraError(f"--out {out} is a file, not a folder")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise AstraError(f"cannot create the output folder {out}: {e.strerror or e}") from None
     final = out / entry.short_name
     tmp = Path(tempfile.mkdtemp(prefix=f".{entry.short_name}.tmp-", dir=out))
     try:
         manifest = build_manifest(entry, tmp, _kept_traced(final, entry.op_id) if final.exists() else [])
         write_manifest(tmp, Manifest.model_validate(manifest.model_dump()))
         if final.exists():
+            done = _carry_over(final, tmp)
             old = Path(tempfile.mkdtemp(prefix=f".{entry.short_name}.old-", dir=out))
             final.rename(old / "x")
             tmp.rename(final)
             shutil.rmtree(old, ignore_errors=True)
         else:
             tmp.rename(final)
+            done = WrittenOp(path=final)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return final
+    return done
 
 
 def resolve_entries(names: list[str]) -> list[CatalogEntry]:
@@ -286,13 +335,13 @@ def resolve_entries(names: list[str]) -> list[CatalogEntry]:
     return entries
 
 
-def extract(names: list[str], out: Path, progress: Optional[Callable[[str, Path], None]] = None) -> list[Path]:
+def extract(names: list[str], out: Path, progress: Optional[Callable[[str, WrittenOp], None]] = None) -> list[Path]:
     written = []
     for entry in resolve_entries(names):
-        path = write_op(entry, out)
-        written.append(path)
+        done = write_op(entry, out)
+        written.append(done.path)
         if progress:
-            progress(entry.short_name, path)
+            progress(entry.short_name, done)
     return written
 
 

@@ -2,18 +2,21 @@
 
 Those files belong to SGLang and FlashInfer, so the repository keeps only their SHA-256 in the manifest. After a
 clone (or in CI) they are copied again from the installed packages; a hash mismatch means the installed version
-differs from the one the folder was extracted from, and the folder must be re-extracted rather than trusted.
+differs from the one the folder was extracted from, and the folder must be re-extracted rather than trusted. A copied
+file the user edited is replaced, never silently: the edit is kept beside it and the report names both.
 """
 
 from __future__ import annotations
 
 import shutil
 import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from astra_sglang.contract.base import sha256_file as sha256
 from astra_sglang.contract.op import MANIFEST_NAME, load_manifest
 from astra_sglang.errors import AstraError
+from astra_sglang.extract.keep import backup_path
 from astra_sglang.extract.sglang_env import flashinfer_root, sglang_root
 
 
@@ -29,10 +32,26 @@ def _package_root(origin: str) -> Path:
     raise AstraError(f"unknown file origin {origin!r}")
 
 
-def restore_folder(op_dir: Path) -> int:
-    """Copy back every non-committed file of one folder and verify every file's hash. Returns files copied."""
+@dataclass
+class Restored:
+    folder: Path
+    copied: list[str] = field(default_factory=list)  # missing, copied back
+    overwritten: list[str] = field(default_factory=list)  # present with another content, replaced
+    backups: list[str] = field(default_factory=list)  # the replaced content, kept beside the file
+
+    def line(self) -> str:
+        text = f"{self.folder}: verified ({len(self.copied) + len(self.overwritten)} file(s) restored)"
+        if self.overwritten:
+            text += (f"; overwrote {len(self.overwritten)} file(s) that differed from the installed package: "
+                     + ", ".join(f"{o} (your version: {b})" for o, b in zip(self.overwritten, self.backups)))
+        return text
+
+
+def restore_folder(op_dir: Path) -> Restored:
+    """Copy back every non-committed file of one folder and verify every file's hash. A file that is there
+    with another content (an edit) is replaced, and its content kept as ``NAME.edited-<timestamp>``."""
     manifest = load_manifest(op_dir)
-    copied, bad = 0, []
+    done, bad = Restored(folder=Path(op_dir)), []
     for f in manifest.files:
         dest = op_dir / f.path
         if not f.committed:
@@ -40,10 +59,19 @@ def restore_folder(op_dir: Path) -> int:
             if not src.is_file():
                 bad.append(f"{f.path}: {src} is missing from the installed package")
                 continue
-            if not dest.is_file() or sha256(dest) != f.sha256:
+            if sha256(src) != f.sha256:  # another SGLang version: leave the folder as it is
+                bad.append(f"{f.path}: SHA-256 of the installed {src} differs from the manifest")
+                continue
+            if not dest.is_file():
                 dest.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copyfile(src, dest)
-                copied += 1
+                done.copied.append(f.path)
+            elif sha256(dest) != f.sha256:
+                backup = backup_path(dest)
+                dest.rename(backup)
+                shutil.copyfile(src, dest)
+                done.overwritten.append(f.path)
+                done.backups.append(backup.relative_to(op_dir).as_posix())
         if not dest.is_file():
             bad.append(f"{f.path}: missing")
         elif sha256(dest) != f.sha256:
@@ -54,14 +82,14 @@ def restore_folder(op_dir: Path) -> int:
             f"(extracted from SGLang {manifest.sglang_version}); "
             f"re-extract with `astra-sglang extract {manifest.short_name}`: " + "; ".join(bad[:3])
         )
-    return copied
+    return done
 
 
-def restore_all(root: Path) -> list[tuple[Path, int]]:
+def restore_all(root: Path) -> list[Restored]:
     folders = sorted(p.parent for p in Path(root).glob(f"*/{MANIFEST_NAME}"))
     if not folders:
         raise AstraError(f"no extracted op folders under {root}")
-    return [(d, restore_folder(d)) for d in folders]
+    return [restore_folder(d) for d in folders]
 
 
 def is_complete(op_dir: Path) -> bool:

@@ -39,10 +39,6 @@ DECODE_T = (1, 8, 32, 64, 128, 256)
 PREFILL_T = (512, 1024, 2048, 4096, 8192, 16384)
 
 
-def _split(value: int, tp: int) -> int | None:
-    return value // tp if value % tp == 0 else None
-
-
 def model_widths(width: Callable[[ModelConfig, int], int | None]) -> list[tuple[int, str]]:
     """Distinct widths over every model and TP size, each with the first model/TP that produces it."""
     seen: dict[int, str] = {}

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from astra_sglang.contract.base import sha256_text
+from astra_sglang.contract.eval_config import EvalConfig, ExtraCase
 from astra_sglang.contract.op import (
     CudaJitRecipe,
     Manifest,
@@ -44,32 +45,19 @@ def spec_key(spec: EvalSpec, timing: bool = True) -> str:
     return sha256_text(spec.model_dump_json() + f"|timing={timing}")[:12]
 
 
-def to_eval_config(spec: EvalSpec, *, timing: bool = True) -> Any:
-    """EvalSpec -> the harness's EvalConfig. The Testing agent's cases go in if the harness takes them."""
-    from astra_sglang.contract.eval_config import EvalConfig
-
-    fields = EvalConfig.model_fields
-    kw: dict[str, Any] = {"shapes": spec.shapes, "include_heldout": spec.include_heldout, "device": spec.device,
-                          "mode": spec.mode}
-    if "timing" in fields:
-        kw["timing"] = timing
-    if spec.suite and "extra_cases" in fields:
-        kw["extra_cases"] = [{"dims": {d.name: d.value for d in c.dims}, "dtype": c.dtype,
-                              "distribution": c.distribution} for c in spec.suite]
-    kw.update(spec.harness)
+def to_eval_config(spec: EvalSpec, *, timing: bool = True) -> EvalConfig:
+    """EvalSpec -> the harness's EvalConfig, the Testing agent's accepted cases included."""
+    kw: dict[str, Any] = {
+        "shapes": spec.shapes, "include_heldout": spec.include_heldout, "device": spec.device, "mode": spec.mode,
+        "timing": timing,
+        "extra_cases": [ExtraCase(dims={d.name: d.value for d in c.dims}, dtype=c.dtype, distribution=c.distribution)
+                        for c in spec.suite],
+        **spec.harness,
+    }
     try:
         return EvalConfig(**kw)
     except ValueError as e:
-        raise AstraError(f"invalid evaluation settings {kw}: {e}") from None
-
-
-def suite_supported() -> bool:
-    """Whether the harness runs the Testing agent's cases (else they are recorded only, and the log says so)."""
-    try:
-        from astra_sglang.contract.eval_config import EvalConfig
-    except ImportError:
-        return False
-    return "extra_cases" in EvalConfig.model_fields
+        raise AstraError(f"invalid evaluation settings {spec.harness}: {e}") from None
 
 
 def _failure_text(result: EvalResult) -> Optional[str]:

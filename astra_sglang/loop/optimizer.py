@@ -40,7 +40,7 @@ from astra_sglang.contract.op import Manifest
 from astra_sglang.contract.result import EvalResult
 from astra_sglang.errors import AstraError
 from astra_sglang.loop import agent_views as views
-from astra_sglang.loop.evaluator import EvalPending, Evaluator, suite_supported
+from astra_sglang.loop.evaluator import EvalPending, Evaluator
 from astra_sglang.loop.records import (
     CheckReport,
     CodeAttempt,
@@ -103,7 +103,6 @@ class Optimizer:
         cached = self.folder.load_step(0, "suite", SuiteStep)
         if cached is not None:
             return cached
-        supported = suite_supported()
         agent = self.team.testing
         transcript: list[TranscriptEntry] = []
         try:
@@ -113,10 +112,9 @@ class Optimizer:
             proposal: SuiteProposal = result.final_output
             max_elems = 4096 if self.spec.shapes == "test" else 1 << 24
             accepted, rejected = views.validate_suite(proposal.cases, self.manifest, max_elems)
-            note = (f"{len(accepted)} proposed case(s) added to the harness's suite"
-                    if supported else "the harness takes no extra cases yet: the proposal is recorded, not run")
-            step = SuiteStep(proposal=proposal, accepted=accepted, rejected=rejected, used_by_harness=supported,
-                             note=note, transcript=transcript)
+            step = SuiteStep(proposal=proposal, accepted=accepted, rejected=rejected, used_by_harness=True,
+                             note=f"{len(accepted)} proposed case(s) added to the harness's suite",
+                             transcript=transcript)
         except ModelAuthFailed as e:
             raise AstraError(str(e)) from None
         except ROUND_ERRORS as e:

@@ -223,3 +223,27 @@ class RoundRecord(Model):
     wall_s: float = 0.0
     transcript: list[TranscriptEntry] = Field(default_factory=list)
     label: Optional[str] = None
+
+
+class RoundSummary(Model):
+    round: int
+    status: RoundStatus
+    correct: Optional[bool] = None
+    geomean_speedup: Optional[float] = None
+    problem: Optional[str] = Field(default=None, description="the round's error or first failure, shortened")
+
+
+class RunSummary(Model):
+    """What ``optimize --json`` prints when it stops: the outcome for a script; the run folder holds the rest."""
+
+    run_id: str
+    op: str
+    run_dir: str
+    status: RunStatus
+    exit_code: int
+    message: Optional[str] = None
+    winner: Optional[WinnerInfo] = None
+    rounds: list[RoundSummary] = Field(default_factory=list)
+    best_dir: Optional[str] = None
+    plot: Optional[str] = None
+    waiting_for: list[str] = Field(default_factory=list, description="queue items without a result yet")

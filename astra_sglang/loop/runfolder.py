@@ -65,7 +65,10 @@ class RunFolder:
         path = Path(runs_dir) / op / run_id
         if path.exists():
             raise AstraError(f"run folder {path} already exists; use --resume {run_id} or another --run-id")
-        path.mkdir(parents=True)
+        try:
+            path.mkdir(parents=True)
+        except OSError as e:
+            raise AstraError(f"cannot create the run folder {path}: {e.strerror or e} (choose another --runs-dir)") from None
         return cls(path)
 
     @classmethod

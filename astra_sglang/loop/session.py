@@ -1,6 +1,8 @@
 """Start or resume one optimizer run: preflight, run folder, evaluator, model, live view, exit status.
 
-Exit codes: 0 finished, 3 stopped to wait for the evaluation queue (``--resume`` continues), 2 user error.
+Exit codes: 0 finished with at least one correct candidate, 1 finished without one (every round failed), 2 user
+error, 3 stopped to wait for the evaluation queue (``--resume`` continues); Ctrl-C / SIGTERM leave the run
+"interrupted" with every finished step kept (130 / 143, see cli/main.py).
 """
 
 from __future__ import annotations
@@ -20,9 +22,17 @@ from astra_sglang.loop.evaluator import (
     LocalEvaluator,
     QueueEvaluator,
 )
-from astra_sglang.loop.records import LoopOptions, RunMeta, WinnerInfo
+from astra_sglang.loop.records import (
+    LoopOptions,
+    RoundRecord,
+    RoundSummary,
+    RunMeta,
+    RunSummary,
+    WinnerInfo,
+)
 from astra_sglang.loop.runfolder import RunFolder, new_run_id, now_iso
 
+EXIT_NO_SUCCESS = 1
 EXIT_WAITING = 3
 
 
@@ -36,8 +46,7 @@ class OptimizeRequest:
     resume: Optional[str] = None
     overrides: dict[str, Any] = field(default_factory=dict)
     live: Optional[bool] = None
-    register_patch: bool = False
-    patch_id: Optional[str] = None
+    json: bool = False
 
 
 def resolve_op_dir(op: str, extracted: Path) -> Path:
@@ -71,7 +80,52 @@ def make_evaluator(opts: LoopOptions, op_dir: Path, folder: RunFolder, run_id: s
     return LocalEvaluator(op_dir, manifest, cache_dir=folder.evals_dir)
 
 
-def run_optimize(req: OptimizeRequest, console: Optional[Console] = None) -> int:
+def require_timing_device(opts: LoopOptions) -> None:
+    """A run that cannot time can never choose a winner: without a GPU, evaluate elsewhere or say so."""
+    if opts.eval_queue:
+        return
+    from astra_sglang.contract.eval_config import EvalConfig
+    from astra_sglang.harness.evaluate import resolve_device
+
+    if opts.eval.device == "auto" and resolve_device(EvalConfig(device="auto")) == "cpu":
+        raise AstraError(
+            "no CUDA GPU visible: candidates cannot be timed here, so no winner could be chosen. Evaluate on a GPU "
+            "host through a queue: `optimize OP --eval-queue DIR` here (it stops with exit 3), `astra-sglang "
+            "evaluate DIR` on the GPU host, then `optimize --resume RUN` (see docs/optimize.md); or pass --device "
+            "cpu --shapes test for a correctness-only run of a Triton op")
+    resolve_device(EvalConfig(device=opts.eval.device))  # --device cuda without a GPU: one line, now
+
+
+def _problem(r: RoundRecord) -> Optional[str]:
+    text = r.error or r.first_failure
+    return None if text is None else (text[:300] + "...") if len(text) > 300 else text
+
+
+def summarize(folder: RunFolder, meta: RunMeta, exit_code: int, plot: Optional[Path] = None,
+              waiting_for: Optional[list[str]] = None) -> RunSummary:
+    rounds = [RoundSummary(round=r.round, status=r.status, correct=r.correct, geomean_speedup=r.geomean_speedup,
+                           problem=_problem(r)) for r in folder.records()]
+    return RunSummary(run_id=meta.run_id, op=meta.op, run_dir=str(folder.path), status=meta.status,
+                      exit_code=exit_code, message=meta.message, winner=meta.winner, rounds=rounds,
+                      best_dir=str(folder.best_dir) if folder.best_dir.is_dir() else None,
+                      plot=str(plot) if plot is not None else None, waiting_for=waiting_for or [])
+
+
+def no_success(records: list[RoundRecord], rounds: int) -> Optional[str]:
+    """Why a finished run must not exit 0: it was asked for rounds and none produced a correct candidate."""
+    tried = [r for r in records if r.round > 0]
+    if rounds == 0 or any(r.status == "ok" for r in tried):
+        return None
+    first = next((p for p in map(_problem, tried) if p), None)
+    counts = ", ".join(f"{sum(r.status == s for r in tried)} {s}" for s in ("failed", "build_failed", "incorrect")
+                       if any(r.status == s for r in tried))
+    return (f"no round produced a correct candidate ({counts or 'none ran'})"
+            + (f"; first problem: {first.splitlines()[0][:200]}" if first else ""))
+
+
+def run_optimize(req: OptimizeRequest, console: Optional[Console] = None) -> RunSummary:
+    """The summary's exit code: 0 when some round produced a correct candidate, 1 when none did, 3 while
+    waiting for the queue; a setup problem raises AstraError (exit 2)."""
     from astra_sglang.agents.models import build_model, configure_tracing, preflight
     from astra_sglang.agents.recording import ModelAuthFailed, RecordingModel
     from astra_sglang.loop.optimizer import Optimizer
@@ -79,9 +133,9 @@ def run_optimize(req: OptimizeRequest, console: Optional[Console] = None) -> int
     from astra_sglang.loop.view import LiveView, final_table
 
     if console is None:
-        console = Console()
+        console = Console(stderr=req.json)  # with --json, stdout carries only the summary
         if not console.is_terminal:  # logs and CI: wide enough for the final table
-            console = Console(width=160)
+            console = Console(width=160, stderr=req.json)
     if req.resume:
         folder = RunFolder.find(req.runs_dir, req.resume)
         meta = folder.read_meta()
@@ -98,6 +152,7 @@ def run_optimize(req: OptimizeRequest, console: Optional[Console] = None) -> int
         manifest = load_manifest(op_dir)
     except ManifestError as e:
         raise AstraError(str(e)) from None
+    require_timing_device(opts)
 
     note = asyncio.run(preflight(opts.model))  # before any work: a bad key or server is one clear error
     console.print(f"model: {opts.model.describe()}: {note}", highlight=False)
@@ -123,12 +178,13 @@ def run_optimize(req: OptimizeRequest, console: Optional[Console] = None) -> int
         with LiveView(title, opts.rounds, opts.label, console=console, live=req.live) as view:
             optimizer = Optimizer(folder, meta, manifest, op_dir, evaluator, model, view)
             winner = asyncio.run(_run_and_close(optimizer, model))
-        meta.status, meta.winner = "done", winner
+        failure = no_success(folder.records(), opts.rounds)
+        meta.status, meta.message, meta.winner = ("failed" if failure else "done"), failure, winner
     except EvalPending as e:
         meta.status, meta.message = "waiting_eval", str(e)
         console.print(f"[yellow]{e}[/]\nOn the GPU host: python -m astra_sglang evaluate {e.queue_dir}\n"
                       f"Then: python -m astra_sglang optimize --resume {folder.path}", highlight=False)
-        return EXIT_WAITING
+        return summarize(folder, meta, EXIT_WAITING, waiting_for=e.items)
     except ModelAuthFailed as e:
         meta.status, meta.message = "failed", str(e)
         raise AstraError(str(e)) from None
@@ -148,12 +204,10 @@ def run_optimize(req: OptimizeRequest, console: Optional[Console] = None) -> int
     png = plot_run(records, winner, title, folder.path / "speedup.png", opts.label)
     if png is not None:
         console.print(f"plot: {png}", highlight=False)
-    if req.register_patch:
-        if winner is None or winner.round is None:
-            console.print("no winner: nothing to register as a patch")
-        else:
-            register_winner(folder.path, req.patch_id, console)
-    return 0
+    code = EXIT_NO_SUCCESS if meta.status == "failed" else 0
+    if meta.message:
+        console.print(f"[red]{meta.message}[/]", highlight=False)
+    return summarize(folder, meta, code, png)
 
 
 async def _run_and_close(optimizer: Any, model: Any) -> WinnerInfo:
@@ -161,14 +215,3 @@ async def _run_and_close(optimizer: Any, model: Any) -> WinnerInfo:
         return await optimizer.run()
     finally:
         await model.close()  # inside the loop that owns the HTTP connections
-
-
-def register_winner(run_dir: Path, patch_id: Optional[str], console: Console) -> Path:
-    """Hand the winner to the patch registry (patches/<op>/<patch-id>/), which re-pins and cites evidence."""
-    try:
-        from astra_sglang.patches.registry import add_from_run
-    except ImportError as e:
-        raise AstraError(f"the patch registry is not available ({e})") from None
-    path = add_from_run(run_dir, patch_id=patch_id)
-    console.print(f"registered patch: {path}", highlight=False)
-    return path

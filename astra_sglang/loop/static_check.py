@@ -13,10 +13,22 @@ from typing import Optional
 
 from astra_sglang.contract.op import CudaJitRecipe, Manifest, TritonRecipe
 from astra_sglang.harness.screen import screen_source
+from astra_sglang.errors import AstraError
+
+CUDA_SUFFIXES = (".cuh", ".cu", ".h", ".hpp", ".hh", ".cpp", ".cc", ".cxx")
 
 
 def candidate_suffix(manifest: Manifest) -> str:
     return ".py" if isinstance(manifest.recipe, TritonRecipe) else Path(manifest.recipe.sources[0]).suffix or ".cuh"
+
+
+def require_candidate_file(candidate: Path, manifest: Manifest) -> None:
+    """A CUDA file handed to a Triton op would otherwise fail as a Python SyntaxError, i.e. as a wrong kernel."""
+    suffix = Path(candidate).suffix.lower()
+    triton = isinstance(manifest.recipe, TritonRecipe)
+    if (suffix != ".py") if triton else (suffix not in CUDA_SUFFIXES):
+        kind = "a .py candidate (Triton)" if triton else f"a {candidate_suffix(manifest)} candidate (CUDA)"
+        raise AstraError(f"this op ({manifest.short_name}) takes {kind}; got {Path(candidate).name}")
 
 
 def original_source_path(op_dir: Path, manifest: Manifest) -> Path:
