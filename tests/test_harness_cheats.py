@@ -2,8 +2,10 @@
 gets the verdict its defence gives, and proves through a marker file that the attack really ran.
 
 The files are under tests/candidates/<op>/cheats/ and say in their header what they do and what must catch them.
-No static screen runs on this branch: these tests exercise the harness's own defences (separation of checker and
-candidate, the op contract's return values, the timing tripwire, the checker's wall clock).
+The static screen (harness/screen.py) rejects every one of these before it runs; it is switched off here
+(``screen=False``) so that each test exercises the defence behind it on its own (separation of checker and
+candidate, the op contract's return values, the timing tripwire, the checker's wall clock). The last test shows
+the screen catching them all with a named rule.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from astra_sglang.harness.evaluate import evaluate, evaluate_many
 REPO = Path(__file__).resolve().parent.parent
 CHEATS = REPO / "tests" / "candidates" / "merge_state" / "cheats"
 MS = REPO / "tests" / "candidates" / "merge_state"
-CPU = EvalConfig(shapes="test", dtypes=["bfloat16"], device="cpu", timeout_s=60, seed=4321)
+CPU = EvalConfig(shapes="test", dtypes=["bfloat16"], device="cpu", timeout_s=60, seed=4321, screen=False)
 SIM = CPU.model_copy(update=dict(simulate_timing=True, warmup=1, rep=4, max_graph_launches=3,
                                  distributions=["normal"]))
 
@@ -130,3 +132,13 @@ def test_outputs_returned_as_new_tensors_are_checked_like_buffers(tmp_path):
     assert good.ok and good.correctness.cases_run >= 10, good.model_dump_json(indent=1)
     f = wrong.correctness.first_failure
     assert f.reason == "wrong return value" and "new tensor" in f.detail, f
+
+
+def test_the_static_screen_rejects_every_cheat_before_it_runs(merge_op, tmp_path, monkeypatch):
+    """Defence in depth: with the screen on (the default), none of the cheats gets as far as a worker."""
+    monkeypatch.setenv("ASTRA_TEST_CHEAT_MARKER", str(tmp_path))
+    paths = sorted(CHEATS.glob("*.py"))
+    on = CPU.model_copy(update={"screen": True})
+    for path, r in zip(paths, evaluate_many(merge_op, paths, on), strict=True):
+        assert not r.build.ok and r.error and "screen: " in r.error, (path.name, r.error)
+    assert not list(tmp_path.iterdir()), "a screened cheat ran anyway"

@@ -20,6 +20,7 @@ CANDS = REPO / "tests" / "candidates"
 
 CHEATS = CANDS / "merge_state" / "cheats"
 PAPER = EvalConfig(shapes="paper", timing_dtypes=["bfloat16"])
+UNSCREENED = PAPER.model_copy(update={"screen": False})  # the defences behind the screen, on their own
 
 
 @pytest.fixture()
@@ -31,7 +32,7 @@ def marker(tmp_path, monkeypatch):
 def test_python_cheats_on_paper_shapes(marker, restored_op):
     op = restored_op("merge_state")
     names = ["rebinds_checker", "rebinds_original", "wrong_return", "scales_timer", "forges_times"]
-    r = dict(zip(names, evaluate_many(op, [CHEATS / f"{n}.py" for n in names], PAPER)))
+    r = dict(zip(names, evaluate_many(op, [CHEATS / f"{n}.py" for n in names], UNSCREENED)))
     assert r["rebinds_checker"].correctness.first_failure.reason == "mismatch"
     assert r["rebinds_original"].correctness.first_failure.reason == "mismatch"
     assert r["wrong_return"].correctness.first_failure.reason == "wrong return value"
@@ -47,7 +48,7 @@ def test_python_cheats_on_paper_shapes(marker, restored_op):
 
 def test_cuda_static_constructor_calling_python_is_still_checked(marker, restored_op):
     op = restored_op("fused_add_rmsnorm")
-    r = evaluate(op, CANDS / "fused_add_rmsnorm" / "cheats" / "static_ctor_python.cuh", PAPER)
+    r = evaluate(op, CANDS / "fused_add_rmsnorm" / "cheats" / "static_ctor_python.cuh", UNSCREENED)
     assert not r.ok and r.correctness.first_failure.reason == "mismatch", r.model_dump_json(indent=1)[:3000]
     assert "rebound" in (marker / "static_ctor_python").read_text()  # the constructor ran, in the worker
 

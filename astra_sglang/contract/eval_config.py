@@ -38,6 +38,8 @@ class EvalConfig(Model):
     heldout_shapes: int = 4
     seed: Optional[int] = Field(None, description="base seed of the visible suite; None = fresh each evaluation")
     stateful_checks: int = Field(2, description="cases re-run at the same addresses with new values")
+    screen: bool = Field(True, description="static screen before any build (harness/screen.py); False only for "
+                         "tests of the defences behind it, which must hold on their own")
 
     device: Literal["auto", "cuda", "cpu"] = "auto"
     arch: str = "sm_90a"

@@ -101,7 +101,7 @@ def _check_triton(source: Path) -> BuildReport:
 def build_all(op_dir: Path, manifest: Manifest, candidates: list[Optional[Path]], dtypes: list[str],
               config: EvalConfig) -> list[BuildReport]:
     """Screened first (a rejected candidate is never built); see ``_build_screened``."""
-    screened = [screen_report(c, op_dir, manifest) if c is not None else None for c in candidates]
+    screened = [screen_report(c, op_dir, manifest) if c is not None and config.screen else None for c in candidates]
     built = _build_screened(op_dir, manifest, [c if s is None else None for c, s in zip(candidates, screened)],
                             dtypes, config)
     return [s if s is not None else b for s, b in zip(screened, built)]

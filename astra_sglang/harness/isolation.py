@@ -148,7 +148,7 @@ class Child:
             except OSError:
                 pass
 
-    def __enter__(self) -> "Child":
+    def __enter__(self) -> Child:
         return self
 
     def __exit__(self, *exc: object) -> None:

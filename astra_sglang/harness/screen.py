@@ -71,9 +71,10 @@ from __future__ import annotations
 
 import ast
 import re
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Optional, Sequence
+from typing import Optional
 
 from astra_sglang.contract.op import CudaJitRecipe, Manifest, TritonRecipe
 from astra_sglang.contract.result import BuildReport

@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Optional
 
 from astra_sglang.contract.op import CudaJitRecipe, Manifest, TritonRecipe
-from astra_sglang.harness.screen import screen_source
 from astra_sglang.errors import AstraError
+from astra_sglang.harness.screen import screen_source
 
 CUDA_SUFFIXES = (".cuh", ".cu", ".h", ".hpp", ".hh", ".cpp", ".cc", ".cxx")
 
