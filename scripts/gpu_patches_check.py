@@ -34,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from astra_sglang.contract.op import load_manifest
     from astra_sglang.contract.patch import write_patch_manifest
-    from astra_sglang.patches.devcheck import check_on_device
+    from astra_sglang.patches.tooling.devcheck import check_on_device
     from astra_sglang.patches.kernels import extracted_op_dir
     from astra_sglang.patches.registry import discover
 

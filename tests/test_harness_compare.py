@@ -7,7 +7,7 @@ mixed into results near 0, error 4.9e-4 against rtol 1e-5 of the cancelled resul
 import torch
 
 from astra_sglang.contract.op import Tolerance
-from astra_sglang.harness.compare import compare, compare_to_reference, scale_key
+from astra_sglang.checker import compare, compare_to_reference, scale_key
 
 TOL = Tolerance(atol=1e-5, rtol=1e-5)
 

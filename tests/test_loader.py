@@ -21,7 +21,7 @@ from astra_sglang.loader.cuda_build import (
     cuda_flags,
     parse_arch,
 )
-from astra_sglang.loader.launch import resolve_call
+from astra_sglang.loader.launch import compile_call
 from astra_sglang.loader.ptxas import parse_ptxas
 from astra_sglang.loader.pyimport import load_triton_wrapper
 
@@ -47,10 +47,14 @@ def test_no_sglang_import_anywhere_in_the_loader_source():
 
 def test_resolve_call_names_literals_and_keywords():
     args = {"x": "X", "out": "OUT", "eps": 1e-6}
-    pos, kw = resolve_call(["x", "out", "'silu'", "eps", "flag=False"], args)
+    call = compile_call(["x", "out", "'silu'", "eps", "flag=False"], set(args))
+    pos, kw = call(args)
     assert pos == ["X", "OUT", "silu", 1e-6] and kw == {"flag": False}
+    assert call.names() == {"x", "out", "eps"}            # what the harness treats as passed, not returned
     with pytest.raises(AstraError, match="neither an argument name nor a Python literal"):
-        resolve_call(["x", "nonexistent"], args)
+        compile_call(["x", "nonexistent"], set(args))
+    with pytest.raises(AstraError, match="positional item 'out' after a keyword"):
+        compile_call(["x", "flag=False", "out"], set(args))
 
 
 def test_sm90a_flags_match_sglang_load_jit():

@@ -16,7 +16,7 @@ pytestmark = pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("entry", discover(), ids=lambda e: e.patch_id)
 def test_patch_matches_extracted_original_on_gpu(entry):
-    from astra_sglang.patches.devcheck import check_on_device
+    from astra_sglang.patches.tooling.devcheck import check_on_device
 
     r = check_on_device(entry, time_it=False)
     assert r.ok, r.as_dict()

@@ -17,7 +17,7 @@ from pydantic import Field
 from astra_sglang.contract.base import Model
 from astra_sglang.errors import AstraError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 MANIFEST_NAME = "manifest.json"
 
 SourceKind = Literal["cuda_jit", "triton", "compiled_only", "torch", "other"]
@@ -129,10 +129,29 @@ class Baseline(Model):
 
 
 class CallSite(Model):
-    module: str
-    attr: str
+    """One place SGLang binds a function of this op, and what a REPLACE hook there stands in for.
+
+    ``target`` is what a patch names: the dotted path of the object bound here (SGLang's HookRegistry
+    REPLACE sets it and rebinds every module attribute that is the same object, so one target reaches all
+    bindings of one object). Sites that bind a different function that calls the op have no target.
+    """
+
+    module: str = Field(description="the module holding the binding")
+    attr: str = Field(description="the attribute name in that module")
+    binds: str = Field(description="'entry_point' (the extracted function), a baseline's name (e.g. "
+                       "'flashinfer_fused_add_rmsnorm'), or 'caller' (a different function that calls one of those)")
+    target: Optional[str] = Field(description="HookRegistry target of the bound object, e.g. "
+                                  "'sgl_kernel.fused_add_rmsnorm'; None for a caller")
+    same_function: bool = Field(description="the bound object computes the op's function (False e.g. for "
+                                "FlashInfer's base-2 merge_state beside SGLang's base-e one)")
     reached_by_serving: bool
     note: str = ""
+
+
+def hook_target(entry_point: str) -> str:
+    """'module:attr' -> the dotted path SGLang's HookRegistry resolves ('module.attr')."""
+    module, _, attr = entry_point.partition(":")
+    return f"{module}.{attr}"
 
 
 class ShapeCase(Model):

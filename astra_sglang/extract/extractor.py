@@ -220,7 +220,8 @@ def build_manifest(entry: CatalogEntry, root: Path, kept_shapes: list[ShapeCase]
     baselines = list(entry.baselines) + [_flashinfer(b, folder, external) for b in entry.flashinfer_baselines]
     ref = folder.write("reference.py", entry.reference, "reference")
     obj = resolve_target(entry.entry_point)
-    call_sites, skipped = scan_call_sites(obj, entry.callsite_modules, entry.serving_sites, entry.extra_sites)
+    call_sites, skipped = scan_call_sites(obj, entry.entry_point, entry.callsite_modules, entry.serving_sites,
+                                            entry.extra_sites)
     if skipped:
         notes.append(f"call-site scan: modules that do not import on this host were read from source: {skipped}")
     shapes = entry.shapes()

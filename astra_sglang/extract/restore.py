@@ -1,59 +1,12 @@
-"""``extract --restore``: refill committed op folders with the SGLang/FlashInfer files they pin.
-
-Those files belong to SGLang and FlashInfer, so the repository keeps only their SHA-256 in the manifest. After a
-clone (or in CI) they are copied again from the installed packages; a hash mismatch means the installed version
-differs from the one the folder was extracted from, and the folder must be re-extracted rather than trusted.
-"""
+"""``extract --restore``: refill every committed op folder under a root with the files it pins."""
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 from pathlib import Path
 
-from astra_sglang.contract.base import sha256_file as sha256
-from astra_sglang.contract.op import MANIFEST_NAME, load_manifest
+from astra_sglang.contract.op import MANIFEST_NAME
+from astra_sglang.contract.restore import restore_folder
 from astra_sglang.errors import AstraError
-from astra_sglang.extract.sglang_env import flashinfer_root, sglang_root
-
-
-def _package_root(origin: str) -> Path:
-    package = origin.split(":", 1)[0]
-    if package == "sglang":
-        return sglang_root()
-    if package == "flashinfer":
-        root = flashinfer_root()
-        if root is None:
-            raise AstraError("flashinfer-python is not installed; `pip install --no-deps flashinfer-python==0.7.2`")
-        return root
-    raise AstraError(f"unknown file origin {origin!r}")
-
-
-def restore_folder(op_dir: Path) -> int:
-    """Copy back every non-committed file of one folder and verify every file's hash. Returns files copied."""
-    manifest = load_manifest(op_dir)
-    copied, bad = 0, []
-    for f in manifest.files:
-        dest = op_dir / f.path
-        if not f.committed:
-            src = _package_root(f.origin) / f.origin.split(":", 1)[1]
-            if not src.is_file():
-                bad.append(f"{f.path}: {src} is missing from the installed package")
-                continue
-            if not dest.is_file() or sha256(dest) != f.sha256:
-                dest.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(src, dest)
-                copied += 1
-        if not dest.is_file():
-            bad.append(f"{f.path}: missing")
-        elif sha256(dest) != f.sha256:
-            bad.append(f"{f.path}: SHA-256 differs from the manifest")
-    if bad:
-        raise AstraError(
-            f"{op_dir}: {len(bad)} file(s) do not match the manifest (extracted from SGLang {manifest.sglang_version}); "
-            f"re-extract with `astra-sglang extract {manifest.short_name}`: " + "; ".join(bad[:3])
-        )
-    return copied
 
 
 def restore_all(root: Path) -> list[tuple[Path, int]]:
@@ -61,43 +14,3 @@ def restore_all(root: Path) -> list[tuple[Path, int]]:
     if not folders:
         raise AstraError(f"no extracted op folders under {root}")
     return [(d, restore_folder(d)) for d in folders]
-
-
-def is_complete(op_dir: Path) -> bool:
-    """Every file the manifest names is present (hashes are checked when a folder is restored)."""
-    manifest = load_manifest(op_dir)
-    return all((op_dir / f.path).is_file() for f in manifest.files)
-
-
-def materialize(op_dir: Path, cache_root: Path) -> Path:
-    """``op_dir`` if complete, else a hash-verified copy refilled from the installed SGLang/FlashInfer.
-
-    A wheel carries only the committed part of a folder (SGLang's files are never redistributed), and its
-    site-packages may be read-only: the copy goes to ``cache_root``, keyed by the manifest's hash so another
-    extraction never reuses it. A different installed SGLang fails the hash check: the caller falls back.
-    """
-    op_dir = Path(op_dir)
-    if is_complete(op_dir):
-        return op_dir
-    manifest = load_manifest(op_dir)
-    key = sha256((op_dir / MANIFEST_NAME))[:16]
-    dest = Path(cache_root) / "extracted" / f"{op_dir.name}-{key}"
-    if dest.is_dir() and is_complete(dest):
-        return dest
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{op_dir.name}.tmp-", dir=dest.parent))
-    try:
-        shutil.copyfile(op_dir / MANIFEST_NAME, tmp / MANIFEST_NAME)
-        for f in manifest.files:
-            if f.committed:
-                (tmp / f.path).parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(op_dir / f.path, tmp / f.path)
-        restore_folder(tmp)
-        if dest.exists():  # a concurrent process finished first: keep its copy
-            shutil.rmtree(tmp, ignore_errors=True)
-        else:
-            tmp.rename(dest)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return dest

@@ -28,16 +28,16 @@ elif os.environ.get("ASTRA_HARNESS_SIMULATE_TIMING") == "1":
 else:
     timing = None  # type: ignore[assignment]
 
+from astra_sglang.checker import Mismatch, compare, compare_to_reference, scale_key
 from astra_sglang.contract.op import Manifest, Tolerance
-from astra_sglang.harness.compare import (
-    Mismatch,
-    compare,
-    compare_to_reference,
-    scale_key,
-)
 from astra_sglang.harness.suite import Case
 from astra_sglang.harness.tensors import ArgSet
-from astra_sglang.loader.launch import load_reference, make_launcher
+from astra_sglang.loader.launch import (
+    compile_call,
+    load_reference,
+    make_launcher,
+    signature_names,
+)
 
 _CUDA_STICKY = ("illegal memory access", "illegal address", "unspecified launch failure", "misaligned address",
                 "device-side assert", "an illegal instruction", "CUDA error")
@@ -66,7 +66,7 @@ class Worker:
         self._cand: dict[str, Callable[[dict[str, Any]], Any]] = {}
         self.reference = load_reference(self.op_dir, self.manifest)
         recipe = self.manifest.recipe
-        call_names = {item.partition("=")[2] or item for item in recipe.call}
+        call_names = compile_call(recipe.call, signature_names(self.manifest)).names()
         tensors = self.manifest.signature.tensors
         self.returned = [t.name for t in tensors if t.role == "output" and t.name not in call_names]
         self.compared = [t.name for t in tensors if t.role in ("output", "inplace")]
@@ -467,7 +467,7 @@ class Worker:
 
 
 def _bits(x: torch.Tensor) -> torch.Tensor:
-    from astra_sglang.harness.tensors import bits
+    from astra_sglang.checker import bits
 
     return bits(x)
 

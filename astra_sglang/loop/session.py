@@ -166,7 +166,7 @@ async def _run_and_close(optimizer: Any, model: Any) -> WinnerInfo:
 def register_winner(run_dir: Path, patch_id: Optional[str], console: Console) -> Path:
     """Hand the winner to the patch registry (patches/<op>/<patch-id>/), which re-pins and cites evidence."""
     try:
-        from astra_sglang.patches.registry import add_from_run
+        from astra_sglang.patches.tooling.add import add_from_run
     except ImportError as e:
         raise AstraError(f"the patch registry is not available ({e})") from None
     path = add_from_run(run_dir, patch_id=patch_id)

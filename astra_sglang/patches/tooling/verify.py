@@ -20,9 +20,8 @@ from astra_sglang.patches.registry import (
     VerifyRecord,
     device_problem,
     installed_sglang_version,
-    now,
-    record_verify,
 )
+from astra_sglang.patches.tooling.state import now, record_verify
 
 
 @dataclass
@@ -74,11 +73,11 @@ def verify_entry(entry: PatchEntry, *, shapes: str = "all", harness: bool = True
         from astra_sglang.extract.sglang_env import install_cpu_shims
 
         install_cpu_shims()
-        original = resolve_target(m.call_sites[0].target)
+        original = resolve_target(m.targets[0])
     except Exception as e:
-        return VerifyOutcome(m.patch_id, False, arch, f"cannot resolve {m.call_sites[0].target}: {e}")
+        return VerifyOutcome(m.patch_id, False, arch, f"cannot resolve {m.targets[0]}: {e}")
     rt = PatchRuntime(entry.path, patched)
-    rt.hook_for(original, m.call_sites[0].target)
+    rt.hook_for(original, m.targets[0])
     ok = rt.activate("cuda" if arch != "cpu-interpret" else "cpu", original)
     st = status.statuses()[m.patch_id]
     out = VerifyOutcome(m.patch_id, ok, arch, st.reason)
@@ -107,11 +106,11 @@ def _harness(entry: PatchEntry, shapes: str) -> tuple[Optional[EvalResult], Opti
         op = load_manifest(op_dir)
     except Exception as e:
         return None, f"harness skipped: {e}"
-    if op.recipe.kind != m.kernel.kind:
-        return None, (f"harness skipped: a {m.kernel.kind} patch for a {op.recipe.kind} op is not a harness candidate; "
+    if op.recipe.kind != m.source.kind:
+        return None, (f"harness skipped: a {m.source.kind} patch for a {op.recipe.kind} op is not a harness candidate; "
                       "scripts/gpu_patches_check.py times it")
     from astra_sglang.contract.eval_config import EvalConfig
     from astra_sglang.harness.evaluate import evaluate
 
     cfg: Any = EvalConfig(shapes=shapes, include_heldout=True)  # type: ignore[arg-type]
-    return evaluate(op_dir, entry.path / m.kernel.source, cfg), None
+    return evaluate(op_dir, entry.path / m.source.file, cfg), None
