@@ -96,8 +96,6 @@ def make_launcher(
 
     ``recipe`` builds a baseline's recipe from the same folder instead of the op's own.
     """
-    from astra_sglang.loader.cuda_build import CudaBuildSpec
-
     r = recipe if recipe is not None else manifest.recipe
     kind = kind or r.kind
     if recipe is not None:
@@ -105,6 +103,8 @@ def make_launcher(
     else:
         entry, call = entry_and_call(manifest, kind)
     if kind == "cuda_jit":
+        from astra_sglang.loader.cuda_build import CudaBuildSpec
+
         assert isinstance(r, CudaJitRecipe)
         built = CudaBuildSpec.from_recipe(op_dir, manifest, dtype, recipe=r, kernel_source=kernel_source, arch=arch,
                                           cache_dir=cache_dir).build_and_load()

@@ -38,10 +38,11 @@ def op_kernel(op_dir: Path, op: Manifest, *, kind: str, dtypes: list[str], arch:
     """
     import torch
 
-    from astra_sglang.loader.cuda_build import CudaBuildSpec, build_batch
     from astra_sglang.loader.launch import make_launcher
 
     if kind == "cuda_jit":  # every dtype at once; the launchers below then load from the cache
+        from astra_sglang.loader.cuda_build import CudaBuildSpec, build_batch
+
         specs = [CudaBuildSpec.from_recipe(op_dir, op, d, kernel_source=source, arch=arch) for d in dtypes]
         for outcome in build_batch(specs):
             if isinstance(outcome, Exception):
