@@ -143,6 +143,31 @@ def test_add_is_one_command_with_evidence(root, tmp_path, capsys):
     assert "1.250x" in capsys.readouterr().out
 
 
+def test_targets_must_be_call_sites_binding_the_ops_own_function(root, tmp_path):
+    from astra_sglang.contract.patch import Provenance
+    from astra_sglang.errors import AstraError
+    from astra_sglang.patches.tooling.add import add_patch
+
+    src = tmp_path / "k.py"
+    src.write_text("def merge_state_triton(*a):\n    pass\n")
+    prov = Provenance(kind="hand-written")
+    with pytest.raises(AstraError, match="target sglang.srt.layers.activation.silu_and_mul is not among "
+                                         "silu_and_mul's call sites"):
+        add_patch("silu_and_mul", src, patch_id="a", provenance=prov, targets=["sglang.srt.layers.activation.silu_and_mul"])
+    with pytest.raises(AstraError, match="binds flashinfer_merge_state, which is not the same function"):
+        add_patch("merge_state", src, patch_id="b", provenance=prov, targets=["flashinfer.cascade.merge_state"])
+    with pytest.raises(AstraError, match="a cuda_jit kernel cannot be built against it"):
+        add_patch("merge_state", src, patch_id="c", provenance=prov, kind="cuda_jit")
+    assert not (root / "merge_state").exists()               # nothing written for a refused patch
+    # a manifest edited afterwards is refused where the plugin installs it, with the same reason
+    e = registry.discover()[0]
+    bad = e.manifest.model_copy(update={"targets": ["sglang.srt.layers.activation.silu_and_mul"]})
+    assert "is not among silu_and_mul's call sites" in registry.op_problem(bad)
+    stale = e.manifest.model_copy(update={"op_manifest_sha256": "0" * 64})
+    assert "changed since the patch was validated" in registry.static_problem(
+        registry.PatchEntry(e.patch_id, e.op, e.path, stale), "0.5.23")
+
+
 def test_add_from_run_copies_the_winner(root, tmp_path):
     run = tmp_path / "runs" / "merge_state" / "run-7"
     (run / "best").mkdir(parents=True)
