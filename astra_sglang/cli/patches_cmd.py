@@ -215,6 +215,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
                 vo.sglang_versions.append(version)
             if out.arch not in vo.archs:
                 vo.archs.append(out.arch)
+            m.op_manifest_sha256 = out.op_manifest_sha256
             if h is not None:
                 m.evidence.results.append(h)
             write_patch_manifest(e.path, m)

@@ -70,6 +70,7 @@ def check_on_device(entry: PatchEntry, *, time_it: bool = True, reps: int = 100)
     from astra_sglang.loader.launch import load_reference
     from astra_sglang.patches.registry import op_folder
     from astra_sglang.patches.runtime import PatchRuntime, device_arch
+    from astra_sglang.patches.tooling.verify import current_op_sha256
 
     m = entry.manifest
     if m is None:
@@ -85,8 +86,8 @@ def check_on_device(entry: PatchEntry, *, time_it: bool = True, reps: int = 100)
         original = extracted_original(entry)
     except Exception as e:
         return DeviceReport(m.patch_id, False, arch, f"extracted original unavailable: {e}")
-    here = m.model_copy(update={"validated_on": m.validated_on.model_copy(
-        update={"archs": list(m.validated_on.archs) + [arch]})})  # being validated here
+    here = m.model_copy(update={"validated_on": m.validated_on.model_copy(  # being validated here, against the
+        update={"archs": list(m.validated_on.archs) + [arch]}), "op_manifest_sha256": current_op_sha256(m)})  # op now
     rt = PatchRuntime(entry.path, here)
     hook = rt.hook_for(original, m.targets[0])
     if not rt.activate("cuda", original):

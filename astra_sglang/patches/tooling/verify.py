@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from astra_sglang.contract.base import sha256_file
-from astra_sglang.contract.patch import MANIFEST_NAME, file_problem
+from astra_sglang.contract.patch import MANIFEST_NAME, PatchManifest, file_problem
 from astra_sglang.contract.result import EvalResult
 from astra_sglang.patches import status
 from astra_sglang.patches.registry import (
@@ -20,6 +20,7 @@ from astra_sglang.patches.registry import (
     VerifyRecord,
     device_problem,
     installed_sglang_version,
+    op_folder,
 )
 from astra_sglang.patches.tooling.state import now, record_verify
 
@@ -32,6 +33,13 @@ class VerifyOutcome:
     detail: str
     harness: Optional[EvalResult] = None
     notes: list[str] = field(default_factory=list)
+    op_manifest_sha256: str = ""  # the op manifest the check ran against: what `--record` pins
+
+
+def current_op_sha256(m: PatchManifest) -> str:
+    """The SHA-256 of the op manifest as it is now (a re-extraction changes it; verifying re-pins it)."""
+    path = op_folder(m.op) / MANIFEST_NAME
+    return sha256_file(path) if path.is_file() else m.op_manifest_sha256
 
 
 def probe_arch() -> Optional[str]:
@@ -61,10 +69,11 @@ def verify_entry(entry: PatchEntry, *, shapes: str = "all", harness: bool = True
         problem = "SGLang is not installed: verify checks against the installed SGLang's original"
     if problem or m is None:
         return VerifyOutcome(entry.patch_id, False, arch, problem or "unreadable manifest")
-    # verifying is how a patch becomes validated on a new SGLang or device: neither may stop the check
+    # verifying is how a patch becomes validated on a new SGLang, device or re-extracted op: none may stop the check
     patched = m.model_copy(update={"validated_on": m.validated_on.model_copy(update={
         "sglang_versions": list(m.validated_on.sglang_versions) + [version],
-        "archs": list(m.validated_on.archs) + ([arch] if arch else [])})})
+        "archs": list(m.validated_on.archs) + ([arch] if arch else [])}),
+        "op_manifest_sha256": current_op_sha256(m)})
     problem = device_problem(patched, arch)
     if problem:
         return VerifyOutcome(entry.patch_id, False, arch, problem)
@@ -80,7 +89,7 @@ def verify_entry(entry: PatchEntry, *, shapes: str = "all", harness: bool = True
     rt.hook_for(original, m.targets[0])
     ok = rt.activate("cuda" if arch != "cpu-interpret" else "cpu", original)
     st = status.statuses()[m.patch_id]
-    out = VerifyOutcome(m.patch_id, ok, arch, st.reason)
+    out = VerifyOutcome(m.patch_id, ok, arch, st.reason, op_manifest_sha256=patched.op_manifest_sha256)
     if ok and harness:
         out.harness, note = _harness(entry, shapes)
         if note:
