@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 
 from astra_sglang.cli.main import main
+from astra_sglang.contract.base import sha256_file
+from astra_sglang.contract.op import entry_and_call
 from astra_sglang.contract.patch import file_problem, load_patch_manifest
 from astra_sglang.contract.result import (
     BuildReport,
@@ -17,8 +19,6 @@ from astra_sglang.contract.result import (
     ShapeTiming,
     TimingReport,
 )
-from astra_sglang.contract.base import sha256_file
-from astra_sglang.loader.launch import entry_and_call
 from astra_sglang.patches import registry
 from astra_sglang.patches.tooling.add import add_from_run
 

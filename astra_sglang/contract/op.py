@@ -186,6 +186,25 @@ class Manifest(Model):
         return [f for f in self.files if f.role == role]
 
 
+def signature_names(manifest: Manifest) -> list[str]:
+    return [t.name for t in manifest.signature.tensors] + [s.name for s in manifest.signature.scalars]
+
+
+def entry_and_call(manifest: Manifest, kind: str) -> tuple[str, list[str]]:
+    """How a kernel of ``kind`` for this op is called: (entry name, call list), from the op manifest only.
+
+    A kernel of the op's own kind uses the recipe's entry (CUDA export or Triton wrapper) and call list. A
+    Triton kernel for a CUDA op (no Triton recipe) defines a function named like the op's entry point and
+    takes the signature's arguments in order; a CUDA kernel needs the op's CUDA recipe to be built at all.
+    """
+    r = manifest.recipe
+    if kind == r.kind:
+        return (r.entry if isinstance(r, CudaJitRecipe) else r.wrapper), list(r.call)
+    if kind == "triton":
+        return manifest.entry_point.rpartition(":")[2], signature_names(manifest)
+    raise AstraError(f"{manifest.short_name} is a {r.kind} op: a {kind} kernel cannot be built against it")
+
+
 class ManifestError(AstraError, ValueError):
     """A folder that is not a readable extracted op: one clear reason, no traceback for the user."""
 

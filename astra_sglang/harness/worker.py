@@ -29,15 +29,10 @@ else:
     timing = None  # type: ignore[assignment]
 
 from astra_sglang.checker import Mismatch, compare, compare_to_reference, scale_key
-from astra_sglang.contract.op import Manifest, Tolerance
+from astra_sglang.contract.op import Manifest, Tolerance, signature_names
 from astra_sglang.harness.suite import Case
 from astra_sglang.harness.tensors import ArgSet
-from astra_sglang.loader.launch import (
-    compile_call,
-    load_reference,
-    make_launcher,
-    signature_names,
-)
+from astra_sglang.loader.launch import compile_call, load_reference, make_launcher
 
 _CUDA_STICKY = ("illegal memory access", "illegal address", "unspecified launch failure", "misaligned address",
                 "device-side assert", "an illegal instruction", "CUDA error")

@@ -13,7 +13,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from astra_sglang.contract.op import CudaJitRecipe, Manifest, Recipe, TritonRecipe
+from astra_sglang.contract.op import (
+    CudaJitRecipe,
+    Manifest,
+    Recipe,
+    TritonRecipe,
+    entry_and_call,
+    signature_names,
+)
 from astra_sglang.errors import AstraError
 from astra_sglang.loader.pyimport import load_function, load_triton_wrapper
 
@@ -60,25 +67,6 @@ def compile_call(call: list[str], names: set[str] | list[str]) -> CompiledCall:
                 raise AstraError(f"call list {call}: positional item {it!r} after a keyword")
             pos.append(item(it))
     return CompiledCall(tuple(pos), tuple(kw))
-
-
-def signature_names(manifest: Manifest) -> list[str]:
-    return [t.name for t in manifest.signature.tensors] + [s.name for s in manifest.signature.scalars]
-
-
-def entry_and_call(manifest: Manifest, kind: str) -> tuple[str, list[str]]:
-    """How a kernel of ``kind`` for this op is called: (entry name, call list), from the op manifest only.
-
-    A kernel of the op's own kind uses the recipe's entry (CUDA export or Triton wrapper) and call list. A
-    Triton kernel for a CUDA op (no Triton recipe) defines a function named like the op's entry point and
-    takes the signature's arguments in order; a CUDA kernel needs the op's CUDA recipe to be built at all.
-    """
-    r = manifest.recipe
-    if kind == r.kind:
-        return (r.entry if isinstance(r, CudaJitRecipe) else r.wrapper), list(r.call)
-    if kind == "triton":
-        return manifest.entry_point.rpartition(":")[2], signature_names(manifest)
-    raise AstraError(f"{manifest.short_name} is a {r.kind} op: a {kind} kernel cannot be built against it")
 
 
 def make_launcher(

@@ -20,7 +20,12 @@ from typing import Literal, Optional
 from pydantic import Field
 
 from astra_sglang.contract.base import Model, sha256_file
-from astra_sglang.contract.op import Manifest, ManifestError, load_manifest
+from astra_sglang.contract.op import (
+    Manifest,
+    ManifestError,
+    entry_and_call,
+    load_manifest,
+)
 from astra_sglang.contract.patch import (
     CPU_INTERPRET_ARCH,
     MANIFEST_NAME,
@@ -32,7 +37,6 @@ from astra_sglang.contract.patch import (
 )
 from astra_sglang.data_paths import bundled_extracted, bundled_patches
 from astra_sglang.errors import AstraError
-from astra_sglang.loader.launch import entry_and_call
 from astra_sglang.patches.env import ALL_VALUES, ENV_SELECT, OFF_VALUES
 
 ENV_ROOT = "ASTRA_SGLANG_PATCHES_DIR"

@@ -18,10 +18,9 @@ import threading
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from astra_sglang.contract.op import Manifest
+from astra_sglang.contract.op import Manifest, signature_names
 from astra_sglang.contract.patch import CPU_INTERPRET_ARCH, PatchManifest
 from astra_sglang.errors import AstraError
-from astra_sglang.loader.launch import signature_names
 from astra_sglang.patches import status
 from astra_sglang.patches.adapters import OpAdapter, Prepared, get_adapter, make_guard
 from astra_sglang.patches.registry import device_problem, load_op, op_folder

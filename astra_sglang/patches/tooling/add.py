@@ -9,7 +9,12 @@ from pathlib import Path
 from typing import Optional
 
 from astra_sglang.contract.base import sha256_file
-from astra_sglang.contract.op import MANIFEST_NAME, hook_target, load_manifest
+from astra_sglang.contract.op import (
+    MANIFEST_NAME,
+    entry_and_call,
+    hook_target,
+    load_manifest,
+)
 from astra_sglang.contract.patch import (
     CPU_INTERPRET_ARCH,
     Evidence,
@@ -23,7 +28,6 @@ from astra_sglang.contract.patch import (
     write_patch_manifest,
 )
 from astra_sglang.errors import AstraError
-from astra_sglang.loader.launch import entry_and_call
 from astra_sglang.patches.registry import op_folder, patches_root
 
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
