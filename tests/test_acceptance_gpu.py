@@ -127,7 +127,7 @@ def test_patch_matches_extracted_original_and_is_not_slower(entry, measurements)
     extracted/<op>/ eagerly and under CUDA-graph replay, and calls outside its guard reach the original. One
     validated for this device is not slower on any covered shape (a patch never makes SGLang worse); one that
     is not (e.g. the CPU test vehicle triton-silu-and-mul-v1) is never used here, so only its times are kept."""
-    from astra_sglang.patches.devcheck import check_on_device
+    from astra_sglang.patches.tooling.devcheck import check_on_device
 
     r = check_on_device(entry, time_it=True)
     measurements(f"h200_patch_{entry.patch_id}", r.as_dict())

@@ -91,6 +91,10 @@ def test_silu_recipe_is_sglangs_sm90_build(out: Path) -> None:
     sites = {(c.module, c.attr): c for c in m.call_sites}
     assert sites[("sglang.kernels.ops.activation.activation", "silu_and_mul")].reached_by_serving
     assert ("sglang.srt.layers.activation", "_jit_silu_and_mul") in sites
+    assert sites[("sglang.srt.layers.activation", "_jit_silu_and_mul")].target == (
+        "sglang.kernels.ops.activation.activation.silu_and_mul")           # one REPLACE reaches both bindings
+    assert sites[("sglang.srt.layers.activation", "silu_and_mul")].binds == "caller"
+    assert sites[("sglang.srt.layers.activation", "silu_and_mul")].target is None
     assert 30 <= len(m.shapes) <= 70
 
 
@@ -112,6 +116,11 @@ def test_fused_add_rmsnorm_recipe_and_baseline(out: Path) -> None:
         "glue/stubs/cublasLt.h", "glue/stubs/cublas_v2.h", "glue/stubs/curand_kernel.h"}
     serving = {(c.module, c.attr) for c in m.call_sites if c.reached_by_serving}
     assert ("sglang.srt.layers.layernorm", "fused_add_rmsnorm") in serving
+    # the serving default is FlashInfer's kernel bound in layernorm: a patch target, not the JIT entry point
+    site = {(c.module, c.attr): c for c in m.call_sites}[("sglang.srt.layers.layernorm", "fused_add_rmsnorm")]
+    assert site.target == "sgl_kernel.fused_add_rmsnorm" and site.binds == base.name and site.same_function
+    jit = {(c.module, c.attr): c for c in m.call_sites}[("sglang.srt.layers.layernorm", "_jit_fused_add_rmsnorm")]
+    assert jit.binds == "entry_point" and jit.target == "sglang.kernels.ops.layernorm.norm.fused_add_rmsnorm"
 
 
 def test_merge_state_is_triton_with_base2_flashinfer_baseline(out: Path) -> None:
@@ -123,6 +132,8 @@ def test_merge_state_is_triton_with_base2_flashinfer_baseline(out: Path) -> None
     assert paper == {(512, 40, 128), (512, 32, 256), (512, 64, 128), (768, 32, 256)}
     (base,) = m.baselines
     assert base.same_function is False and "base-2" in base.note
+    fi = {(c.module, c.attr): c for c in m.call_sites}[("sglang.srt.layers.attention.flashinfer_backend", "merge_state")]
+    assert fi.binds == base.name and fi.same_function is False   # never a target for this op's patches
     assert "baseline_src/include/flashinfer/attention/cascade.cuh" in {f.path for f in m.files}
     lse = next(t for t in m.signature.tensors if t.name == "prefix_lse")
     assert lse.dtype == "float32" and "+inf" in lse.special_values

@@ -10,7 +10,8 @@ import pytest
 from astra_sglang.contract.base import sha256_file as sha256
 from astra_sglang.contract.op import load_manifest
 from astra_sglang.errors import AstraError
-from astra_sglang.extract.restore import restore_folder
+from astra_sglang.contract.base import sha256_file as sha256
+from astra_sglang.contract.restore import restore_folder
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -56,7 +57,7 @@ def test_restore_cli_reports_one_line_on_a_bad_folder(tmp_path):
 
 def test_materialize_completes_a_committed_only_folder_in_a_cache(tmp_path):
     """A wheel carries only the committed part of an op folder; the plugin needs SGLang's headers back."""
-    from astra_sglang.extract.restore import is_complete, materialize
+    from astra_sglang.contract.restore import is_complete, materialize
 
     clone = _clone_committed_part(tmp_path, "fused_add_rmsnorm")
     assert not is_complete(clone)

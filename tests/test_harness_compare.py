@@ -9,8 +9,8 @@ from pathlib import Path
 
 import torch
 
+from astra_sglang.checker import compare, compare_to_reference, scale_key
 from astra_sglang.contract.op import Tolerance, load_manifest
-from astra_sglang.harness.compare import compare, compare_to_reference, scale_key
 
 REPO = Path(__file__).resolve().parents[1]
 TOL = Tolerance(atol=1e-5, rtol=1e-5)

@@ -16,11 +16,13 @@ from astra_sglang.errors import AstraError
 from astra_sglang.loader import toolchain
 from astra_sglang.loader.cuda_build import (
     BuildError,
+    CudaBuildSpec,
+    build_batch,
     build_cuda_module,
     cuda_flags,
     parse_arch,
 )
-from astra_sglang.loader.launch import resolve_call
+from astra_sglang.loader.launch import compile_call
 from astra_sglang.loader.ptxas import parse_ptxas
 from astra_sglang.loader.pyimport import load_triton_wrapper
 
@@ -43,10 +45,14 @@ def test_no_sglang_import_anywhere_in_the_loader_source():
 
 def test_resolve_call_names_literals_and_keywords():
     args = {"x": "X", "out": "OUT", "eps": 1e-6}
-    pos, kw = resolve_call(["x", "out", "'silu'", "eps", "flag=False"], args)
+    call = compile_call(["x", "out", "'silu'", "eps", "flag=False"], set(args))
+    pos, kw = call(args)
     assert pos == ["X", "OUT", "silu", 1e-6] and kw == {"flag": False}
+    assert call.names() == {"x", "out", "eps"}            # what the harness treats as passed, not returned
     with pytest.raises(AstraError, match="neither an argument name nor a Python literal"):
-        resolve_call(["x", "nonexistent"], args)
+        compile_call(["x", "nonexistent"], set(args))
+    with pytest.raises(AstraError, match="positional item 'out' after a keyword"):
+        compile_call(["x", "flag=False", "out"], set(args))
 
 
 def test_sm90a_flags_match_sglang_load_jit():
@@ -137,6 +143,38 @@ def test_compile_error_returns_the_compilers_message(tmp_path):
     assert not info.value.report.ok
     assert "h_undefined_symbol" in info.value.report.log and "error" in info.value.report.log
     assert "ninja: build stopped" not in info.value.report.log
+
+
+def test_build_spec_is_frozen_hashable_and_names_every_input(tmp_path):
+    op = make_h_scale(tmp_path)
+    m = load_manifest(op)
+    a = CudaBuildSpec.from_recipe(op, m, "bfloat16")
+    assert a == CudaBuildSpec.from_recipe(op, m, "bfloat16") and len({a, CudaBuildSpec.from_recipe(op, m, "bfloat16")}) == 1
+    b = CudaBuildSpec.from_recipe(op, m, "float32", arch="sm_100a")
+    assert a != b and (b.dtype, b.arch) == ("float32", "sm_100a") and b.template_args == m.recipe.template_args["float32"]
+    cand = tmp_path / "cand.cuh"
+    cand.write_text((op / "src" / "h_scale.cuh").read_text())
+    c = CudaBuildSpec.from_recipe(op, m, "bfloat16", kernel_source=cand)
+    assert c.kernel_source == cand.resolve() and c.sources == a.sources and c != a
+    with pytest.raises(AttributeError):
+        a.arch = "sm_80"  # type: ignore[misc]
+    with pytest.raises(AstraError, match="candidate source .* does not exist"):
+        CudaBuildSpec.from_recipe(op, m, "bfloat16", kernel_source=tmp_path / "nope.cuh")
+
+
+@pytest.mark.nvcc
+def test_build_batch_gives_each_spec_its_own_outcome(tmp_path):
+    op = make_h_scale(tmp_path)
+    m = load_manifest(op)
+    bad = tmp_path / "bad.cuh"
+    bad.write_text((op / "src" / "h_scale.cuh").read_text().replace(
+        "const int64_t n = x.numel();", "const int64_t n = x.numel() + h_undefined_symbol;"))
+    good, broken = build_batch([CudaBuildSpec.from_recipe(op, m, "bfloat16"),
+                                CudaBuildSpec.from_recipe(op, m, "float32", kernel_source=bad)])
+    assert not isinstance(good, Exception) and good.report.ok and good.module is None   # compile only
+    assert isinstance(broken, BuildError) and "h_undefined_symbol" in broken.report.log
+    again = build_cuda_module(op, m, "bfloat16", load=False)      # the same spec: the same cache entry
+    assert again.report.cached and again.so_path == good.so_path
 
 
 @pytest.mark.nvcc

@@ -32,7 +32,7 @@ def test_wheel_patches_resolve_without_a_checkout(installed, tmp_path):
         "assert Path(astra_sglang.__file__).is_relative_to(Path(sys.argv[1])), astra_sglang.__file__\n"
         "from astra_sglang.patches.registry import patches_root, discover\n"
         "from astra_sglang.patches.kernels import extracted_op_dir\n"
-        "from astra_sglang.extract.restore import is_complete\n"
+        "from astra_sglang.contract.restore import is_complete\n"
         "root = patches_root(); assert root.is_relative_to(Path(sys.argv[1])), root\n"
         "found = {p.manifest.patch_id: p for p in discover()}\n"
         "assert 'fused-add-rmsnorm-regs-v1' in found, sorted(found)\n"

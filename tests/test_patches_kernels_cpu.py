@@ -31,7 +31,7 @@ def test_merge_state_patch_serves_covered_calls_and_matches_the_extracted_origin
     monkeypatch.setenv("TRITON_INTERPRET", "1")  # read when the kernel modules are imported (fresh, by path)
     from astra_sglang.contract.patch import load_patch_manifest, write_patch_manifest
     from astra_sglang.patches import counters, status
-    from astra_sglang.patches.devcheck import extracted_original
+    from astra_sglang.patches.tooling.devcheck import extracted_original
     from astra_sglang.patches.registry import discover
     from astra_sglang.patches.runtime import PatchRuntime
 
@@ -46,7 +46,8 @@ def test_merge_state_patch_serves_covered_calls_and_matches_the_extracted_origin
     original = extracted_original(entry)
     status.reset("hw-merge")
     rt = PatchRuntime(entry.path, entry.manifest)
-    hook = rt.hook_for(original, "sglang.kernels.ops.attention.merge_state.merge_state_triton")
+    hook = rt.hook_for(original, m.targets[0])
+    assert m.targets == ["sglang.kernels.ops.attention.merge_state.merge_state_triton"]
     args = [torch.randn(4, 8, 64).bfloat16(), torch.randn(4, 8), torch.randn(4, 8, 64).bfloat16(), torch.randn(4, 8)]
     out, lse = hook(*args)                                   # first covered call: activation, then served
     assert status.statuses()["hw-merge"].state == "active"
@@ -60,13 +61,12 @@ def test_merge_state_patch_serves_covered_calls_and_matches_the_extracted_origin
 @pytest.mark.nvcc
 def test_cuda_patch_builds_through_the_plugin_loader(root, restored_op):
     restored_op("silu_and_mul")  # the patch is built against SGLang's headers in it
-    from astra_sglang.patches.adapters import get_adapter
     from astra_sglang.patches.kernels import load_kernel
-    from astra_sglang.patches.registry import discover
+    from astra_sglang.patches.registry import discover, load_op
 
     src = REPO / "tests" / "candidates" / "silu_and_mul" / "hand_written.cuh"
     assert main(["patches", "add", "--op", "silu_and_mul", "--source", str(src), "--id", "hw-silu-cuda",
                  "--provenance", "hand-written", "--sglang-version", "0.5.23", "--arch", "sm_90"]) == 0
     e = discover()[0]
-    kernel = load_kernel(e.path, e.manifest, get_adapter("silu_and_mul"), dtypes=["bfloat16"], arch="sm_90a")
+    kernel = load_kernel(e.path, e.manifest, load_op(e.manifest), dtypes=["bfloat16", "float16"], arch="sm_90a")
     assert callable(kernel)

@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 
 from astra_sglang.cli.main import main
+from astra_sglang.contract.base import sha256_file
+from astra_sglang.contract.op import entry_and_call
 from astra_sglang.contract.patch import file_problem, load_patch_manifest
 from astra_sglang.contract.result import (
     BuildReport,
@@ -19,6 +21,7 @@ from astra_sglang.contract.result import (
 )
 from astra_sglang.errors import AstraError
 from astra_sglang.patches import registry, status
+from astra_sglang.patches.tooling.add import add_from_run
 
 REPO = Path(__file__).resolve().parents[1]
 SHIPPED = REPO / "patches" / "silu_and_mul" / "triton-silu-and-mul-v1"
@@ -49,7 +52,7 @@ def test_shipped_patch_is_intact_labelled_and_pinned():
     m = load_patch_manifest(SHIPPED)
     assert file_problem(SHIPPED, m) is None
     assert m.provenance.kind == "hand-written"          # never presented as found by a model
-    assert m.schema_version == 1 and m.kernel.source in {f.path for f in m.files}
+    assert m.schema_version == 2 and m.source.file in {f.path for f in m.files}
     assert "0.5.23" in m.validated_on.sglang_versions
 
 
@@ -128,11 +131,11 @@ def test_add_is_one_command_with_evidence(root, tmp_path, capsys):
                  "--provenance", "hand-written", "--evidence", str(ev), "--author", "dev"]) == 0
     d = root / "silu_and_mul" / "hw-silu"
     m = load_patch_manifest(d)
-    assert m.kernel.kind == "cuda_jit" and m.kernel.source == "kernel.cuh"
-    assert m.kernel.op_dir == "extracted/silu_and_mul"
+    assert m.source.kind == "cuda_jit" and m.source.file == "kernel.cuh" and m.op == "silu_and_mul"
+    assert m.op_manifest_sha256 == sha256_file(REPO / "extracted" / "silu_and_mul" / "manifest.json")
     assert m.validated_on.sglang_versions == ["0.5.23"] and m.validated_on.archs == ["sm_90"]
     assert m.evidence.results[0].geomean_speedup == 1.25
-    assert m.call_sites[0].target == "sglang.kernels.ops.activation.activation.silu_and_mul"
+    assert m.targets == ["sglang.kernels.ops.activation.activation.silu_and_mul"]
     assert file_problem(d, m) is None
     assert main(["patches", "add", "--op", "silu_and_mul", "--source", str(src), "--id", "hw-silu",
                  "--provenance", "hand-written"]) == 2     # exists: refuse without --force
@@ -141,20 +144,45 @@ def test_add_is_one_command_with_evidence(root, tmp_path, capsys):
     assert "1.250x" in capsys.readouterr().out
 
 
+def test_targets_must_be_call_sites_binding_the_ops_own_function(root, tmp_path):
+    from astra_sglang.contract.patch import Provenance
+    from astra_sglang.errors import AstraError
+    from astra_sglang.patches.tooling.add import add_patch
+
+    src = tmp_path / "k.py"
+    src.write_text("def merge_state_triton(*a):\n    pass\n")
+    prov = Provenance(kind="hand-written")
+    with pytest.raises(AstraError, match="target sglang.srt.layers.activation.silu_and_mul is not among "
+                                         "silu_and_mul's call sites"):
+        add_patch("silu_and_mul", src, patch_id="a", provenance=prov, targets=["sglang.srt.layers.activation.silu_and_mul"])
+    with pytest.raises(AstraError, match="binds flashinfer_merge_state, which is not the same function"):
+        add_patch("merge_state", src, patch_id="b", provenance=prov, targets=["flashinfer.cascade.merge_state"])
+    with pytest.raises(AstraError, match="a cuda_jit kernel cannot be built against it"):
+        add_patch("merge_state", src, patch_id="c", provenance=prov, kind="cuda_jit")
+    assert not (root / "merge_state").exists()               # nothing written for a refused patch
+    # a manifest edited afterwards is refused where the plugin installs it, with the same reason
+    e = registry.discover()[0]
+    bad = e.manifest.model_copy(update={"targets": ["sglang.srt.layers.activation.silu_and_mul"]})
+    assert "is not among silu_and_mul's call sites" in registry.op_problem(bad)
+    stale = e.manifest.model_copy(update={"op_manifest_sha256": "0" * 64})
+    assert "changed since the patch was validated" in registry.static_problem(
+        registry.PatchEntry(e.patch_id, e.op, e.path, stale), "0.5.23")
+
+
 def test_add_from_run_copies_the_winner(root, tmp_path):
     run = tmp_path / "runs" / "merge_state" / "run-7"
     (run / "best").mkdir(parents=True)
     (run / "best" / "candidate.py").write_text("def merge_state_triton(*a):\n    pass\n")
     (run / "best" / "result.json").write_text(_result(1.4).model_dump_json())
     (run / "run.json").write_text(json.dumps({"model": "o4-mini", "rounds": 5}))
-    d = registry.add_from_run(run)
+    d = add_from_run(run)
     m = load_patch_manifest(d)
     assert d == root / "merge_state" / "run-7"
     assert m.provenance.kind == "run" and m.provenance.model == "o4-mini" and m.provenance.rounds == 5
-    assert m.kernel.kind == "triton" and m.kernel.entry == "merge_state_triton"
+    assert m.source.kind == "triton" and entry_and_call(registry.load_op(m), "triton")[0] == "merge_state_triton"
     assert m.evidence.results[0].geomean_speedup == 1.4
     with pytest.raises(AstraError, match="expected one kernel source"):
-        registry.add_from_run(tmp_path / "empty")
+        add_from_run(tmp_path / "empty")
 
 
 def test_guard_checks_dtype_device_contiguity_alignment_and_dims():
@@ -173,15 +201,42 @@ def test_guard_checks_dtype_device_contiguity_alignment_and_dims():
     assert not make_guard(load_patch_manifest(SHIPPED).guard, "cuda")(ad.prepare(ok))  # device
 
 
-def test_counters_are_readable_plain_ints():
-    status.reset("x")
-    st = status.get("x", "silu_and_mul")
-    st.served_by_patch += 2
-    st.served_by_original += 1
-    import astra_sglang.patches as patches
+def test_counters_count_real_calls_through_an_installed_hook(root, monkeypatch):
+    """The shipped Triton patch, run by the Triton interpreter: calls the guard accepts are served by the patch,
+    the rest by the original, and ``counters()`` says so."""
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("the CPU path (TRITON_INTERPRET=1)")
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    import torch.nn.functional as F
 
-    assert patches.counters()["x"] == {"patch": 2, "original": 1}
-    status.reset("x")
+    import astra_sglang.patches as patches
+    from astra_sglang.patches import status
+    from astra_sglang.patches.runtime import PatchRuntime
+
+    calls = []
+
+    def original(input, out=None, expert_ids=None, expert_step=1, **kw):
+        calls.append(input.dtype)
+        d = input.shape[-1] // 2
+        out = input.new_empty(*input.shape[:-1], d) if out is None else out
+        return out.copy_(F.silu(input[..., :d].float()) * input[..., d:].float())
+
+    e = registry.discover()[0]
+    status.reset(PID)
+    hook = PatchRuntime(e.path, e.manifest).hook_for(original, e.manifest.targets[0])
+    assert patches.counters()[PID] == {"patch": 0, "original": 0}
+    x = torch.randn(4, 256).to(torch.bfloat16)
+    y = hook(x)                                             # activation (checked against `original`), then served
+    assert patches.statuses()[PID].state == "active"
+    n_check = len(calls)                                    # the activation check ran the original itself
+    assert patches.counters()[PID] == {"patch": 1, "original": 0}
+    assert torch.allclose(y.float(), original(x).float(), atol=2e-2, rtol=2e-2)
+    hook(torch.randn(4, 256))                               # float32: outside the guard
+    hook(x, None, torch.zeros(4, dtype=torch.int32))        # MoE form: not served
+    assert patches.counters()[PID] == {"patch": 1, "original": 2}
+    assert calls[n_check + 1:] == [torch.float32, torch.bfloat16]
+    status.reset(PID)
 
 
 def test_serve_runs_sglang_launch_server_with_patches(monkeypatch, capsys):

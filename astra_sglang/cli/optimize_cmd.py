@@ -82,7 +82,7 @@ def handle(args: argparse.Namespace) -> int:
         if summary.winner is None or summary.winner.round is None:
             print("no winner: nothing to register as a patch", file=sys.stderr)
         else:
-            from astra_sglang.patches.registry import add_from_run
+            from astra_sglang.patches.tooling.add import add_from_run
 
             path = add_from_run(Path(summary.run_dir), patch_id=args.patch_id)
             print(f"registered patch: {path}", file=sys.stderr if args.json else sys.stdout)

@@ -42,7 +42,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     a.add_argument("--sglang-version", action="append", help="validated on (default: from the evidence)")
     a.add_argument("--arch", action="append", help="validated on, e.g. sm_90 (default: from the evidence)")
     a.add_argument("--kind", choices=["triton", "cuda_jit"])
-    a.add_argument("--entry", help="Triton wrapper / CUDA export to call (default: the op adapter's)")
+    a.add_argument("--target", action="append",
+                   help="HookRegistry target to replace, one of the op's call sites (default: its entry point)")
     a.add_argument("--run", help="the run it came from (provenance 'run')")
     a.add_argument("--model")
     a.add_argument("--rounds", type=int)
@@ -77,7 +78,7 @@ def _rows() -> list[dict]:
         static_problem,
         validated_here,
     )
-    from astra_sglang.patches.verify import probe_arch
+    from astra_sglang.patches.tooling.verify import probe_arch
 
     version, arch = installed_sglang_version(), probe_arch()
     disabled = set(load_state().disabled)
@@ -91,7 +92,7 @@ def _rows() -> list[dict]:
         rows.append({
             "patch_id": e.patch_id,
             "op": e.op,
-            "kind": m.kernel.kind if m else "?",
+            "kind": m.source.kind if m else "?",
             "provenance": m.provenance.kind if m else "?",
             "enabled": e.patch_id not in disabled,
             "active_in_env": (req == "all" and e.patch_id not in disabled) or (isinstance(req, set) and e.patch_id in req),
@@ -107,7 +108,7 @@ def _rows() -> list[dict]:
 
 def cmd_list(args: argparse.Namespace) -> int:
     from astra_sglang.patches.registry import installed_sglang_version, patches_root
-    from astra_sglang.patches.verify import probe_arch
+    from astra_sglang.patches.tooling.verify import probe_arch
 
     rows = _rows()
     if args.json:
@@ -143,10 +144,10 @@ def cmd_show(args: argparse.Namespace) -> int:
     from astra_sglang.cli.output import Table
 
     c = _console()
-    c.print(f"[bold]{m.patch_id}[/bold]  op {m.op}  ({m.kernel.kind}: {m.kernel.source} -> {m.kernel.entry or 'recipe entry'})")
+    c.print(f"[bold]{m.patch_id}[/bold]  op {m.op}  ({m.source.kind}: {m.source.file}; called as the op manifest says)")
     c.print(m.description)
     c.print(f"path: {e.path}")
-    c.print("call sites: " + ", ".join(cs.target for cs in m.call_sites))
+    c.print("targets: " + ", ".join(m.targets))
     c.print(f"validated on: SGLang {', '.join(m.validated_on.sglang_versions) or '-'}; archs "
             f"{', '.join(m.validated_on.archs) or '-'}")
     dims = "; ".join(f"{k} in [{r.min}, {r.max if r.max is not None else 'inf'}] x{r.multiple_of}"
@@ -181,7 +182,7 @@ def cmd_show(args: argparse.Namespace) -> int:
 def cmd_verify(args: argparse.Namespace) -> int:
     from astra_sglang.contract.patch import write_patch_manifest
     from astra_sglang.patches.registry import discover, find, installed_sglang_version
-    from astra_sglang.patches.verify import verify_entry
+    from astra_sglang.patches.tooling.verify import verify_entry
 
     entries = [find(args.patch_id)] if args.patch_id else discover()
     if not entries:
@@ -214,6 +215,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
                 vo.sglang_versions.append(version)
             if out.arch not in vo.archs:
                 vo.archs.append(out.arch)
+            m.op_manifest_sha256 = out.op_manifest_sha256
             if h is not None:
                 m.evidence.results.append(h)
             write_patch_manifest(e.path, m)
@@ -222,7 +224,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 def cmd_enable(args: argparse.Namespace, on: bool) -> int:
-    from astra_sglang.patches.registry import set_enabled
+    from astra_sglang.patches.tooling.state import set_enabled
 
     path = set_enabled(args.patch_id, on)
     print(f"{args.patch_id}: {'enabled' if on else 'disabled'} ({path}); ASTRA_SGLANG_PATCHES still decides per process")
@@ -231,12 +233,12 @@ def cmd_enable(args: argparse.Namespace, on: bool) -> int:
 
 def cmd_add(args: argparse.Namespace) -> int:
     from astra_sglang.contract.patch import Provenance
-    from astra_sglang.patches.registry import add_patch, load_evidence
+    from astra_sglang.patches.tooling.add import add_patch, load_evidence
 
     prov = Provenance(kind=args.provenance, run=args.run, model=args.model, rounds=args.rounds,
                       author=args.author, note=args.note)
     dest = add_patch(args.op, args.source, patch_id=args.patch_id, provenance=prov,
-                     evidence=load_evidence(args.evidence), kind=args.kind, entry=args.entry,
+                     evidence=load_evidence(args.evidence), kind=args.kind, targets=args.target,
                      sglang_versions=args.sglang_version, archs=args.arch, description=args.description,
                      force=args.force)
     _report_added(dest)
@@ -244,7 +246,7 @@ def cmd_add(args: argparse.Namespace) -> int:
 
 
 def cmd_add_run(args: argparse.Namespace) -> int:
-    from astra_sglang.patches.registry import add_from_run
+    from astra_sglang.patches.tooling.add import add_from_run
 
     dest = add_from_run(args.run_dir, patch_id=args.patch_id, model=args.model, rounds=args.rounds, force=args.force)
     _report_added(dest)

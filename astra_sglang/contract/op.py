@@ -17,7 +17,7 @@ from pydantic import Field
 from astra_sglang.contract.base import Model
 from astra_sglang.errors import AstraError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 MANIFEST_NAME = "manifest.json"
 
 SourceKind = Literal["cuda_jit", "triton", "compiled_only", "torch", "other"]
@@ -135,10 +135,29 @@ class Baseline(Model):
 
 
 class CallSite(Model):
-    module: str
-    attr: str
+    """One place SGLang binds a function of this op, and what a REPLACE hook there stands in for.
+
+    ``target`` is what a patch names: the dotted path of the object bound here (SGLang's HookRegistry
+    REPLACE sets it and rebinds every module attribute that is the same object, so one target reaches all
+    bindings of one object). Sites that bind a different function that calls the op have no target.
+    """
+
+    module: str = Field(description="the module holding the binding")
+    attr: str = Field(description="the attribute name in that module")
+    binds: str = Field(description="'entry_point' (the extracted function), a baseline's name (e.g. "
+                       "'flashinfer_fused_add_rmsnorm'), or 'caller' (a different function that calls one of those)")
+    target: Optional[str] = Field(description="HookRegistry target of the bound object, e.g. "
+                                  "'sgl_kernel.fused_add_rmsnorm'; None for a caller")
+    same_function: bool = Field(description="the bound object computes the op's function (False e.g. for "
+                                "FlashInfer's base-2 merge_state beside SGLang's base-e one)")
     reached_by_serving: bool
     note: str = ""
+
+
+def hook_target(entry_point: str) -> str:
+    """'module:attr' -> the dotted path SGLang's HookRegistry resolves ('module.attr')."""
+    module, _, attr = entry_point.partition(":")
+    return f"{module}.{attr}"
 
 
 class ShapeCase(Model):
@@ -172,6 +191,25 @@ class Manifest(Model):
 
     def file(self, role: FileRole) -> list[SourceFile]:
         return [f for f in self.files if f.role == role]
+
+
+def signature_names(manifest: Manifest) -> list[str]:
+    return [t.name for t in manifest.signature.tensors] + [s.name for s in manifest.signature.scalars]
+
+
+def entry_and_call(manifest: Manifest, kind: str) -> tuple[str, list[str]]:
+    """How a kernel of ``kind`` for this op is called: (entry name, call list), from the op manifest only.
+
+    A kernel of the op's own kind uses the recipe's entry (CUDA export or Triton wrapper) and call list. A
+    Triton kernel for a CUDA op (no Triton recipe) defines a function named like the op's entry point and
+    takes the signature's arguments in order; a CUDA kernel needs the op's CUDA recipe to be built at all.
+    """
+    r = manifest.recipe
+    if kind == r.kind:
+        return (r.entry if isinstance(r, CudaJitRecipe) else r.wrapper), list(r.call)
+    if kind == "triton":
+        return manifest.entry_point.rpartition(":")[2], signature_names(manifest)
+    raise AstraError(f"{manifest.short_name} is a {r.kind} op: a {kind} kernel cannot be built against it")
 
 
 class ManifestError(AstraError, ValueError):

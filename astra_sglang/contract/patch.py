@@ -3,6 +3,10 @@
 A patch is installed into running SGLang servers, so the manifest states everything the plugin must prove
 before one call is served by it: which files (pinned by SHA-256), which SGLang versions and GPU archs it was
 validated on, which calls it covers (the guard), and why anyone should believe it (provenance, evidence).
+
+What the kernel *is* lives in one place, the extracted op's manifest (pinned here by its SHA-256): the entry
+point and call list, the signature, the tolerances it is checked with, and the call sites a patch may replace.
+A patch only names its op, its source and which of the op's call sites it takes over.
 Pydantic only: the plugin reads this inside every SGLang process without torch being imported for it.
 """
 
@@ -15,10 +19,10 @@ from typing import Literal, Optional
 from pydantic import Field
 
 from astra_sglang.contract.base import Model, sha256_file
-from astra_sglang.contract.op import Tolerance
+from astra_sglang.contract.op import Manifest
 from astra_sglang.contract.result import EvalResult
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 MANIFEST_NAME = "manifest.json"
 
 KernelKind = Literal["triton", "cuda_jit"]
@@ -34,28 +38,13 @@ class PatchFile(Model):
     role: Literal["kernel", "header", "evidence", "other"] = "kernel"
 
 
-class KernelSpec(Model):
-    """How the plugin obtains a callable from the patch's source.
-
-    ``call`` lists the kernel's arguments as the op adapter's canonical names (``input``, ``out``, ...) or
-    Python literals, exactly like an extracted recipe's ``call`` list.
-    """
+class PatchSource(Model):
+    """The patch's kernel. How it is called comes from the op manifest: a Triton source defines the op's Triton
+    wrapper (``recipe.wrapper``, or the entry point's name for a CUDA op) taking ``recipe.call`` (the signature's
+    names for a CUDA op); a ``.cuh`` replaces the CUDA recipe's first source and exports ``recipe.entry``."""
 
     kind: KernelKind
-    source: str = Field(description="relative path of the kernel source inside the patch folder")
-    entry: str = Field(description="Triton: the launch wrapper's name; cuda_jit: the export name to call")
-    call: list[str]
-    op_dir: Optional[str] = Field(
-        default=None,
-        description="cuda_jit only: the extracted op folder (relative to the repo root) whose recipe, "
-        "headers and include dirs the kernel is built with; the patch source replaces recipe.sources[0]",
-    )
-
-
-class CallSite(Model):
-    target: str = Field(description="dotted path given to SGLang's HookRegistry (REPLACE), e.g. "
-                        "'sglang.kernels.ops.activation.activation.silu_and_mul'")
-    note: str = ""
+    file: str = Field(description="relative path of the kernel source inside the patch folder")
 
 
 class DimRange(Model):
@@ -109,15 +98,16 @@ class Evidence(Model):
 class PatchManifest(Model):
     schema_version: int = SCHEMA_VERSION
     patch_id: str
-    op: str = Field(description="the extracted op's short name: silu_and_mul, fused_add_rmsnorm, merge_state")
+    op: str = Field(description="the extracted op's short name (its folder under extracted/)")
+    op_manifest_sha256: str = Field(description="SHA-256 of the op's manifest.json the patch was validated against")
     description: str = ""
-    kernel: KernelSpec
-    call_sites: list[CallSite]
+    source: PatchSource
+    targets: list[str] = Field(description="HookRegistry REPLACE targets, each a `target` of the op manifest's "
+                               "call_sites that binds the op's own function")
     validated_on: ValidatedOn
     guard: GuardSpec
     check_shapes: list[dict[str, int]] = Field(
         description="covered dims the plugin checks the kernel against the original on before serving")
-    tolerances: dict[str, Tolerance] = Field(description="per dtype name")
     files: list[PatchFile]
     provenance: Provenance
     evidence: Evidence = Field(default_factory=Evidence)
@@ -157,8 +147,8 @@ def file_problem(patch_dir: Path, manifest: PatchManifest) -> Optional[str]:
     The kernel source must be listed: a manifest that does not pin what it runs proves nothing.
     """
     listed = {f.path for f in manifest.files}
-    if manifest.kernel.source not in listed:
-        return f"kernel source {manifest.kernel.source} is not pinned in files[]"
+    if manifest.source.file not in listed:
+        return f"kernel source {manifest.source.file} is not pinned in files[]"
     for f in manifest.files:
         p = Path(patch_dir) / f.path
         if not p.is_file():
@@ -179,3 +169,22 @@ def pin_files(patch_dir: Path, roles: Optional[dict[str, str]] = None) -> list[P
         role = (roles or {}).get(rel) or ("evidence" if p.suffix == ".json" else "kernel")
         out.append(PatchFile(path=rel, sha256=sha256_file(p), role=role))
     return out
+
+
+def target_problem(op: Manifest, targets: list[str]) -> Optional[str]:
+    """Why these targets cannot be patched with this op's kernel, or None.
+
+    A target must be a call site the extractor found for the op, and bind the op's own function: standing in
+    for a different function (FlashInfer's base-2 merge_state beside SGLang's base-e one) changes results.
+    """
+    if not targets:
+        return "no targets"
+    sites = [cs for cs in op.call_sites if cs.target]
+    for t in targets:
+        match = [cs for cs in sites if cs.target == t]
+        if not match:
+            known = sorted({cs.target for cs in sites if cs.same_function and cs.target})
+            return f"target {t} is not among {op.short_name}'s call sites (known: {', '.join(known) or 'none'})"
+        if not all(cs.same_function for cs in match):
+            return f"target {t} binds {match[0].binds}, which is not the same function as {op.short_name}"
+    return None

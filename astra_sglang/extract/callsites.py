@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from astra_sglang.contract.op import CallSite
+from astra_sglang.contract.op import CallSite, hook_target
 from astra_sglang.extract.sglang_env import import_optional
 
 
@@ -31,22 +31,32 @@ def bound_attributes(obj: Any, prefix: str = "sglang") -> list[tuple[str, str]]:
 
 def scan_call_sites(
     obj: Any,
+    entry_point: str,
     modules: tuple[str, ...],
     serving: dict[str, str],
-    extra: list[tuple[str, str, bool, str]],
+    extra: list[CallSite],
 ) -> tuple[list[CallSite], list[str]]:
-    """Call sites of ``obj`` after importing ``modules``; returns the sites and the modules that did not import."""
+    """Call sites of ``obj`` (the entry point) after importing ``modules``, then the catalog's ``extra`` sites
+    (CUDA-only bindings read from source, library kernels SGLang serves with); returns the sites and the
+    modules that did not import.
+
+    Every attribute bound to ``obj`` is reached by one REPLACE on the entry point's own path, so they all
+    carry that target.
+    """
     skipped = [m for m in modules if import_optional(m) is None]
+    target = hook_target(entry_point)
     sites: dict[tuple[str, str], CallSite] = {}
     for module, attr in bound_attributes(obj):
         key = f"{module}:{attr}"
         sites[(module, attr)] = CallSite(
             module=module,
             attr=attr,
+            binds="entry_point",
+            target=target,
+            same_function=True,
             reached_by_serving=key in serving,
             note=serving.get(key, "bound to the entry point (found by scanning sys.modules)"),
         )
-    for module, attr, reached, note in extra:
-        if (module, attr) not in sites:
-            sites[(module, attr)] = CallSite(module=module, attr=attr, reached_by_serving=reached, note=note)
+    for site in extra:
+        sites.setdefault((site.module, site.attr), site)
     return list(sites.values()), skipped

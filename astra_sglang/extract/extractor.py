@@ -37,7 +37,8 @@ from astra_sglang.extract.callsites import scan_call_sites
 from astra_sglang.extract.catalog.base import CatalogEntry, FlashInferBaseline
 from astra_sglang.extract.closure import include_closure
 from astra_sglang.extract.discovery import list_ops, resolve
-from astra_sglang.extract.keep import backup_path, carry, files_under, summarize
+from astra_sglang.contract.restore import backup_path
+from astra_sglang.extract.keep import carry, files_under, summarize
 from astra_sglang.extract.recipe import (
     capture_jit_request,
     resolve_target,
@@ -224,7 +225,8 @@ def build_manifest(entry: CatalogEntry, root: Path, kept_shapes: list[ShapeCase]
     baselines = list(entry.baselines) + [_flashinfer(b, folder, external) for b in entry.flashinfer_baselines]
     ref = folder.write("reference.py", entry.reference, "reference")
     obj = resolve_target(entry.entry_point)
-    call_sites, skipped = scan_call_sites(obj, entry.callsite_modules, entry.serving_sites, entry.extra_sites)
+    call_sites, skipped = scan_call_sites(obj, entry.entry_point, entry.callsite_modules, entry.serving_sites,
+                                            entry.extra_sites)
     if skipped:
         notes.append(f"call-site scan: modules that do not import on this host were read from source: {skipped}")
     shapes = entry.shapes()

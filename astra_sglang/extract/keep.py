@@ -9,19 +9,8 @@ from __future__ import annotations
 
 import os
 import shutil
-from datetime import datetime
 from pathlib import Path
 
-
-def backup_path(path: Path) -> Path:
-    """A free ``NAME.edited-YYYYmmdd-HHMMSS[-N]`` beside ``path`` (never an extension a build would pick up)."""
-    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-    candidate = path.with_name(f"{path.name}.edited-{stamp}")
-    n = 1
-    while candidate.exists() or candidate.is_symlink():
-        n += 1
-        candidate = path.with_name(f"{path.name}.edited-{stamp}-{n}")
-    return candidate
 
 
 def carry(src: Path, dest: Path) -> None:

@@ -18,6 +18,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from astra_sglang.contract.restore import installed_package_root
 from astra_sglang.errors import AstraError
 
 _STANDIN_VERSION = "0.28.0"
@@ -102,10 +103,10 @@ def import_optional(module: str) -> types.ModuleType | None:
 
 @cache
 def sglang_root() -> Path:
-    spec = importlib.util.find_spec("sglang")
-    if spec is None or not spec.submodule_search_locations:
+    root = installed_package_root("sglang")
+    if root is None:
         raise AstraError("SGLang is not installed in this Python; install it with `pip install 'astra-sglang[sglang]'`")
-    return Path(list(spec.submodule_search_locations)[0]).resolve()
+    return root
 
 
 def jit_dir() -> Path:
@@ -122,10 +123,7 @@ def sglang_version() -> str:
 
 
 def flashinfer_root() -> Path | None:
-    spec = importlib.util.find_spec("flashinfer")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    return Path(list(spec.submodule_search_locations)[0]).resolve()
+    return installed_package_root("flashinfer")
 
 
 def flashinfer_version() -> str | None:

@@ -22,11 +22,12 @@ from typing import Any, Optional
 
 import torch
 
-from astra_sglang.contract.op import Tolerance
+from astra_sglang.contract.op import Tolerance, signature_names
 from astra_sglang.contract.result import CorrectnessReport, FailedCase, ShapeTiming
 from astra_sglang.harness import timing
 from astra_sglang.harness.arena import Arena, put, take
-from astra_sglang.harness.compare import (
+from astra_sglang.checker import (
+    bits,
     Mismatch,
     compare,
     compare_to_reference,
@@ -59,8 +60,8 @@ from astra_sglang.harness.protocol import (
     TIMING_BATCH as BATCH,
 )
 from astra_sglang.harness.suite import shape_of
-from astra_sglang.harness.tensors import ArgSet, bits, torch_dtype
-from astra_sglang.loader.launch import load_reference, make_launcher
+from astra_sglang.harness.tensors import ArgSet, torch_dtype
+from astra_sglang.loader.launch import compile_call, load_reference, make_launcher
 
 Launcher = Callable[[dict[str, Any]], Any]
 WALL_RATIO = 0.6  # a candidate batch reporting under this share of its wall time (less allowances) is suspect
@@ -94,7 +95,7 @@ class Checker:
         self.clock = timing.clock_for(self.device)
         self._orig: dict[str, Launcher] = {}
         self.reference = load_reference(self.op_dir, self.manifest)
-        call_names = {item.partition("=")[2] or item for item in self.manifest.recipe.call}
+        call_names = compile_call(self.manifest.recipe.call, signature_names(self.manifest)).names()
         tensors = self.manifest.signature.tensors
         self.passed = {t.name for t in tensors if t.name in call_names}
         self.by_value = [t.name for t in tensors if t.role == "output" and t.name not in call_names]

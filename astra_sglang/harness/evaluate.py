@@ -2,7 +2,7 @@
 
 The parent never imports or runs candidate code: CUDA candidates are compiled here (nvcc in threads) and only
 loaded inside the candidate's worker; Triton candidates are only parsed here. Each candidate gets a trusted
-checker process (``checker.py``) that runs the candidate's worker and decides the verdict (docs/harness.md).
+checker process (``judge.py``) that runs the candidate's worker and decides the verdict (docs/harness.md).
 They run one after another on the GPU so their timings do not disturb each other. The copy ceiling is
 measured by the first checker and reused.
 """
@@ -11,10 +11,8 @@ from __future__ import annotations
 
 import ast
 import math
-import os
 import random
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Optional
 
@@ -63,28 +61,45 @@ def _load(op_dir: Path) -> Manifest:
         raise AstraError(str(e)) from None
 
 
-def _build_cuda(op_dir: Path, manifest: Manifest, source: Optional[Path], dtypes: list[str],
-                config: EvalConfig) -> BuildReport:
-    """Compile (no load) for every dtype; one report: ok only if all built, resources of the first dtype."""
-    from astra_sglang.loader.cuda_build import BuildError, build_cuda_module
+def _specs(op_dir: Path, manifest: Manifest, source: Optional[Path], dtypes: list[str],
+           config: EvalConfig) -> list[Any]:
+    from astra_sglang.loader.cuda_build import CudaBuildSpec
 
-    def one(dt: str) -> BuildReport:
+    return [CudaBuildSpec.from_recipe(op_dir, manifest, dt, kernel_source=source, cache_dir=config.cache_dir,
+                                      arch=config.arch) for dt in dtypes]
+
+
+def _build_cuda(op_dir: Path, manifest: Manifest, sources: list[Optional[Path]], dtypes: list[str],
+                config: EvalConfig, workers: Optional[int] = None) -> list[BuildReport]:
+    """Compile (no load) every source for every dtype in one parallel batch; one report per source: ok only if
+    all its dtypes built, resources of the first dtype."""
+    from astra_sglang.loader.cuda_build import BuildError, build_batch
+
+    specs: list[Any] = []
+    bad: dict[int, BuildReport] = {}
+    for i, src in enumerate(sources):
         try:
-            return build_cuda_module(op_dir, manifest, dt, kernel_source=source, cache_dir=config.cache_dir,
-                                     arch=config.arch, load=False).report
-        except BuildError as e:
-            return e.report.model_copy(update={"ok": False, "log": f"[{dt}] {e.report.log}"})
-        except AstraError as e:
-            return BuildReport(ok=False, log=f"[{dt}] {e}")
-
-    # One nvcc per dtype at once: a candidate's build is most of its evaluation time on a many-core GPU host.
-    with ThreadPoolExecutor(max_workers=max(1, min(len(dtypes), os.cpu_count() or 1))) as pool:
-        reports = list(pool.map(one, dtypes))
-    failed = next((r for r in reports if not r.ok), None)
-    if failed is not None:
-        return failed
-    return BuildReport(ok=True, seconds=sum(r.seconds for r in reports), log=reports[0].log if reports else "",
-                       resources=reports[0].resources if reports else [], cached=all(r.cached for r in reports))
+            specs += [(i, s) for s in _specs(op_dir, manifest, src, dtypes, config)]
+        except AstraError as e:  # a missing candidate file or dtype: that source's verdict, not the batch's
+            bad[i] = BuildReport(ok=False, log=str(e))
+    outcomes = build_batch([s for _, s in specs], max_workers=workers)
+    per_source: dict[int, list[BuildReport]] = {}
+    for (i, spec), out in zip(specs, outcomes):
+        if isinstance(out, BuildError):
+            rep = out.report.model_copy(update={"ok": False, "log": f"[{spec.dtype}] {out.report.log}"})
+        elif isinstance(out, AstraError):
+            rep = BuildReport(ok=False, log=f"[{spec.dtype}] {out}")
+        else:
+            rep = out.report
+        per_source.setdefault(i, []).append(rep)
+    reports = []
+    for i in range(len(sources)):
+        rs = per_source.get(i, [])
+        failed = bad.get(i) or next((r for r in rs if not r.ok), None)
+        reports.append(failed if failed is not None else BuildReport(
+            ok=True, seconds=sum(r.seconds for r in rs), log=rs[0].log if rs else "",
+            resources=rs[0].resources if rs else [], cached=all(r.cached for r in rs)))
+    return reports
 
 
 def _check_triton(source: Path) -> BuildReport:
@@ -111,13 +126,14 @@ def _build_screened(op_dir: Path, manifest: Manifest, candidates: list[Optional[
                     config: EvalConfig) -> list[BuildReport]:
     """The original first (its failure is the user's problem, not a candidate's), then candidates in parallel."""
     if manifest.source_kind == "cuda_jit":
-        orig = _build_cuda(op_dir, manifest, None, dtypes, config)
+        (orig,) = _build_cuda(op_dir, manifest, [None], dtypes, config)
         if not orig.ok:
             raise AstraError(f"the original {manifest.short_name} does not build: {orig.log[:2000]}")
-        with ThreadPoolExecutor(max_workers=max(1, config.build_workers)) as pool:
-            futures = [pool.submit(_build_cuda, op_dir, manifest, c, dtypes, config) if c is not None else None
-                       for c in candidates]
-            return [f.result() if f is not None else orig for f in futures]
+        sources = [c for c in candidates if c is not None]
+        # one nvcc per dtype per candidate at once, up to build_workers candidates' worth
+        built = iter(_build_cuda(op_dir, manifest, sources, dtypes, config,
+                                 workers=max(1, config.build_workers) * max(1, len(dtypes))))
+        return [next(built) if c is not None else orig for c in candidates]
     if manifest.source_kind == "triton":
         return [_check_triton(c) if c is not None else BuildReport(ok=True) for c in candidates]
     raise AstraError(f"{manifest.short_name}: source kind {manifest.source_kind!r} cannot be evaluated")
@@ -128,20 +144,19 @@ def build_baselines(op_dir: Path, manifest: Manifest, dtypes: list[str], config:
     if not config.time_baselines:
         return []
     from astra_sglang.contract.op import CudaJitRecipe
-    from astra_sglang.loader.cuda_build import build_cuda_module
+    from astra_sglang.loader.cuda_build import CudaBuildSpec, build_batch
 
     names = []
     for b in manifest.baselines:
         if not isinstance(b.recipe, CudaJitRecipe):
             continue
         try:
-            for dt in dtypes:
-                if dt in b.recipe.template_args:
-                    build_cuda_module(op_dir, manifest, dt, recipe=b.recipe, cache_dir=config.cache_dir,
-                                      arch=config.arch, load=False)
-            names.append(b.name)
+            specs = [CudaBuildSpec.from_recipe(op_dir, manifest, dt, recipe=b.recipe, cache_dir=config.cache_dir,
+                                               arch=config.arch) for dt in dtypes if dt in b.recipe.template_args]
         except AstraError:
             continue
+        if not any(isinstance(o, AstraError) for o in build_batch(specs)):
+            names.append(b.name)
     return names
 
 

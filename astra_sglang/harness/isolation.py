@@ -172,7 +172,7 @@ def run_checker(job: CheckJob, *, timeout_s: float, max_wall_s: float,
                 env_extra: Optional[dict[str, str]] = None) -> WorkerOutcome:
     """Run the trusted checker on one job; its progress resets the hang watchdog."""
     out = WorkerOutcome()
-    with Child("astra_sglang.harness.checker", device=job.device, env_extra=env_extra, name="checker") as child:
+    with Child("astra_sglang.harness.judge", device=job.device, env_extra=env_extra, name="checker") as child:
         deadline = child.t0 + max_wall_s
         try:
             child.send(job)

@@ -13,14 +13,12 @@ from typing import Any, Optional
 
 import torch
 
+from astra_sglang.checker import fill_poison, is_poison
 from astra_sglang.contract.op import Manifest, TensorArg
 from astra_sglang.harness.suite import shape_of
 
 GUARD_BYTES = 4096  # keeps the view 4 KiB-aligned inside a 512 B-aligned allocation
 
-# Quiet NaNs with a payload no arithmetic produces by itself.
-_NAN_BITS = {torch.float32: 0x7FD5A5A5, torch.float16: 0x7ED5, torch.bfloat16: 0x7FD5, torch.float64: 0x7FFAA5A5A5A5A5A5}
-_INT_VIEW = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 _FINITE_FILL = 1234.5  # the second prefill, to tell "never written" from "NaN propagated from the buffer"
 
 
@@ -33,37 +31,6 @@ def torch_dtype(name: str) -> torch.dtype:
 
 def arg_dtype(t: TensorArg, case_dtype: str) -> torch.dtype:
     return torch_dtype(case_dtype if t.dtype == "{dtype}" else t.dtype)
-
-
-def bits(x: torch.Tensor) -> torch.Tensor:
-    """The raw bits, so NaN == NaN and -0 != +0 where it matters."""
-    if x.dtype == torch.bool:
-        return x.view(torch.uint8)
-    return x.contiguous().view(_INT_VIEW[x.element_size()])
-
-
-def poison_value(dtype: torch.dtype) -> Optional[int]:
-    return _NAN_BITS.get(dtype)
-
-
-def fill_poison(x: torch.Tensor) -> None:
-    pattern = poison_value(x.dtype)
-    if pattern is None:  # integer/bool tensors: a value that is at least unusual
-        if x.dtype == torch.bool:
-            x.fill_(True)
-        else:
-            x.fill_(-0x55 if x.dtype.is_signed else 0x55)
-        return
-    iv = _INT_VIEW[x.element_size()]
-    info = torch.iinfo(iv)
-    signed = pattern - (1 << (8 * x.element_size())) if pattern > info.max else pattern
-    x.view(iv).fill_(signed)
-
-
-def is_poison(x: torch.Tensor) -> torch.Tensor:
-    ref = torch.empty((1,), dtype=x.dtype, device=x.device)
-    fill_poison(ref)
-    return bits(x) == bits(ref)
 
 
 @dataclass

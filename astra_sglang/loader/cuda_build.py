@@ -10,8 +10,13 @@ holding the .so, the full compiler log, the ptxas report and the header closure 
 depfile) with their hashes; a hit is only a hit if every one of those headers is unchanged. Builds go to a
 staging directory and are published by rename, so a concurrent reader sees a complete entry or none.
 
-Failure: ``build_cuda_module`` raises ``BuildError`` (an AstraError carrying the BuildReport with the compiler's
-message); it never returns a report with ``ok=False``.
+What to build is one frozen, hashable ``CudaBuildSpec`` (FlashInfer's JitSpec is the model), made from the op's
+recipe for one dtype, optionally with a candidate's source in place of the recipe's first one; ``build_batch``
+builds many at once (nvcc in threads). Everyone who builds (the harness, the plugin, the launcher) goes
+through it, so a kernel is built one way.
+
+Failure: ``CudaBuildSpec.build`` raises ``BuildError`` (an AstraError carrying the BuildReport with the
+compiler's message); it never returns a report with ``ok=False``.
 """
 
 from __future__ import annotations
@@ -27,9 +32,10 @@ import shutil
 import subprocess
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any, Iterator, Optional, Sequence, Union
 
 from astra_sglang.contract.base import sha256_file
 from astra_sglang.contract.op import CudaJitRecipe, Manifest
@@ -158,6 +164,122 @@ def _resolve(op_dir: Path, rel: str, what: str) -> Path:
     return p
 
 
+@dataclass(frozen=True)
+class CudaBuildSpec:
+    """Every input of one module build: the cache key hashes all of it plus the files' bytes and the toolchain."""
+
+    module_name: str  # recipe module name + dtype, a valid C identifier
+    op_dir: Path
+    sources: tuple[Path, ...]  # the recipe's sources, resolved; kernel_source replaces the first
+    include_dirs: tuple[Path, ...]
+    exports: tuple[tuple[str, str], ...]  # (export name, C++ symbol with the dtype's template arguments)
+    entry: str
+    dtype: str
+    template_args: str
+    cflags: tuple[str, ...]  # the recipe's cuda_cflags (arch flags are replaced by ``arch``)
+    ldflags: tuple[str, ...]  # the recipe's extra ldflags
+    arch: str
+    kernel_source: Optional[Path] = None
+    cache_dir: Optional[Path] = None
+
+    @classmethod
+    def from_recipe(cls, op_dir: Path, manifest: Manifest, dtype: str, *, recipe: Optional[CudaJitRecipe] = None,
+                    kernel_source: Optional[Path] = None, arch: str = "sm_90a",
+                    cache_dir: Optional[Path] = None) -> "CudaBuildSpec":
+        """The op's recipe (or a baseline's ``recipe`` from the same folder) for one dtype.
+
+        Raises AstraError for a dtype, source or include dir the folder does not have.
+        """
+        op_dir = Path(op_dir).resolve()
+        r = _cuda_recipe(manifest, recipe)
+        if dtype not in r.template_args:
+            raise AstraError(f"{manifest.short_name}: no template arguments for dtype {dtype!r} "
+                             f"(manifest has {sorted(r.template_args)})")
+        if not r.sources:
+            raise AstraError(f"{manifest.short_name}: recipe lists no sources")
+        sources = tuple(_resolve(op_dir, s, "kernel source") for s in r.sources)
+        ks = None
+        if kernel_source is not None:
+            ks = Path(kernel_source).resolve()
+            if not ks.is_file():
+                raise AstraError(f"candidate source {ks} does not exist")
+        targs = r.template_args[dtype]
+        exports = tuple((e.name, e.symbol.replace("{targs}", targs)) for e in r.exports)
+        if r.entry not in {n for n, _ in exports}:
+            raise AstraError(f"{manifest.short_name}: entry {r.entry!r} is not among the exports")
+        return cls(
+            module_name=re.sub(r"\W", "_", r.module_name) + "_" + re.sub(r"\W", "_", dtype),
+            op_dir=op_dir,
+            sources=sources,
+            include_dirs=tuple(_resolve(op_dir, d, "include dir") for d in r.include_dirs),
+            exports=exports,
+            entry=r.entry,
+            dtype=dtype,
+            template_args=targs,
+            cflags=tuple(r.cuda_cflags),
+            ldflags=tuple(r.ldflags),
+            arch=arch,
+            kernel_source=ks,
+            cache_dir=Path(cache_dir) if cache_dir is not None else None,
+        )
+
+    def build(self, load: bool = False) -> BuiltModule:
+        """Build (or reuse) the module; ``load`` also loads it with tvm-ffi (needs a CUDA driver at call time)."""
+        sources = [self.kernel_source, *self.sources[1:]] if self.kernel_source is not None else list(self.sources)
+        nvcc = str(toolchain.nvcc_path())
+        cxx = toolchain.host_compiler()
+        ninja = toolchain.ninja_path()
+        ffi_include, ffi_lib = toolchain.tvm_ffi_paths()
+        cflags = cuda_flags(list(self.cflags), self.arch) + [f"-I{ffi_include}"] + [f"-I{d}" for d in self.include_dirs]
+        ldflags = ["-shared", f"-L{ffi_lib}", "-ltvm_ffi", f"-L{toolchain.cuda_home() / 'lib64'}", "-lcudart"]
+        ldflags += list(self.ldflags)
+        cuda_cu = wrapper_source(sources, list(self.exports))  # type: ignore[arg-type]
+        ninja_text = _ninja_file(self.module_name, nvcc, cxx, cflags, ldflags)
+
+        h = hashlib.sha256()
+        for part in (cuda_cu, ninja_text, self.arch, self.template_args, toolchain.nvcc_version(),
+                     toolchain.tvm_ffi_version()):
+            h.update(part.encode() + b"\0")
+        for s in sources:
+            h.update(Path(s).read_bytes() + b"\0")  # type: ignore[arg-type]
+        key = h.hexdigest()
+        root = self.cache_dir if self.cache_dir is not None else default_cache_dir(self.op_dir)
+        entry = root / f"{self.module_name}_{key[:16]}"
+        so_path = entry / f"{self.module_name}.so"
+
+        with _lock(root, entry.name):
+            cached = _valid_entry(entry, so_path)
+            if cached is not None:
+                report = cached
+                report.cached = True
+            else:
+                report = _build(entry, self.module_name, cuda_cu, ninja_text, ninja, key)
+        module = _load(so_path) if load else None
+        return BuiltModule(module=module, so_path=so_path, report=report, build_dir=entry,
+                           exports=[n for n, _ in self.exports])
+
+    def build_and_load(self) -> BuiltModule:
+        return self.build(load=True)
+
+
+def build_batch(specs: Sequence[CudaBuildSpec], *, load: bool = False,
+                max_workers: Optional[int] = None) -> list[Union[BuiltModule, AstraError]]:
+    """Build every spec, nvcc in parallel threads; one outcome per spec, in order: the module or its error.
+
+    A candidate's build is most of its evaluation time on a many-core GPU host, and N server processes that
+    build the same spec wait on one another's build (the cache entry's lock) instead of repeating it.
+    """
+    def one(spec: CudaBuildSpec) -> Union[BuiltModule, AstraError]:
+        try:
+            return spec.build(load=load)
+        except AstraError as e:
+            return e
+
+    workers = max_workers or min(len(specs), os.cpu_count() or 1)
+    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+        return list(pool.map(one, specs))
+
+
 def build_cuda_module(
     op_dir: Path,
     manifest: Manifest,
@@ -169,61 +291,10 @@ def build_cuda_module(
     load: bool = True,
     recipe: Optional[CudaJitRecipe] = None,
 ) -> BuiltModule:
-    """Build (or reuse) the module for one dtype; ``kernel_source`` replaces ``recipe.sources[0]`` (a candidate).
-
-    ``recipe`` builds a baseline's recipe (e.g. FlashInfer glue) from the same folder instead of the op's own.
-    Raises BuildError with the compiler's message on failure, AstraError for a bad manifest or toolchain.
-    """
-    op_dir = Path(op_dir).resolve()
-    r = _cuda_recipe(manifest, recipe)
-    if dtype not in r.template_args:
-        raise AstraError(f"{manifest.short_name}: no template arguments for dtype {dtype!r} "
-                         f"(manifest has {sorted(r.template_args)})")
-    if not r.sources:
-        raise AstraError(f"{manifest.short_name}: recipe lists no sources")
-    sources = [_resolve(op_dir, s, "kernel source") for s in r.sources]
-    if kernel_source is not None:
-        ks = Path(kernel_source).resolve()
-        if not ks.is_file():
-            raise AstraError(f"candidate source {ks} does not exist")
-        sources[0] = ks
-    include_dirs = [_resolve(op_dir, d, "include dir") for d in r.include_dirs]
-    targs = r.template_args[dtype]
-    exports = [(e.name, e.symbol.replace("{targs}", targs)) for e in r.exports]
-    if r.entry not in {n for n, _ in exports}:
-        raise AstraError(f"{manifest.short_name}: entry {r.entry!r} is not among the exports")
-
-    nvcc = str(toolchain.nvcc_path())
-    cxx = toolchain.host_compiler()
-    ninja = toolchain.ninja_path()
-    ffi_include, ffi_lib = toolchain.tvm_ffi_paths()
-    cflags = cuda_flags(list(r.cuda_cflags), arch) + [f"-I{ffi_include}"] + [f"-I{d}" for d in include_dirs]
-    ldflags = ["-shared", f"-L{ffi_lib}", "-ltvm_ffi", f"-L{toolchain.cuda_home() / 'lib64'}", "-lcudart"]
-    ldflags += list(r.ldflags)
-    module_name = re.sub(r"\W", "_", r.module_name) + "_" + re.sub(r"\W", "_", dtype)
-    cuda_cu = wrapper_source(sources, exports)
-    ninja_text = _ninja_file(module_name, nvcc, cxx, cflags, ldflags)
-
-    h = hashlib.sha256()
-    for part in (cuda_cu, ninja_text, arch, targs, toolchain.nvcc_version(), toolchain.tvm_ffi_version()):
-        h.update(part.encode() + b"\0")
-    for s in sources:
-        h.update(s.read_bytes() + b"\0")
-    key = h.hexdigest()
-    root = Path(cache_dir) if cache_dir is not None else default_cache_dir(op_dir)
-    entry = root / f"{module_name}_{key[:16]}"
-    so_path = entry / f"{module_name}.so"
-    names = [n for n, _ in exports]
-
-    with _lock(root, entry.name):
-        cached = _valid_entry(entry, so_path)
-        if cached is not None:
-            report = cached
-            report.cached = True
-        else:
-            report = _build(entry, module_name, cuda_cu, ninja_text, ninja, key)
-    module = _load(so_path) if load else None
-    return BuiltModule(module=module, so_path=so_path, report=report, build_dir=entry, exports=names)
+    """One spec from the recipe, built: ``CudaBuildSpec.from_recipe(...).build(load)``."""
+    spec = CudaBuildSpec.from_recipe(op_dir, manifest, dtype, recipe=recipe, kernel_source=kernel_source,
+                                     arch=arch, cache_dir=cache_dir)
+    return spec.build(load=load)
 
 
 def _build(entry: Path, module_name: str, cuda_cu: str, ninja_text: str, ninja: str, key: str) -> BuildReport:

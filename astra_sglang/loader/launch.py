@@ -1,45 +1,72 @@
-"""Turn an extracted op (or a candidate for it) into ``launch(args) -> Any`` and its torch reference.
+"""Turn an extracted op (or a candidate or patch for it) into ``launch(args) -> Any`` and its torch reference.
 
-The recipe's ``call`` list is the contract for how the entry point is called: each item is a signature name
-(looked up in ``args``), ``keyword=item``, or a Python literal (``"silu"``, ``False``, ``1e-6``).
+The op manifest is the one description of how a kernel is called: its recipe names the entry point (the CUDA
+export, or the Triton wrapper) and the ``call`` list, each item a signature name (looked up in ``args``),
+``keyword=item``, or a Python literal (``"silu"``, ``False``, ``1e-6``). A call list is compiled once, so the
+hot path (the plugin inside SGLang's server) only indexes a dict.
 """
 
 from __future__ import annotations
 
 import ast
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from astra_sglang.contract.op import CudaJitRecipe, Manifest, Recipe, TritonRecipe
+from astra_sglang.contract.op import (
+    CudaJitRecipe,
+    Manifest,
+    Recipe,
+    TritonRecipe,
+    entry_and_call,
+    signature_names,
+)
 from astra_sglang.errors import AstraError
 from astra_sglang.loader.pyimport import load_function, load_triton_wrapper
 
 Launcher = Callable[[dict[str, Any]], Any]
-_MISSING = object()
 
 
-def _item(item: str, args: dict[str, Any]) -> Any:
-    if item in args:
-        return args[item]
-    try:
-        return ast.literal_eval(item)
-    except (ValueError, SyntaxError):
-        raise AstraError(f"call item {item!r} is neither an argument name nor a Python literal "
-                         f"(arguments: {sorted(args)})") from None
+@dataclass(frozen=True)
+class CompiledCall:
+    """A call list with every item resolved ahead of time: (is an argument name, name or literal value)."""
+
+    positional: tuple[tuple[bool, Any], ...]
+    keywords: tuple[tuple[str, bool, Any], ...]
+
+    def names(self) -> set[str]:
+        """The argument names the call passes (the rest of the signature's outputs are returned)."""
+        return {v for is_name, v in self.positional if is_name} | {v for _, is_name, v in self.keywords if is_name}
+
+    def __call__(self, args: dict[str, Any]) -> tuple[list[Any], dict[str, Any]]:
+        return ([args[v] if is_name else v for is_name, v in self.positional],
+                {k: (args[v] if is_name else v) for k, is_name, v in self.keywords})
 
 
-def resolve_call(call: list[str], args: dict[str, Any]) -> tuple[list[Any], dict[str, Any]]:
-    positional: list[Any] = []
-    keywords: dict[str, Any] = {}
-    for item in call:
-        key, eq, rest = item.partition("=")
-        if eq and key.isidentifier() and key not in args and rest:
-            keywords[key] = _item(rest, args)
+def compile_call(call: list[str], names: set[str] | list[str]) -> CompiledCall:
+    """Parse a recipe-style call list against the argument names it may use; one AstraError for a bad item."""
+    known = set(names)
+
+    def item(text: str) -> tuple[bool, Any]:
+        if text in known:
+            return True, text
+        try:
+            return False, ast.literal_eval(text)
+        except (ValueError, SyntaxError):
+            raise AstraError(f"call item {text!r} is neither an argument name nor a Python literal "
+                             f"(arguments: {sorted(known)})") from None
+
+    pos: list[tuple[bool, Any]] = []
+    kw: list[tuple[str, bool, Any]] = []
+    for it in call:
+        key, eq, rest = it.partition("=")
+        if eq and key.isidentifier() and key not in known and rest:
+            kw.append((key, *item(rest)))
         else:
-            if keywords:
-                raise AstraError(f"call list {call}: positional item {item!r} after a keyword")
-            positional.append(_item(item, args))
-    return positional, keywords
+            if kw:
+                raise AstraError(f"call list {call}: positional item {it!r} after a keyword")
+            pos.append(item(it))
+    return CompiledCall(tuple(pos), tuple(kw))
 
 
 def make_launcher(
@@ -51,24 +78,34 @@ def make_launcher(
     cache_dir: Optional[Path] = None,
     recipe: Optional[Recipe] = None,
     arch: str = "sm_90a",
+    kind: Optional[str] = None,
 ) -> Launcher:
-    """Build/import the op (or the candidate in ``kernel_source``) and return a function of the args dict."""
-    r = recipe if recipe is not None else manifest.recipe
-    if isinstance(r, CudaJitRecipe):
-        from astra_sglang.loader.cuda_build import build_cuda_module
+    """Build/import the op (or the kernel in ``kernel_source``, of ``kind``) as a function of the args dict.
 
-        built = build_cuda_module(op_dir, manifest, dtype, kernel_source=kernel_source, cache_dir=cache_dir,
-                                  arch=arch, recipe=r)
-        fn = getattr(built.module, r.entry)
-    elif isinstance(r, TritonRecipe):
-        source = Path(kernel_source) if kernel_source is not None else Path(op_dir) / r.source
-        fn = load_triton_wrapper(source, r.wrapper)
-    else:  # pragma: no cover - the Recipe union has two kinds
-        raise AstraError(f"unsupported recipe kind {getattr(r, 'kind', r)!r}")
-    call = list(r.call)
+    ``recipe`` builds a baseline's recipe from the same folder instead of the op's own.
+    """
+    r = recipe if recipe is not None else manifest.recipe
+    kind = kind or r.kind
+    if recipe is not None:
+        entry, call = (r.entry if isinstance(r, CudaJitRecipe) else r.wrapper), list(r.call)  # type: ignore[union-attr]
+    else:
+        entry, call = entry_and_call(manifest, kind)
+    if kind == "cuda_jit":
+        from astra_sglang.loader.cuda_build import CudaBuildSpec
+
+        assert isinstance(r, CudaJitRecipe)
+        built = CudaBuildSpec.from_recipe(op_dir, manifest, dtype, recipe=r, kernel_source=kernel_source, arch=arch,
+                                          cache_dir=cache_dir).build_and_load()
+        fn = getattr(built.module, entry)
+    else:
+        if kernel_source is None and not isinstance(r, TritonRecipe):
+            raise AstraError(f"{manifest.short_name}: a Triton kernel for a {r.kind} op needs its source")
+        source = Path(kernel_source) if kernel_source is not None else Path(op_dir) / r.source  # type: ignore[union-attr]
+        fn = load_triton_wrapper(source, entry)
+    resolve = compile_call(call, signature_names(manifest))
 
     def launch(args: dict[str, Any]) -> Any:
-        positional, keywords = resolve_call(call, args)
+        positional, keywords = resolve(args)
         return fn(*positional, **keywords)
 
     launch.__name__ = f"launch_{manifest.short_name}"

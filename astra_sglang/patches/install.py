@@ -51,13 +51,13 @@ def install_selected(installer: Installer, *, root: Optional[Path] = None, value
             continue
         m = e.manifest
         assert m is not None
-        clash = [claimed[cs.target] for cs in m.call_sites if cs.target in claimed]
+        clash = [claimed[t] for t in m.targets if t in claimed]
         if clash:
             status.fail(m.patch_id, f"call site already patched by {clash[0]} (enable one patch per op)", m.op)
             continue
         try:
             rt = PatchRuntime(e.path, m)
-            originals = [(cs.target, resolve_target(cs.target)) for cs in m.call_sites]
+            originals = [(t, resolve_target(t)) for t in m.targets]
         except Exception as ex:
             status.fail(m.patch_id, f"cannot prepare ({type(ex).__name__}: {ex})", m.op)
             continue

@@ -18,10 +18,12 @@ import threading
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from astra_sglang.contract.op import Manifest, signature_names
 from astra_sglang.contract.patch import CPU_INTERPRET_ARCH, PatchManifest
+from astra_sglang.errors import AstraError
 from astra_sglang.patches import status
 from astra_sglang.patches.adapters import OpAdapter, Prepared, get_adapter, make_guard
-from astra_sglang.patches.registry import device_problem
+from astra_sglang.patches.registry import device_problem, load_op, op_folder
 
 Original = Callable[..., Any]
 
@@ -55,14 +57,19 @@ def _compiling() -> Callable[[], bool]:
 class PatchRuntime:
     """The guarded stand-in for one patch; ``hook_for(original)`` gives the function to install."""
 
-    def __init__(self, patch_dir: Path, manifest: PatchManifest, adapter: Optional[OpAdapter] = None):
+    def __init__(self, patch_dir: Path, manifest: PatchManifest, adapter: Optional[OpAdapter] = None,
+                 op: Optional[Manifest] = None):
         import torch
 
         self.patch_dir = Path(patch_dir)
         self.m = manifest
+        self.op = op or load_op(manifest)
         self.adapter = adapter or get_adapter(manifest.op)
+        names = list(self.adapter.tensor_names + self.adapter.scalar_names)
+        if names != signature_names(self.op):
+            raise AstraError(f"the {manifest.op} adapter passes {names}, the op signature is {signature_names(self.op)}")
         self.status = status.get(manifest.patch_id, manifest.op)
-        interpret = manifest.kernel.kind == "triton" and os.environ.get("TRITON_INTERPRET") == "1"
+        interpret = manifest.source.kind == "triton" and os.environ.get("TRITON_INTERPRET") == "1"
         self.device_type = "cpu" if interpret else "cuda"
         self.guard = make_guard(manifest.guard, self.device_type)
         self.kernel: Optional[Callable[[dict[str, Any]], Any]] = None
@@ -143,7 +150,7 @@ class PatchRuntime:
             from astra_sglang.patches.kernels import load_kernel
 
             try:
-                self.kernel = load_kernel(self.patch_dir, self.m, self.adapter, dtypes=self.m.guard.dtypes,
+                self.kernel = load_kernel(self.patch_dir, self.m, self.op, dtypes=self.m.guard.dtypes,
                                           arch=build_arch(arch) if arch != CPU_INTERPRET_ARCH else None)
             except Exception as e:
                 self.fail(f"build failed: {_one_line(e)}")
@@ -177,16 +184,23 @@ def _one_line(e: BaseException) -> str:
 def check_against_original(rt: PatchRuntime, original: Original, device: Any) -> Optional[str]:
     """Compare the kernel with the original on every covered (shape, dtype) of the manifest; None = same.
 
-    Both sides get identical fresh inputs (same seed); outputs the kernel does not write stay NaN and fail.
+    The harness's checker and the op manifest's tolerances, so a patch passes here exactly what it passed
+    there: relative per dtype, poison-aware (outputs the kernel does not write keep the poison and fail), and
+    against the op's float reference with its ``name:scale`` magnitudes. Each side, and the reference, gets
+    its own identical fresh inputs (same seed), so in-place ops cannot see each other's results.
     """
     import torch
 
-    m, ad = rt.m, rt.adapter
+    from astra_sglang.checker import compare_outputs
+    from astra_sglang.loader.launch import load_reference
+
+    m, ad, op = rt.m, rt.adapter, rt.op
+    reference = load_reference(op_folder(m.op), op)
     n = 0
     for dtype_name in m.guard.dtypes:
-        tol = m.tolerances.get(dtype_name)
+        tol = op.tolerances.get(dtype_name)
         if tol is None:
-            return f"no tolerance for {dtype_name}"
+            return f"the op manifest has no tolerance for {dtype_name}"
         dtype = getattr(torch, dtype_name)
         for i, dims in enumerate(m.check_shapes):
             if not all(r.accepts(dims[k]) for k, r in m.guard.dims.items() if k in dims):
@@ -197,30 +211,16 @@ def check_against_original(rt: PatchRuntime, original: Original, device: Any) ->
             p = ad.prepare(*a_p, **k_p)
             if p is None or not rt.guard(p):
                 continue
+            a_r, k_r = ad.sample(dims, dtype, device, seed)
+            p_r = ad.prepare(*a_r, **k_r)
+            assert p_r is not None
+            ref = reference(**p_r.args)
             ret_o = original(*a_o, **k_o)
             ret_p = ad.launch(rt.kernel, p)  # type: ignore[arg-type]
-            outs_o, outs_p = ad.outputs(a_o, k_o, ret_o), ad.outputs(a_p, k_p, ret_p)
-            for name, ref in outs_o.items():
-                bad = _compare(outs_p[name], ref, tol.atol, tol.rtol)
-                if bad:
-                    return f"{name} at {dims} {dtype_name}: {bad}"
+            bad = compare_outputs(ad.outputs(a_p, k_p, ret_p), ad.outputs(a_o, k_o, ret_o), ref, tol)
+            if bad is not None:
+                return f"at {dims} {dtype_name}: {bad.detail}"
             n += 1
     if n == 0:
         return "no covered check shape (check_shapes vs guard)"
-    return None
-
-
-def _compare(got: Any, ref: Any, atol: float, rtol: float) -> Optional[str]:
-    import torch
-
-    if got.shape != ref.shape or got.dtype != ref.dtype:
-        return f"shape/dtype {tuple(got.shape)}/{got.dtype} vs {tuple(ref.shape)}/{ref.dtype}"
-    g, r = got.float(), ref.float()
-    nan_g, nan_r = torch.isnan(g), torch.isnan(r)
-    if not torch.equal(nan_g, nan_r):
-        return f"NaN where the original has {'none' if nan_g.any() else 'NaN'}"
-    ok = torch.isclose(g, r, atol=atol, rtol=rtol, equal_nan=True)
-    if not bool(ok.all()):
-        err = (g - r).abs().nan_to_num(0.0)
-        return f"max abs err {float(err.max()):.3g} > atol {atol} + rtol {rtol}"
     return None

@@ -20,7 +20,7 @@ def reference(**args):
         s / total
     ).unsqueeze(-1)
     # The size of the terms each result is mixed from: the rounding error of any valid arithmetic order
-    # scales with these, not with the (possibly cancelled) result (see harness.compare.scale_key).
+    # scales with these, not with the (possibly cancelled) result (see astra_sglang.checker.scale_key).
     out_scale = torch.maximum(args["prefix_output"].float().abs(), args["suffix_output"].float().abs())
     lse_scale = torch.maximum(p_lse.abs(), s_lse.abs()).nan_to_num(0.0, posinf=0.0, neginf=0.0)
     return {"output": out, "output_lse": torch.log(total) + m,

@@ -6,7 +6,14 @@ the gated ops call the ``run_activation`` export with the activation's name.
 
 from __future__ import annotations
 
-from astra_sglang.contract.op import Dim, ShapeCase, Signature, TensorArg
+from astra_sglang.contract.op import (
+    CallSite,
+    Dim,
+    ShapeCase,
+    Signature,
+    TensorArg,
+    hook_target,
+)
 from astra_sglang.extract.catalog.base import CatalogEntry
 from astra_sglang.extract.shapes import case, decode_prefill, dedup, model_widths
 
@@ -76,15 +83,17 @@ def _gated(op_name: str) -> CatalogEntry:
     name, expr, formula = _GATED[op_name]
     sites = {f"{_MODULE}:{name}": "the JIT wrapper; sglang.srt.layers.activation binds it as _jit_" + name}
     extra = [
-        (
-            "sglang.srt.layers.activation",
-            name,
-            True,
-            f"CUDA only (read from source): calls _jit_{name} when the output width is a multiple of 16 bytes, "
+        CallSite(
+            module="sglang.srt.layers.activation", attr=name, binds="caller", target=None, same_function=True,
+            reached_by_serving=True,
+            note=f"CUDA only (read from source): calls _jit_{name} when the output width is a multiple of 16 bytes, "
             f"else sgl_kernel.{name}; a different function object, it calls the entry point",
         ),
-        ("sglang.srt.layers.activation", f"_jit_{name}", True, "CUDA only (read from source): `from ... import "
-         f"{name} as _jit_{name}`"),
+        CallSite(
+            module="sglang.srt.layers.activation", attr=f"_jit_{name}", binds="entry_point",
+            target=hook_target(f"{_MODULE}:{name}"), same_function=True, reached_by_serving=True,
+            note=f"CUDA only (read from source): `from ... import {name} as _jit_{name}`",
+        ),
     ]
     return CatalogEntry(
         short_name=name,

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Optional
 
-from astra_sglang.contract.op import Baseline, ShapeCase, Signature, Tolerance
+from astra_sglang.contract.op import Baseline, CallSite, ShapeCase, Signature, Tolerance
 
 # Justification of the default tolerances (relative, per dtype). A kernel and a float32 reference that
 # round at different points differ by about one unit in the last place of the stored dtype:
@@ -64,7 +64,8 @@ class CatalogEntry:
     aliases: tuple[str, ...] = ()
     callsite_modules: tuple[str, ...] = ()  # modules to import before scanning sys.modules
     serving_sites: dict[str, str] = field(default_factory=dict)  # 'module:attr' -> note
-    extra_sites: list[tuple[str, str, bool, str]] = field(default_factory=list)  # (module, attr, reached, note)
+    # bindings the sys.modules scan cannot see (CUDA-only imports read from source, library kernels)
+    extra_sites: list[CallSite] = field(default_factory=list)
     baselines: list[Baseline] = field(default_factory=list)
     flashinfer_baselines: list[FlashInferBaseline] = field(default_factory=list)
     trace_dims: Optional[Callable[[list[tuple[str, list[int]]]], Optional[dict[str, int]]]] = None

@@ -7,7 +7,15 @@ with cast_x_before_out_mul=True and otherwise serves with sgl_kernel.fused_add_r
 
 from __future__ import annotations
 
-from astra_sglang.contract.op import Dim, ScalarArg, ShapeCase, Signature, TensorArg
+from astra_sglang.contract.op import (
+    CallSite,
+    Dim,
+    ScalarArg,
+    ShapeCase,
+    Signature,
+    TensorArg,
+    hook_target,
+)
 from astra_sglang.extract.catalog.base import CatalogEntry, FlashInferBaseline
 from astra_sglang.extract.shapes import DECODE_T, MODELS, PREFILL_T, case, dedup
 
@@ -98,19 +106,17 @@ FUSED_ADD_RMSNORM = CatalogEntry(
     callsite_modules=("sglang.kernels.ops.layernorm.norm", "sglang.srt.layers.layernorm"),
     serving_sites={_ENTRY: "the JIT function; RMSNorm.forward_cuda calls it as _jit_fused_add_rmsnorm"},
     extra_sites=[
-        (
-            "sglang.srt.layers.layernorm",
-            "_jit_fused_add_rmsnorm",
-            True,
-            "CUDA only (read from source): used by RMSNorm.forward_cuda only when cast_x_before_out_mul=True "
+        CallSite(
+            module="sglang.srt.layers.layernorm", attr="_jit_fused_add_rmsnorm", binds="entry_point",
+            target=hook_target(_ENTRY), same_function=True, reached_by_serving=True,
+            note="CUDA only (read from source): used by RMSNorm.forward_cuda only when cast_x_before_out_mul=True "
             "and H <= 8192 (else forward_native)",
         ),
-        (
-            "sglang.srt.layers.layernorm",
-            "fused_add_rmsnorm",
-            True,
-            "CUDA only: this is sgl_kernel.fused_add_rmsnorm (FlashInfer norm.cuh), NOT the JIT entry point; "
-            "the serving default (cast_x_before_out_mul=False); see baselines",
+        CallSite(
+            module="sglang.srt.layers.layernorm", attr="fused_add_rmsnorm", binds="flashinfer_fused_add_rmsnorm",
+            target="sgl_kernel.fused_add_rmsnorm", same_function=True, reached_by_serving=True,
+            note="CUDA only (read from source): `from sgl_kernel import fused_add_rmsnorm`, FlashInfer's norm.cuh, NOT "
+            "the JIT entry point; the serving default (cast_x_before_out_mul=False); see baselines",
         ),
     ],
     flashinfer_baselines=[

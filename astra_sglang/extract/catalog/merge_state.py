@@ -6,7 +6,14 @@ out = (a*v_a + b*v_b)/(a+b), lse = log(a+b). An LSE of +inf marks an empty parti
 
 from __future__ import annotations
 
-from astra_sglang.contract.op import Dim, ShapeCase, Signature, TensorArg
+from astra_sglang.contract.op import (
+    CallSite,
+    Dim,
+    ShapeCase,
+    Signature,
+    TensorArg,
+    hook_target,
+)
 from astra_sglang.extract.catalog.base import CatalogEntry, FlashInferBaseline
 from astra_sglang.extract.shapes import case, decode_prefill, dedup, model_widths
 
@@ -34,7 +41,7 @@ def reference(**args):
         s / total
     ).unsqueeze(-1)
     # The size of the terms each result is mixed from: the rounding error of any valid arithmetic order
-    # scales with these, not with the (possibly cancelled) result (see harness.compare.scale_key).
+    # scales with these, not with the (possibly cancelled) result (see astra_sglang.checker.scale_key).
     out_scale = torch.maximum(args["prefix_output"].float().abs(), args["suffix_output"].float().abs())
     lse_scale = torch.maximum(p_lse.abs(), s_lse.abs()).nan_to_num(0.0, posinf=0.0, neginf=0.0)
     return {"output": out, "output_lse": torch.log(total) + m,
@@ -114,9 +121,19 @@ MERGE_STATE = CatalogEntry(
         "sglang.srt.layers.attention.aiter_backend:merge_state_triton": "AMD aiter backend (not CUDA serving)",
     },
     extra_sites=[
-        ("sglang.srt.layers.attention.flashinfer_backend", "merge_state_triton", True,
-         "read from source (the module does not import on this CPU host): `from sglang.kernels.ops.attention."
-         "merge_state import merge_state_triton` under CUDA, used by _safe_merge_state above 64 heads at D=128"),
+        CallSite(
+            module="sglang.srt.layers.attention.flashinfer_backend", attr="merge_state_triton", binds="entry_point",
+            target=hook_target(_ENTRY), same_function=True, reached_by_serving=True,
+            note="read from source (the module does not import on this CPU host): `from sglang.kernels.ops.attention."
+            "merge_state import merge_state_triton` under CUDA, used by _safe_merge_state above 64 heads at D=128",
+        ),
+        CallSite(
+            module="sglang.srt.layers.attention.flashinfer_backend", attr="merge_state",
+            binds="flashinfer_merge_state", target="flashinfer.cascade.merge_state", same_function=False,
+            reached_by_serving=True,
+            note="read from source: `from flashinfer.cascade import merge_state` under CUDA, used by _safe_merge_state "
+            "up to 64 heads at D=128; base-2 LSE, a different function: a patch of this op never stands in for it",
+        ),
     ],
     flashinfer_baselines=[
         FlashInferBaseline(

@@ -12,7 +12,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
-from astra_sglang.contract.op import Tolerance
 from astra_sglang.contract.patch import DimRange, GuardSpec
 
 Args = dict[str, Any]
@@ -29,17 +28,10 @@ class Prepared:
 
 class OpAdapter:
     op: str = ""
-    #: HookRegistry targets of SGLang's serving path for this op (environment.md: which ones model code reaches)
-    targets: tuple[str, ...] = ()
-    #: canonical tensor / scalar names, in the order of the extracted manifest's signature (cuda_jit mapping)
+    #: the names of ``Prepared.args``: the extracted op signature's tensors and scalars, in order (checked
+    #: against the op manifest when a patch is prepared; a mismatch is refused rather than guessed)
     tensor_names: tuple[str, ...] = ()
     scalar_names: tuple[str, ...] = ()
-    #: default kernel entry and call list for a Triton patch
-    triton_entry: str = ""
-    triton_call: list[str] = []
-    #: default export and call list for a cuda_jit patch (None: the extracted recipe's own)
-    cuda_entry: Optional[str] = None
-    cuda_call: Optional[list[str]] = None
 
     def prepare(self, *args: Any, **kwargs: Any) -> Optional[Prepared]:
         raise NotImplementedError
@@ -62,13 +54,6 @@ class OpAdapter:
 
     def default_check_shapes(self) -> list[dict[str, int]]:
         raise NotImplementedError
-
-    def default_tolerances(self) -> dict[str, Tolerance]:
-        return {
-            "bfloat16": Tolerance(atol=2e-2, rtol=2e-2),
-            "float16": Tolerance(atol=2e-3, rtol=2e-3),
-            "float32": Tolerance(atol=1e-5, rtol=1e-5),
-        }
 
 
 def make_guard(spec: GuardSpec, device_type: str) -> Callable[[Prepared], bool]:

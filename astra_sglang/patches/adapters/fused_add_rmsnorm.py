@@ -15,11 +15,8 @@ from astra_sglang.patches.adapters.base import Args, OpAdapter, Prepared, dim_ra
 
 class FusedAddRMSNormAdapter(OpAdapter):
     op = "fused_add_rmsnorm"
-    targets = ("sgl_kernel.fused_add_rmsnorm",)
     tensor_names = ("input", "residual", "weight")
     scalar_names = ("eps",)
-    triton_entry = "fused_add_rmsnorm"
-    triton_call = ["input", "residual", "weight", "eps"]
 
     def prepare(self, input: Any, residual: Any, weight: Any, eps: float = 1e-6,
                 enable_pdl: Any = None) -> Optional[Prepared]:

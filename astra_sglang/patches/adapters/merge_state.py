@@ -18,10 +18,7 @@ _NAMES = ("prefix_output", "prefix_lse", "suffix_output", "suffix_lse", "output"
 
 class MergeStateAdapter(OpAdapter):
     op = "merge_state"
-    targets = ("sglang.kernels.ops.attention.merge_state.merge_state_triton",)
     tensor_names = _NAMES
-    triton_entry = "merge_state_triton"
-    triton_call = list(_NAMES)
 
     def prepare(self, prefix_output: Any, prefix_lse: Any, suffix_output: Any, suffix_lse: Any,
                 output: Any = None, output_lse: Any = None) -> Optional[Prepared]:

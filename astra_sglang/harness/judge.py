@@ -1,4 +1,4 @@
-"""The trusted checker process: ``python -m astra_sglang.harness.checker RFD WFD``, started by ``evaluate``.
+"""The trusted checker process (the judge): ``python -m astra_sglang.harness.judge RFD WFD``, started by ``evaluate``.
 
 It never imports candidate code. It starts the candidate's worker first (so the worker's imports overlap its
 own), makes itself undumpable (a same-user process cannot then ptrace it or write its memory through

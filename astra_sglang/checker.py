@@ -1,9 +1,13 @@
-"""Is a candidate's output the original's function? Elementwise, relative, with NaN/inf/poison rules.
+"""The one correctness checker: is a kernel's output the original's function? Used by the harness verdict and by
+the plugin's first-call gate in SGLang's server, with the op manifest's tolerances, so a patch is accepted in the
+server by the same test it passed in the harness.
 
 Rules, in order: an element still holding the NaN poison was never written; NaN where the original has none
 fails; where the original is NaN or +-inf the candidate must be the same; finite elements must be within the
 dtype's tolerance of the original (|c - o| <= atol + rtol |o|) and within tolerance of the float32/float64
 reference, allowing the original's own distance to it (|c - r| <= atol + rtol |r| + |o - r|).
+
+Imports only torch and the contract: it runs inside every SGLang process that activates a patch.
 """
 
 from __future__ import annotations
@@ -14,7 +18,42 @@ from typing import Optional
 import torch
 
 from astra_sglang.contract.op import Tolerance
-from astra_sglang.harness.tensors import is_poison
+
+# Quiet NaNs with a payload no arithmetic produces by itself: outputs are prefilled with them, so an element a
+# kernel never writes is visible.
+_NAN_BITS = {torch.float32: 0x7FD5A5A5, torch.float16: 0x7ED5, torch.bfloat16: 0x7FD5, torch.float64: 0x7FFAA5A5A5A5A5A5}
+_INT_VIEW = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+def bits(x: torch.Tensor) -> torch.Tensor:
+    """The raw bits, so NaN == NaN and -0 != +0 where it matters."""
+    if x.dtype == torch.bool:
+        return x.view(torch.uint8)
+    return x.contiguous().view(_INT_VIEW[x.element_size()])
+
+
+def poison_value(dtype: torch.dtype) -> Optional[int]:
+    return _NAN_BITS.get(dtype)
+
+
+def fill_poison(x: torch.Tensor) -> None:
+    pattern = poison_value(x.dtype)
+    if pattern is None:  # integer/bool tensors: a value that is at least unusual
+        if x.dtype == torch.bool:
+            x.fill_(True)
+        else:
+            x.fill_(-0x55 if x.dtype.is_signed else 0x55)
+        return
+    iv = _INT_VIEW[x.element_size()]
+    info = torch.iinfo(iv)
+    signed = pattern - (1 << (8 * x.element_size())) if pattern > info.max else pattern
+    x.view(iv).fill_(signed)
+
+
+def is_poison(x: torch.Tensor) -> torch.Tensor:
+    ref = torch.empty((1,), dtype=x.dtype, device=x.device)
+    fill_poison(ref)
+    return bits(x) == bits(ref)
 
 
 @dataclass
@@ -118,6 +157,16 @@ def compare(name: str, cand: torch.Tensor, orig: torch.Tensor, ref: Optional[tor
             return Mismatch("mismatch", f"{name}: {int(bad.sum())} elements farther from the float reference "
                             f"than tolerance + the original's own error, first at {_where(bad)}", a, rr,
                             int(bad.sum()))
+    return None
+
+
+def compare_outputs(got: dict[str, torch.Tensor], orig: dict[str, torch.Tensor],
+                    ref: dict[str, torch.Tensor], tol: Tolerance) -> Optional[Mismatch]:
+    """The first output (by the original's names) where the kernel's differs; ``ref`` may hold ``name:scale``."""
+    for name, o in orig.items():
+        m = compare(name, got[name], o, ref.get(name), tol, ref.get(scale_key(name)))
+        if m is not None:
+            return m
     return None
 
 

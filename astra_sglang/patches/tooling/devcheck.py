@@ -44,16 +44,16 @@ class DeviceReport:
 
 def extracted_original(entry: PatchEntry) -> Callable[..., Any]:
     """SGLang's function for this op, rebuilt from the extracted folder, with SGLang's signature."""
+    from astra_sglang.contract.op import load_manifest
     from astra_sglang.patches.adapters import get_adapter
     from astra_sglang.patches.kernels import extracted_op_dir, op_kernel
 
     m = entry.manifest
     assert m is not None
     ad = get_adapter(m.op)
-    from astra_sglang.contract.op import load_manifest
-
     op_dir = extracted_op_dir(m)
-    kernel = op_kernel(op_dir, ad, dtypes=load_manifest(op_dir).signature.dtypes, arch="sm_90a")
+    op = load_manifest(op_dir)
+    kernel = op_kernel(op_dir, op, kind=op.recipe.kind, dtypes=op.signature.dtypes, arch="sm_90a")
 
     def original(*args: Any, **kwargs: Any) -> Any:
         p = ad.prepare(*args, **kwargs)
@@ -67,7 +67,10 @@ def extracted_original(entry: PatchEntry) -> Callable[..., Any]:
 def check_on_device(entry: PatchEntry, *, time_it: bool = True, reps: int = 100) -> DeviceReport:
     import torch
 
-    from astra_sglang.patches.runtime import PatchRuntime, _compare, device_arch
+    from astra_sglang.loader.launch import load_reference
+    from astra_sglang.patches.registry import op_folder
+    from astra_sglang.patches.runtime import PatchRuntime, device_arch
+    from astra_sglang.patches.tooling.verify import current_op_sha256
 
     m = entry.manifest
     if m is None:
@@ -83,16 +86,24 @@ def check_on_device(entry: PatchEntry, *, time_it: bool = True, reps: int = 100)
         original = extracted_original(entry)
     except Exception as e:
         return DeviceReport(m.patch_id, False, arch, f"extracted original unavailable: {e}")
-    here = m.model_copy(update={"validated_on": m.validated_on.model_copy(
-        update={"archs": list(m.validated_on.archs) + [arch]})})  # being validated here
+    here = m.model_copy(update={"validated_on": m.validated_on.model_copy(  # being validated here, against the
+        update={"archs": list(m.validated_on.archs) + [arch]}), "op_manifest_sha256": current_op_sha256(m)})  # op now
     rt = PatchRuntime(entry.path, here)
-    hook = rt.hook_for(original, m.call_sites[0].target)
+    hook = rt.hook_for(original, m.targets[0])
     if not rt.activate("cuda", original):
         return DeviceReport(m.patch_id, False, arch, status.statuses()[m.patch_id].reason)
     rep = DeviceReport(m.patch_id, True, arch, "activated: " + status.statuses()[m.patch_id].reason)
     ad = rt.adapter
+    reference = load_reference(op_folder(m.op), rt.op)
+
+    def ref_for(dims: dict[str, int], dtype: Any, seed: int) -> dict[str, Any]:
+        args, kw = ad.sample(dims, dtype, "cuda", seed)
+        p = ad.prepare(*args, **kw)
+        assert p is not None
+        return reference(**p.args)
+
     for dtype_name in m.guard.dtypes:
-        tol = m.tolerances[dtype_name]
+        tol = rt.op.tolerances[dtype_name]  # the harness's checker and tolerances, as the plugin's own gate
         dtype = getattr(torch, dtype_name)
         for i, dims in enumerate(m.check_shapes):
             sr = ShapeResult(dims=dims, dtype=dtype_name)
@@ -100,29 +111,29 @@ def check_on_device(entry: PatchEntry, *, time_it: bool = True, reps: int = 100)
             # eager, through the installed hook
             a_o, k_o = ad.sample(dims, dtype, "cuda", 100 + i)
             a_p, k_p = ad.sample(dims, dtype, "cuda", 100 + i)
+            ref = ref_for(dims, dtype, 100 + i)
             outs_o = ad.outputs(a_o, k_o, original(*a_o, **k_o))
             outs_p = ad.outputs(a_p, k_p, hook(*a_p, **k_p))
-            sr.eager = _first_bad(outs_p, outs_o, tol, _compare)
+            sr.eager = _first_bad(outs_p, outs_o, ref, tol)
             # CUDA graph: capture the hook on static inputs, replay on fresh values copied in
-            sr.graph = _graph_check(hook, original, ad, dims, dtype, tol, _compare, seed=200 + i)
+            sr.graph = _graph_check(hook, original, ad, dims, dtype, tol, ref_for, seed=200 + i)
             if time_it:
                 sr.original_us = _graph_time(original, ad, dims, dtype, reps)
                 sr.patch_us = _graph_time(hook, ad, dims, dtype, reps)
                 sr.speedup = sr.original_us / sr.patch_us if sr.patch_us else None
             if sr.eager or sr.graph:
                 rep.ok = False
-    rep.outside_guard = _outside_guard(hook, original, ad, m, _compare)
+    rep.outside_guard = _outside_guard(hook, ad, m)
     rep.ok = rep.ok and all(v == "original" for v in rep.outside_guard.values())
     rep.counters = status.counters()[m.patch_id]
     return rep
 
 
-def _first_bad(got: dict, ref: dict, tol: Any, compare: Callable) -> Optional[str]:
-    for name, r in ref.items():
-        bad = compare(got[name], r, tol.atol, tol.rtol)
-        if bad:
-            return f"{name}: {bad}"
-    return None
+def _first_bad(got: dict, orig: dict, ref: dict, tol: Any) -> Optional[str]:
+    from astra_sglang.checker import compare_outputs
+
+    bad = compare_outputs(got, orig, ref, tol)
+    return bad.detail if bad is not None else None
 
 
 def _clone_into(dst: tuple, src: tuple) -> None:
@@ -133,7 +144,7 @@ def _clone_into(dst: tuple, src: tuple) -> None:
             d.copy_(s)
 
 
-def _graph_check(hook, original, ad, dims, dtype, tol, compare, seed: int) -> Optional[str]:
+def _graph_check(hook, original, ad, dims, dtype, tol, ref_for, seed: int) -> Optional[str]:
     import torch
 
     static, kw = ad.sample(dims, dtype, "cuda", seed)
@@ -150,9 +161,9 @@ def _graph_check(hook, original, ad, dims, dtype, tol, compare, seed: int) -> Op
         _clone_into(static, fresh)
         g.replay()
         torch.cuda.synchronize()
-        ref_args, ref_kw = ad.sample(dims, dtype, "cuda", seed + 1 + r)
-        ref = ad.outputs(ref_args, ref_kw, original(*ref_args, **ref_kw))
-        bad = _first_bad(ad.outputs(static, kw, ret), ref, tol, compare)
+        o_args, o_kw = ad.sample(dims, dtype, "cuda", seed + 1 + r)
+        orig = ad.outputs(o_args, o_kw, original(*o_args, **o_kw))
+        bad = _first_bad(ad.outputs(static, kw, ret), orig, ref_for(dims, dtype, seed + 1 + r), tol)
         if bad:
             return f"replay {r}: {bad}"
     return None
@@ -184,7 +195,7 @@ def _graph_time(fn, ad, dims, dtype, reps: int) -> float:
     return times[len(times) // 2]
 
 
-def _outside_guard(hook, original, ad, m, compare) -> dict[str, str]:
+def _outside_guard(hook, ad, m) -> dict[str, str]:
     """Calls the guard refuses must reach the original (proved by the counters), and still be right."""
     import torch
 
@@ -194,10 +205,9 @@ def _outside_guard(hook, original, ad, m, compare) -> dict[str, str]:
     dtype = getattr(torch, m.guard.dtypes[0])
     out: dict[str, str] = {}
     probes: dict[str, tuple[tuple, dict]] = {}
-    from astra_sglang.contract.op import load_manifest
-    from astra_sglang.patches.kernels import extracted_op_dir
+    from astra_sglang.patches.registry import load_op
 
-    supported = load_manifest(extracted_op_dir(m)).signature.dtypes
+    supported = load_op(m).signature.dtypes
     uncovered = next((d for d in supported if d not in m.guard.dtypes), None)
     if uncovered:
         probes[f"dtype {uncovered}"] = ad.sample(dims, getattr(torch, uncovered), "cuda", 300)

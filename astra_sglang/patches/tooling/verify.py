@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from astra_sglang.contract.base import sha256_file
-from astra_sglang.contract.patch import MANIFEST_NAME, file_problem
+from astra_sglang.contract.patch import MANIFEST_NAME, PatchManifest, file_problem
 from astra_sglang.contract.result import EvalResult
 from astra_sglang.patches import status
 from astra_sglang.patches.registry import (
@@ -20,9 +20,9 @@ from astra_sglang.patches.registry import (
     VerifyRecord,
     device_problem,
     installed_sglang_version,
-    now,
-    record_verify,
+    op_folder,
 )
+from astra_sglang.patches.tooling.state import now, record_verify
 
 
 @dataclass
@@ -33,6 +33,13 @@ class VerifyOutcome:
     detail: str
     harness: Optional[EvalResult] = None
     notes: list[str] = field(default_factory=list)
+    op_manifest_sha256: str = ""  # the op manifest the check ran against: what `--record` pins
+
+
+def current_op_sha256(m: PatchManifest) -> str:
+    """The SHA-256 of the op manifest as it is now (a re-extraction changes it; verifying re-pins it)."""
+    path = op_folder(m.op) / MANIFEST_NAME
+    return sha256_file(path) if path.is_file() else m.op_manifest_sha256
 
 
 def probe_arch() -> Optional[str]:
@@ -62,10 +69,11 @@ def verify_entry(entry: PatchEntry, *, shapes: str = "all", harness: bool = True
         problem = "SGLang is not installed: verify checks against the installed SGLang's original"
     if problem or m is None:
         return VerifyOutcome(entry.patch_id, False, arch, problem or "unreadable manifest")
-    # verifying is how a patch becomes validated on a new SGLang or device: neither may stop the check
+    # verifying is how a patch becomes validated on a new SGLang, device or re-extracted op: none may stop the check
     patched = m.model_copy(update={"validated_on": m.validated_on.model_copy(update={
         "sglang_versions": list(m.validated_on.sglang_versions) + [version],
-        "archs": list(m.validated_on.archs) + ([arch] if arch else [])})})
+        "archs": list(m.validated_on.archs) + ([arch] if arch else [])}),
+        "op_manifest_sha256": current_op_sha256(m)})
     problem = device_problem(patched, arch)
     if problem:
         return VerifyOutcome(entry.patch_id, False, arch, problem)
@@ -74,14 +82,14 @@ def verify_entry(entry: PatchEntry, *, shapes: str = "all", harness: bool = True
         from astra_sglang.extract.sglang_env import install_cpu_shims
 
         install_cpu_shims()
-        original = resolve_target(m.call_sites[0].target)
+        original = resolve_target(m.targets[0])
     except Exception as e:
-        return VerifyOutcome(m.patch_id, False, arch, f"cannot resolve {m.call_sites[0].target}: {e}")
+        return VerifyOutcome(m.patch_id, False, arch, f"cannot resolve {m.targets[0]}: {e}")
     rt = PatchRuntime(entry.path, patched)
-    rt.hook_for(original, m.call_sites[0].target)
+    rt.hook_for(original, m.targets[0])
     ok = rt.activate("cuda" if arch != "cpu-interpret" else "cpu", original)
     st = status.statuses()[m.patch_id]
-    out = VerifyOutcome(m.patch_id, ok, arch, st.reason)
+    out = VerifyOutcome(m.patch_id, ok, arch, st.reason, op_manifest_sha256=patched.op_manifest_sha256)
     if ok and harness:
         out.harness, note = _harness(entry, shapes)
         if note:
@@ -107,11 +115,11 @@ def _harness(entry: PatchEntry, shapes: str) -> tuple[Optional[EvalResult], Opti
         op = load_manifest(op_dir)
     except Exception as e:
         return None, f"harness skipped: {e}"
-    if op.recipe.kind != m.kernel.kind:
-        return None, (f"harness skipped: a {m.kernel.kind} patch for a {op.recipe.kind} op is not a harness candidate; "
+    if op.recipe.kind != m.source.kind:
+        return None, (f"harness skipped: a {m.source.kind} patch for a {op.recipe.kind} op is not a harness candidate; "
                       "scripts/gpu_patches_check.py times it")
     from astra_sglang.contract.eval_config import EvalConfig
     from astra_sglang.harness.evaluate import evaluate
 
     cfg: Any = EvalConfig(shapes=shapes, include_heldout=True)  # type: ignore[arg-type]
-    return evaluate(op_dir, entry.path / m.kernel.source, cfg), None
+    return evaluate(op_dir, entry.path / m.source.file, cfg), None

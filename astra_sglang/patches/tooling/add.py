@@ -1,0 +1,190 @@
+"""``patches add`` / ``add-run``: copy a measured kernel into ``patches/<op>/<patch-id>/`` with its manifest."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+from typing import Optional
+
+from astra_sglang.contract.base import sha256_file
+from astra_sglang.contract.op import (
+    MANIFEST_NAME,
+    entry_and_call,
+    hook_target,
+    load_manifest,
+)
+from astra_sglang.contract.patch import (
+    CPU_INTERPRET_ARCH,
+    Evidence,
+    GuardSpec,
+    PatchManifest,
+    PatchSource,
+    Provenance,
+    ValidatedOn,
+    pin_files,
+    target_problem,
+    write_patch_manifest,
+)
+from astra_sglang.errors import AstraError
+from astra_sglang.patches.registry import op_folder, patches_root
+
+_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+def _check_id(patch_id: str) -> None:
+    if not _ID.match(patch_id):
+        raise AstraError(f"patch id {patch_id!r}: use letters, digits, '_', '-', '.'")
+
+
+def add_patch(
+    op: str,
+    source: Path,
+    *,
+    patch_id: str,
+    provenance: Provenance,
+    evidence: Optional[Evidence] = None,
+    kind: Optional[str] = None,
+    targets: Optional[list[str]] = None,
+    guard: Optional[GuardSpec] = None,
+    sglang_versions: Optional[list[str]] = None,
+    archs: Optional[list[str]] = None,
+    extra_files: Optional[list[Path]] = None,
+    description: str = "",
+    root: Optional[Path] = None,
+    force: bool = False,
+) -> Path:
+    """Copy a kernel source into ``patches/<op>/<patch_id>/`` and write its manifest.
+
+    How the kernel is called, and the tolerances it is checked with, come from the extracted op's manifest
+    (pinned by its SHA-256); ``targets`` default to the op's entry point as SGLang binds it, and must be among
+    the op's call sites; guard and check shapes default to the op adapter's. ``validated_on`` defaults to the
+    SGLang version the evidence was measured with and the arch of its device; a patch with neither applies
+    nowhere until ``patches verify --record`` has passed on a machine.
+    """
+    from astra_sglang.patches.adapters import get_adapter
+
+    _check_id(patch_id)
+    source = Path(source)
+    if not source.is_file():
+        raise AstraError(f"kernel source {source} does not exist")
+    ad = get_adapter(op)
+    kind = kind or ("triton" if source.suffix == ".py" else "cuda_jit")
+    if kind not in ("triton", "cuda_jit"):
+        raise AstraError(f"kernel kind {kind!r}: expected triton or cuda_jit")
+    folder = op_folder(op)
+    op_manifest = load_manifest(folder)
+    entry_and_call(op_manifest, kind)  # refuses a CUDA kernel for a Triton op
+    targets = targets or [hook_target(op_manifest.entry_point)]
+    problem = target_problem(op_manifest, targets)
+    if problem:
+        raise AstraError(problem)
+    evidence = evidence or Evidence()
+    if sglang_versions is None:
+        sglang_versions = sorted({r.sglang_version for r in evidence.results if r.sglang_version})
+    if archs is None:
+        archs = sorted({a for r in evidence.results if (a := arch_of_device_text(r.device))})
+    root = Path(root) if root is not None else patches_root()
+    dest = root / op / patch_id
+    if dest.exists():
+        if not force:
+            raise AstraError(f"{dest} exists; pick another --id or pass --force")
+        shutil.rmtree(dest)
+    dest.mkdir(parents=True)
+    kernel_name = "kernel.py" if kind == "triton" else "kernel.cuh"
+    shutil.copy2(source, dest / kernel_name)
+    for f in extra_files or []:
+        shutil.copy2(f, dest / Path(f).name)
+    m = PatchManifest(
+        patch_id=patch_id,
+        op=op,
+        op_manifest_sha256=sha256_file(folder / MANIFEST_NAME),
+        description=description,
+        source=PatchSource(kind=kind, file=kernel_name),  # type: ignore[arg-type]
+        targets=targets,
+        validated_on=ValidatedOn(sglang_versions=sglang_versions, archs=archs),
+        guard=guard or ad.default_guard(),
+        check_shapes=ad.default_check_shapes(),
+        files=pin_files(dest),
+        provenance=provenance,
+        evidence=evidence,
+    )
+    write_patch_manifest(dest, m)
+    return dest
+
+
+def arch_of_device_text(device: str) -> Optional[str]:
+    """'NVIDIA H200 (sm_90)' -> 'sm_90'; 'cpu (TRITON_INTERPRET=1)' -> 'cpu-interpret'."""
+    m = re.search(r"sm_?(\d+[a-z]?)", device or "")
+    if m:
+        return f"sm_{m.group(1)}"
+    if "TRITON_INTERPRET" in (device or ""):
+        return CPU_INTERPRET_ARCH
+    return None
+
+
+def load_evidence(paths: list[Path]) -> Evidence:
+    """EvalResult JSON files (one result, or a list of them) -> Evidence."""
+    from astra_sglang.contract.result import EvalResult
+
+    results = []
+    for p in paths:
+        try:
+            raw = json.loads(Path(p).read_text())
+        except (OSError, json.JSONDecodeError) as e:
+            raise AstraError(f"evidence {p}: not readable JSON ({e})") from None
+        items = raw if isinstance(raw, list) else [raw]
+        for it in items:
+            try:
+                results.append(EvalResult.model_validate(it))
+            except Exception as e:
+                raise AstraError(f"evidence {p}: not a harness EvalResult ({type(e).__name__})") from None
+    return Evidence(results=results)
+
+
+def add_from_run(
+    run_dir: Path,
+    *,
+    patch_id: Optional[str] = None,
+    op: Optional[str] = None,
+    model: Optional[str] = None,
+    rounds: Optional[int] = None,
+    root: Optional[Path] = None,
+    force: bool = False,
+) -> Path:
+    """Register the winner of an optimizer run (``runs/<op>/<run-id>/best/``) as a patch.
+
+    ``best/`` must hold exactly one kernel source (``*.cuh`` or ``*.py``); every ``*.json`` in it that parses
+    as a harness EvalResult becomes evidence. ``model``/``rounds`` default to what ``best/``'s or the run's
+    JSON files say (keys ``model`` and ``rounds``), if anything.
+    """
+    run_dir = Path(run_dir)
+    best = run_dir / "best" if (run_dir / "best").is_dir() else run_dir
+    sources = sorted(p for p in best.iterdir() if p.suffix in (".cuh", ".py") and p.is_file()) if best.is_dir() else []
+    if len(sources) != 1:
+        raise AstraError(f"{best}: expected one kernel source (*.cuh or *.py), found {len(sources)}")
+    op = op or run_dir.parent.name
+    results, meta = [], {}
+    from astra_sglang.contract.result import EvalResult
+
+    for p in sorted(best.glob("*.json")) + sorted(run_dir.glob("*.json")):
+        try:
+            raw = json.loads(p.read_text())
+        except (OSError, json.JSONDecodeError):
+            continue
+        for it in raw if isinstance(raw, list) else [raw]:
+            if not isinstance(it, dict):
+                continue
+            try:
+                results.append(EvalResult.model_validate(it))
+            except Exception:
+                meta.update({k: it[k] for k in ("model", "rounds") if k in it and k not in meta})
+    prov = Provenance(
+        kind="run",
+        run=str(run_dir),
+        model=model or meta.get("model"),
+        rounds=rounds if rounds is not None else meta.get("rounds"),
+    )
+    return add_patch(op, sources[0], patch_id=patch_id or f"{run_dir.name}", provenance=prov,
+                     evidence=Evidence(results=results), root=root, force=force)
