@@ -13,7 +13,6 @@ Imports only torch and the contract: it runs inside every SGLang process that ac
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
 
 import torch
 
@@ -32,7 +31,7 @@ def bits(x: torch.Tensor) -> torch.Tensor:
     return x.contiguous().view(_INT_VIEW[x.element_size()])
 
 
-def poison_value(dtype: torch.dtype) -> Optional[int]:
+def poison_value(dtype: torch.dtype) -> int | None:
     return _NAN_BITS.get(dtype)
 
 
@@ -60,8 +59,8 @@ def is_poison(x: torch.Tensor) -> torch.Tensor:
 class Mismatch:
     reason: str
     detail: str
-    max_abs_err: Optional[float] = None
-    max_rel_err: Optional[float] = None
+    max_abs_err: float | None = None
+    max_rel_err: float | None = None
     count: int = 0
 
 
@@ -89,7 +88,7 @@ def scale_key(name: str) -> str:
     return f"{name}:scale"
 
 
-def _magnitude(x: torch.Tensor, scale: Optional[torch.Tensor]) -> torch.Tensor:
+def _magnitude(x: torch.Tensor, scale: torch.Tensor | None) -> torch.Tensor:
     if scale is None:
         return x.abs()
     return torch.maximum(x.abs(), scale.to(device=x.device, dtype=x.dtype).reshape(x.shape).abs())
@@ -109,8 +108,8 @@ def _as_output(ref: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
     return r.to(hp)
 
 
-def compare(name: str, cand: torch.Tensor, orig: torch.Tensor, ref: Optional[torch.Tensor],
-            tol: Tolerance, scale: Optional[torch.Tensor] = None) -> Optional[Mismatch]:
+def compare(name: str, cand: torch.Tensor, orig: torch.Tensor, ref: torch.Tensor | None,
+            tol: Tolerance, scale: torch.Tensor | None = None) -> Mismatch | None:
     if cand.shape != orig.shape:
         return Mismatch("mismatch", f"{name}: shape {tuple(cand.shape)} != original {tuple(orig.shape)}")
     if not cand.dtype.is_floating_point:
@@ -161,7 +160,7 @@ def compare(name: str, cand: torch.Tensor, orig: torch.Tensor, ref: Optional[tor
 
 
 def compare_outputs(got: dict[str, torch.Tensor], orig: dict[str, torch.Tensor],
-                    ref: dict[str, torch.Tensor], tol: Tolerance) -> Optional[Mismatch]:
+                    ref: dict[str, torch.Tensor], tol: Tolerance) -> Mismatch | None:
     """The first output (by the original's names) where the kernel's differs; ``ref`` may hold ``name:scale``."""
     for name, o in orig.items():
         m = compare(name, got[name], o, ref.get(name), tol, ref.get(scale_key(name)))
@@ -176,7 +175,7 @@ def max_errors(cand: torch.Tensor, orig: torch.Tensor) -> tuple[float, float]:
 
 
 def compare_to_reference(name: str, out: torch.Tensor, ref: torch.Tensor, tol: Tolerance,
-                         scale: Optional[torch.Tensor] = None) -> Optional[Mismatch]:
+                         scale: torch.Tensor | None = None) -> Mismatch | None:
     """The original alone against the float reference (a finding about the extraction, not a candidate)."""
     hp = torch.float64 if out.dtype == torch.float64 else torch.float32
     o = out.to(hp)

@@ -16,7 +16,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Optional, Union
+from typing import Any
 
 ROLE_RE = re.compile(r"#\s*Role:\s*([\w-]+)\s+agent", re.IGNORECASE)
 
@@ -25,14 +25,14 @@ ROLE_RE = re.compile(r"#\s*Role:\s*([\w-]+)\s+agent", re.IGNORECASE)
 class Reply:
     """One scripted answer to one /v1/chat/completions request."""
 
-    content: Optional[str] = None
+    content: str | None = None
     tool_calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     status: int = 200
     error_body: str = ""
     delay_s: float = 0.0
 
 
-def final(obj: Union[dict[str, Any], str], delay_s: float = 0.0) -> Reply:
+def final(obj: dict[str, Any] | str, delay_s: float = 0.0) -> Reply:
     """The agent's final (structured) output: JSON text matching the agent's output schema."""
     return Reply(content=obj if isinstance(obj, str) else json.dumps(obj), delay_s=delay_s)
 
@@ -68,11 +68,11 @@ class Script:
     """Per-role queues of replies; a role whose queue is empty falls back to its default responder."""
 
     def __init__(self) -> None:
-        self.queues: dict[str, deque[Union[Reply, Responder]]] = {}
+        self.queues: dict[str, deque[Reply | Responder]] = {}
         self.defaults: dict[str, Responder] = {}
         self.lock = threading.Lock()
 
-    def add(self, role: str, *replies: Union[Reply, Responder]) -> Script:
+    def add(self, role: str, *replies: Reply | Responder) -> Script:
         with self.lock:
             self.queues.setdefault(role, deque()).extend(replies)
         return self
@@ -110,7 +110,7 @@ class Recorded:
 class FakeOpenAIServer:
     """ThreadingHTTPServer serving /v1/models and /v1/chat/completions with scripted replies."""
 
-    def __init__(self, responder: Responder, api_key: Optional[str] = "test-key",
+    def __init__(self, responder: Responder, api_key: str | None = "test-key",
                  models: tuple[str, ...] = ("o4-mini",)):
         self.responder = responder
         self.api_key = api_key
@@ -118,8 +118,8 @@ class FakeOpenAIServer:
         self.requests: list[Recorded] = []
         self._counter = 0
         self._lock = threading.Lock()
-        self._httpd: Optional[ThreadingHTTPServer] = None
-        self._thread: Optional[threading.Thread] = None
+        self._httpd: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
 
     @property
     def url(self) -> str:

@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPTED = REPO / "tests" / "candidates" / "merge_state" / "scripted"
@@ -75,7 +75,7 @@ def single_reply(source: str) -> dict[str, Any]:
 
 # ---------------------------------------------------------------------------------------- running it
 
-def loop_env(extra: Optional[dict[str, str]] = None, interpret: bool = True) -> dict[str, str]:
+def loop_env(extra: dict[str, str] | None = None, interpret: bool = True) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
     env["ASTRA_TEST_KEY"] = API_KEY

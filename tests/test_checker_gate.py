@@ -13,23 +13,22 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 
-torch = pytest.importorskip("torch")
-
-from astra_sglang.checker import compare_outputs  # noqa: E402
-from astra_sglang.contract.base import sha256_file  # noqa: E402
-from astra_sglang.contract.patch import (  # noqa: E402
+from astra_sglang.checker import compare_outputs
+from astra_sglang.contract.base import sha256_file
+from astra_sglang.contract.patch import (
     GuardSpec,
     PatchManifest,
     PatchSource,
     Provenance,
     ValidatedOn,
 )
-from astra_sglang.loader.launch import load_reference  # noqa: E402
-from astra_sglang.patches import status  # noqa: E402
-from astra_sglang.patches.adapters.base import dim_ranges  # noqa: E402
-from astra_sglang.patches.registry import load_op, op_folder  # noqa: E402
-from astra_sglang.patches.runtime import PatchRuntime, check_against_original  # noqa: E402
+from astra_sglang.loader.launch import load_reference
+from astra_sglang.patches import status
+from astra_sglang.patches.adapters.base import dim_ranges
+from astra_sglang.patches.registry import op_folder
+from astra_sglang.patches.runtime import PatchRuntime, check_against_original
 
 REPO = Path(__file__).resolve().parents[1]
 SEED = 1234  # the gate's seed for the first check shape
@@ -55,9 +54,11 @@ def _verdicts(rt: PatchRuntime, original, kernel, dims: dict[str, int], dtype: t
     a_o, k_o = ad.sample(dims, dtype, "cpu", SEED)
     a_p, k_p = ad.sample(dims, dtype, "cpu", SEED)
     a_r, k_r = ad.sample(dims, dtype, "cpu", SEED)
-    ref = load_reference(op_folder(rt.m.op), rt.op)(**ad.prepare(*a_r, **k_r).args)
+    p_r, p_p = ad.prepare(*a_r, **k_r), ad.prepare(*a_p, **k_p)
+    assert p_r is not None and p_p is not None
+    ref = load_reference(op_folder(rt.m.op), rt.op)(**p_r.args)
     orig = ad.outputs(a_o, k_o, original(*a_o, **k_o))
-    got = ad.outputs(a_p, k_p, ad.launch(kernel, ad.prepare(*a_p, **k_p)))
+    got = ad.outputs(a_p, k_p, ad.launch(kernel, p_p))
     harness = compare_outputs(got, orig, ref, rt.op.tolerances[str(dtype).removeprefix("torch.")]) is None
     rt.kernel = kernel
     gate = check_against_original(rt, original, "cpu") is None

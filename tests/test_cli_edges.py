@@ -121,6 +121,7 @@ def test_queue_or_explicit_cpu_lets_optimize_run_without_a_gpu() -> None:
 def test_a_closed_pipe_is_not_a_traceback(argv: list[str]) -> None:
     proc = subprocess.Popen([sys.executable, "-m", "astra_sglang", *argv], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    assert proc.stdout is not None and proc.stderr is not None
     proc.stdout.close()  # the reader is gone before the first byte, like `| head` after its line
     err = proc.stderr.read()
     assert proc.wait(timeout=300) == 141

@@ -9,9 +9,8 @@ import pytest
 
 from astra_sglang.contract.base import sha256_file as sha256
 from astra_sglang.contract.op import load_manifest
-from astra_sglang.errors import AstraError
-from astra_sglang.contract.base import sha256_file as sha256
 from astra_sglang.contract.restore import restore_folder
+from astra_sglang.errors import AstraError
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -31,9 +31,9 @@ def test_merge_state_patch_serves_covered_calls_and_matches_the_extracted_origin
     monkeypatch.setenv("TRITON_INTERPRET", "1")  # read when the kernel modules are imported (fresh, by path)
     from astra_sglang.contract.patch import load_patch_manifest, write_patch_manifest
     from astra_sglang.patches import counters, status
-    from astra_sglang.patches.tooling.devcheck import extracted_original
     from astra_sglang.patches.registry import discover
     from astra_sglang.patches.runtime import PatchRuntime
+    from astra_sglang.patches.tooling.devcheck import extracted_original
 
     src = REPO / "tests" / "candidates" / "merge_state" / "hand_written.py"
     assert main(["patches", "add", "--op", "merge_state", "--source", str(src), "--id", "hw-merge",

@@ -211,7 +211,6 @@ def test_counters_count_real_calls_through_an_installed_hook(root, monkeypatch):
     import torch.nn.functional as F
 
     import astra_sglang.patches as patches
-    from astra_sglang.patches import status
     from astra_sglang.patches.runtime import PatchRuntime
 
     calls = []

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal, Optional
+from typing import Literal
 
 from pydantic import Field
 
@@ -13,7 +13,7 @@ class ModelOptions(Model):
     """Which model; persisted in the run folder: names only, never a key."""
 
     model: str = "o4-mini"
-    base_url: Optional[str] = None
+    base_url: str | None = None
     api_key_env: str = "OPENAI_API_KEY"
     request_timeout_s: float = Field(default=600.0, gt=0)
     file_timeout_s: float = Field(default=3600.0, gt=0)

@@ -22,7 +22,7 @@ import json
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from agents.agent_output import AgentOutputSchemaBase
 from agents.exceptions import ModelBehaviorError
@@ -86,8 +86,8 @@ class FileModel(Model):
         self.timeout_s = timeout_s
         self.poll_s = poll_s
 
-    def _request_body(self, system: Optional[str], input: str | list[TResponseInputItem], tools: list[Tool],
-                      output_schema: Optional[AgentOutputSchemaBase]) -> dict[str, Any]:
+    def _request_body(self, system: str | None, input: str | list[TResponseInputItem], tools: list[Tool],
+                      output_schema: AgentOutputSchemaBase | None) -> dict[str, Any]:
         messages: list[Any] = []
         if system:
             messages.append({"role": "system", "content": system})
@@ -110,16 +110,16 @@ class FileModel(Model):
 
     async def get_response(
         self,
-        system_instructions: Optional[str],
+        system_instructions: str | None,
         input: str | list[TResponseInputItem],
         model_settings: ModelSettings,
         tools: list[Tool],
-        output_schema: Optional[AgentOutputSchemaBase],
+        output_schema: AgentOutputSchemaBase | None,
         handoffs: list[Handoff],
         tracing: ModelTracing,
         *,
-        previous_response_id: Optional[str] = None,
-        conversation_id: Optional[str] = None,
+        previous_response_id: str | None = None,
+        conversation_id: str | None = None,
         prompt: Any = None,
     ) -> ModelResponse:
         self.directory.mkdir(parents=True, exist_ok=True)

@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Optional
 
 from astra_sglang.agents.config import ModelOptions
 from astra_sglang.errors import AstraError
 
 
-def _api_key(opts: ModelOptions, required: bool = True) -> Optional[str]:
+def _api_key(opts: ModelOptions, required: bool = True) -> str | None:
     key = os.environ.get(opts.api_key_env)
     if not key and required:
         raise AstraError(f"no API key: environment variable {opts.api_key_env} is not set (choose another with "
@@ -119,7 +118,7 @@ async def preflight(opts: ModelOptions) -> str:
         await client.close()
 
 
-async def _listed_models(client) -> Optional[list[str]]:
+async def _listed_models(client) -> list[str] | None:
     """The server's /models listing; None when it has none (404) or answers something that is not one."""
     import openai
 

@@ -11,7 +11,7 @@ import asyncio
 import time
 from collections.abc import AsyncIterator, Callable
 from datetime import datetime, timezone
-from typing import Any, Optional, Protocol
+from typing import Any, Protocol
 
 from agents.agent_output import AgentOutputSchemaBase
 from agents.handoffs import Handoff
@@ -30,16 +30,16 @@ class ModelCallRecord(Record):
 
 
     seq: int
-    round: Optional[int]
+    round: int | None
     step: str
     agent: str
     attempt: int
     started: str
     wall_s: float
     request: dict[str, Any]
-    response: Optional[list[dict[str, Any]]] = None
+    response: list[dict[str, Any]] | None = None
     tokens: TokenCount = Field(default_factory=TokenCount)
-    error: Optional[str] = None
+    error: str | None = None
 
 
 class CallSink(Protocol):
@@ -47,7 +47,7 @@ class CallSink(Protocol):
 
     def record_call(self, record: ModelCallRecord) -> None: ...
 
-    def scope(self) -> tuple[Optional[int], str, str]: ...
+    def scope(self) -> tuple[int | None, str, str]: ...
 
 
 class ModelCallFailed(Exception):
@@ -81,8 +81,8 @@ def describe_tools(tools: list[Tool]) -> list[dict[str, Any]]:
     return out
 
 
-def describe_request(system: Optional[str], input: Any, tools: list[Tool],
-                     output_schema: Optional[AgentOutputSchemaBase]) -> dict[str, Any]:
+def describe_request(system: str | None, input: Any, tools: list[Tool],
+                     output_schema: AgentOutputSchemaBase | None) -> dict[str, Any]:
     schema = None
     if output_schema is not None and not output_schema.is_plain_text():
         schema = {"name": output_schema.name(), "strict": output_schema.is_strict_json_schema(),
@@ -133,21 +133,21 @@ class RecordingModel(Model):
 
     async def get_response(
         self,
-        system_instructions: Optional[str],
+        system_instructions: str | None,
         input: str | list[TResponseInputItem],
         model_settings: ModelSettings,
         tools: list[Tool],
-        output_schema: Optional[AgentOutputSchemaBase],
+        output_schema: AgentOutputSchemaBase | None,
         handoffs: list[Handoff],
         tracing: ModelTracing,
         *,
-        previous_response_id: Optional[str] = None,
-        conversation_id: Optional[str] = None,
+        previous_response_id: str | None = None,
+        conversation_id: str | None = None,
         prompt: Any = None,
     ) -> ModelResponse:
         request = describe_request(system_instructions, input, tools, output_schema)
         rnd, step, agent = self.sink.scope()
-        last: Optional[BaseException] = None
+        last: BaseException | None = None
         for attempt in range(self.policy.retries + 1):
             self._seq += 1
             started = datetime.now(timezone.utc).isoformat(timespec="seconds")

@@ -11,7 +11,7 @@ not have the SDK.
 from __future__ import annotations
 
 import json
-from typing import Literal, Optional
+from typing import Literal
 
 from pydantic import BaseModel, Field
 
@@ -47,7 +47,7 @@ class Diagnosis(Model):
     """The Profiling agent's reading of timing and resource numbers."""
 
     bound: Literal["memory", "latency", "compute", "mixed", "unknown"]
-    pct_of_copy_ceiling: Optional[float] = Field(
+    pct_of_copy_ceiling: float | None = Field(
         description="typical % of the measured copy bandwidth; null if unknown")
     where_time_goes: str
     evidence: list[str] = Field(description="the numbers the diagnosis rests on")
@@ -91,10 +91,10 @@ class SingleAgentRound(Model):
 class ShapeLine(Model):
     dims: dict[str, int]
     dtype: str
-    original_us: Optional[float] = None
-    candidate_us: Optional[float] = None
-    speedup: Optional[float] = None
-    pct_of_copy_ceiling: Optional[float] = None
+    original_us: float | None = None
+    candidate_us: float | None = None
+    speedup: float | None = None
+    pct_of_copy_ceiling: float | None = None
 
 
 class ResultView(Model):
@@ -103,29 +103,29 @@ class ResultView(Model):
     device: str
     built: bool
     build_log: str = ""
-    correct: Optional[bool] = None
+    correct: bool | None = None
     cases_run: int = 0
-    first_failure: Optional[str] = None
-    geomean_speedup: Optional[float] = None
-    timing_method: Optional[str] = None
-    copy_ceiling_gbps: Optional[float] = None
+    first_failure: str | None = None
+    geomean_speedup: float | None = None
+    timing_method: str | None = None
+    copy_ceiling_gbps: float | None = None
     shapes: list[ShapeLine] = Field(default_factory=list)
     resources: list[str] = Field(default_factory=list)
-    error: Optional[str] = None
+    error: str | None = None
 
 
 class RoundView(Model):
     """One earlier round as the planner sees it."""
 
     round: int
-    base_round: Optional[int]
+    base_round: int | None
     status: str
-    correct: Optional[bool]
-    geomean_speedup: Optional[float]
-    diagnosis: Optional[str]
+    correct: bool | None
+    geomean_speedup: float | None
+    diagnosis: str | None
     suggestions: list[str]
-    changes: Optional[str]
-    failure: Optional[str]
+    changes: str | None
+    failure: str | None
 
 
 class OpView(Model):
@@ -164,7 +164,7 @@ class PlanningInput(Model):
     kernel_round: int
     kernel_source: str
     result: ResultView
-    diagnosis: Optional[Diagnosis]
+    diagnosis: Diagnosis | None
     history: list[RoundView]
 
 

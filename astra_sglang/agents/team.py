@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any
 
 from agents import Agent, FunctionTool, Tool
 from agents.models.interface import Model
@@ -21,8 +21,8 @@ from astra_sglang.agents.schemas import (
 @dataclass
 class Team:
     testing: Agent[Any]
-    profiling: Optional[Agent[Any]]
-    planning: Optional[Agent[Any]]
+    profiling: Agent[Any] | None
+    planning: Agent[Any] | None
     coding: Agent[Any]
     single: bool
 

@@ -12,7 +12,6 @@ import importlib.util
 import os
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Optional
 
 from astra_sglang.contract.base import Model
 from astra_sglang.errors import AstraError
@@ -28,7 +27,7 @@ class PatchFact(Model):
     patch_id: str
     op: str
     applies_here: bool
-    why_not: Optional[str] = None
+    why_not: str | None = None
     validated_here: bool
     validation: str
 
@@ -46,7 +45,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=handle)
 
 
-def _dist_version(name: str) -> Optional[str]:
+def _dist_version(name: str) -> str | None:
     try:
         return version(name)
     except PackageNotFoundError:
@@ -64,7 +63,7 @@ def _sglang() -> Fact:
     return Fact(name="sglang", ok=True, detail=f"{v or 'unknown version'} at {where}")
 
 
-def _gpu() -> tuple[Fact, Optional[str]]:
+def _gpu() -> tuple[Fact, str | None]:
     """The GPU fact and the arch the patch registry matches (sm_XY, cpu-interpret under TRITON_INTERPRET=1)."""
     if importlib.util.find_spec("torch") is None:
         return Fact(name="gpu", ok=False, detail="torch is not installed"), None
@@ -131,7 +130,7 @@ def _optimizer_extra() -> Fact:
     return Fact(name="optimizer extra", ok=have["openai-agents"] is not None, detail=detail)
 
 
-def _patches(arch: Optional[str]) -> list[PatchFact]:
+def _patches(arch: str | None) -> list[PatchFact]:
     from astra_sglang.patches.registry import (
         device_problem,
         discover,

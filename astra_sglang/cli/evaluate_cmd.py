@@ -6,7 +6,6 @@ import argparse
 import sys
 import time
 from pathlib import Path
-from typing import Optional
 
 from astra_sglang.cli.args import non_negative_float
 from astra_sglang.contract.base import Model
@@ -41,7 +40,7 @@ class EvaluateReport(Model):
     pending: int
 
 
-def _refuse_untimed(queue: Path, device: Optional[str]) -> None:
+def _refuse_untimed(queue: Path, device: str | None) -> None:
     """A result written without a GPU has no timing, and a result is final: the run could never be timed."""
     from astra_sglang.contract.eval_config import EvalConfig
     from astra_sglang.harness.evaluate import resolve_device

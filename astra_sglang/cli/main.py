@@ -17,7 +17,8 @@ import os
 import signal
 import sys
 import threading
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any
 
 from astra_sglang import __version__
 from astra_sglang.cli.args import Parser
@@ -69,13 +70,13 @@ def _quiet_stdout() -> None:
     os.close(devnull)
 
 
-def main(argv: Optional[list[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
     except SystemExit as e:  # --help, --version, a bad argument: an exit code for callers of main() too
         return e.code if isinstance(e.code, int) else 2
-    handler: Optional[Callable[[argparse.Namespace], int]] = getattr(args, "handler", None)
+    handler: Callable[[argparse.Namespace], int] | None = getattr(args, "handler", None)
     if handler is None:
         parser.print_help()
         return 2

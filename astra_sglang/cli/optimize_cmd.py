@@ -44,7 +44,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--device", default="auto", choices=["auto", "cuda", "cpu"])
     p.add_argument("--mode", default="cold", choices=["cold", "warm"], help="timing mode (default cold L2)")
     p.add_argument("--eval-queue", metavar="DIR", help="evaluate through a queue folder filled by `evaluate DIR` on a GPU host")
-    p.add_argument("--eval-wait-s", type=non_negative_float, default=None, help="wait this long for queue results before stopping (default 0)")
+    p.add_argument("--eval-wait-s", type=non_negative_float, default=None,
+                   help="wait this long for queue results before stopping (default 0)")
     p.add_argument("--ncu", action="store_true", help="give the Profiling agent Nsight Compute counters (GPU host)")
     p.add_argument("--trace", action="store_true", help="enable openai-agents tracing (off by default)")
     p.add_argument("--label", help="a note shown in the log, tables and best/ (e.g. for scripted candidates)")

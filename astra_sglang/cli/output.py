@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 import sys
-from typing import Any, Optional
+from typing import Any
 
 _MARKUP = re.compile(r"\[/?[a-z][a-z ]*\]|\[/\]")
 
@@ -16,7 +16,7 @@ _MARKUP = re.compile(r"\[/?[a-z][a-z ]*\]|\[/\]")
 class PlainTable:
     """The part of ``rich.table.Table`` these commands use."""
 
-    def __init__(self, title: Optional[str] = None, caption: Optional[str] = None, **_: Any) -> None:
+    def __init__(self, title: str | None = None, caption: str | None = None, **_: Any) -> None:
         self.title, self.caption = title, caption
         self.columns: list[str] = []
         self.rows: list[list[str]] = []
@@ -49,6 +49,8 @@ class PlainConsole:
         print(text, file=sys.stderr if self.stderr else sys.stdout)
 
 
+_RichConsole: Any
+_RichTable: Any
 try:
     from rich.console import Console as _RichConsole
     from rich.table import Table as _RichTable
@@ -57,10 +59,10 @@ except ImportError:  # a serving-only install
     _RichTable = None
 
 HAVE_RICH = _RichConsole is not None
-Table: Any = _RichTable or PlainTable
+Table: Any = _RichTable if _RichTable is not None else PlainTable
 
 
-def console(stderr: bool = False, width: Optional[int] = None) -> Any:
+def console(stderr: bool = False, width: int | None = None) -> Any:
     """A console for this command; ``width`` applies when the output is not a terminal (logs, CI, pipes)."""
     if _RichConsole is None:
         return PlainConsole(stderr=stderr)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal, Optional
+from typing import Literal
 
 from pydantic import Field
 
@@ -25,9 +25,9 @@ class ExtraCase(Model):
 class EvalConfig(Model):
 
     shapes: ShapeSet = Field("paper", description="shapes timed (and always checked); 'test' = tiny CPU suite")
-    dtypes: Optional[list[str]] = Field(None, description="dtypes checked; None = every dtype the op supports")
-    timing_dtypes: Optional[list[str]] = Field(None, description="dtypes timed; None = bfloat16 (else the first)")
-    distributions: Optional[list[str]] = Field(None, description=f"subset of {DISTRIBUTIONS}; None = all that apply")
+    dtypes: list[str] | None = Field(None, description="dtypes checked; None = every dtype the op supports")
+    timing_dtypes: list[str] | None = Field(None, description="dtypes timed; None = bfloat16 (else the first)")
+    distributions: list[str] | None = Field(None, description=f"subset of {DISTRIBUTIONS}; None = all that apply")
     check_all_shapes: bool = Field(True, description="also check every other manifest shape (normal values), "
                                    "not only the timed ones; a candidate must be right wherever SGLang calls it")
     check_max_elems: int = Field(1 << 26, description="skip extra check shapes whose largest tensor is bigger")
@@ -36,14 +36,14 @@ class EvalConfig(Model):
     include_heldout: bool = Field(False, description="add held-out shapes/seeds derived from a private secret "
                                   "(final verdict only; never shown to agents)")
     heldout_shapes: int = 4
-    seed: Optional[int] = Field(None, description="base seed of the visible suite; None = fresh each evaluation")
+    seed: int | None = Field(None, description="base seed of the visible suite; None = fresh each evaluation")
     stateful_checks: int = Field(2, description="cases re-run at the same addresses with new values")
     screen: bool = Field(True, description="static screen before any build (harness/screen.py); False only for "
                          "tests of the defences behind it, which must hold on their own")
 
     device: Literal["auto", "cuda", "cpu"] = "auto"
     arch: str = "sm_90a"
-    cache_dir: Optional[Path] = None
+    cache_dir: Path | None = None
     build_workers: int = 8
     timeout_s: float = Field(120.0, description="a worker silent for this long is killed (hang)")
     max_wall_s: float = Field(1800.0, description="hard cap on one candidate's worker")
@@ -51,8 +51,8 @@ class EvalConfig(Model):
     timing: bool = True
     mode: Literal["cold", "warm"] = "cold"
     protocol: Literal["default", "paper"] = Field("default", description="paper = 20 warm-up, 100 timed")
-    warmup: Optional[int] = None
-    rep: Optional[int] = None
+    warmup: int | None = None
+    rep: int | None = None
     gpu_warmup_s: float = Field(2.0, description="busy work before timing: the H200 idles at 345 MHz")
     cold_l2_factor: float = Field(4.0, description="cold mode rotates input sets over more than this x L2")
     max_graph_launches: int = Field(1000, description="cap on launches per captured graph (tiny shapes)")
@@ -62,7 +62,7 @@ class EvalConfig(Model):
     time_baselines: bool = Field(True, description="also time the manifest's CUDA baselines (e.g. FlashInfer)")
     simulate_timing: bool = Field(False, description="CPU only, for tests: run the timing code path with host "
                                   "timers (its numbers mean nothing)")
-    copy_ceiling_gbps: Optional[float] = Field(None, description="skip the measurement and use this value")
+    copy_ceiling_gbps: float | None = Field(None, description="skip the measurement and use this value")
 
     def timing_protocol(self) -> tuple[int, int]:
         """(warm-up replays, timed replays) per implementation."""

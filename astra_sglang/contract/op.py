@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Literal, Optional, Union
+from typing import Literal
 
 from pydantic import Field
 
@@ -42,7 +42,7 @@ class Dim(Model):
     meaning: str
     multiple_of: int = 1
     min: int = 1
-    max: Optional[int] = None
+    max: int | None = None
 
 
 class TensorArg(Model):
@@ -58,8 +58,8 @@ class TensorArg(Model):
 class ScalarArg(Model):
     name: str
     type: Literal["float", "int", "bool", "str"]
-    default: Union[float, int, bool, str, None] = None
-    choices: list[Union[float, int, bool, str]] = Field(default_factory=list)
+    default: float | int | bool | str | None = None
+    choices: list[float | int | bool | str] = Field(default_factory=list)
     meaning: str = ""
 
 
@@ -69,7 +69,7 @@ class Signature(Model):
     scalars: list[ScalarArg] = Field(default_factory=list)
     dtypes: list[str] = Field(description="torch dtype names the op supports, e.g. ['bfloat16', 'float16']")
     relations: list[str] = Field(default_factory=list, description="human-readable shape/semantic relations")
-    returns: Optional[list[str]] = Field(
+    returns: list[str] | None = Field(
         default=None,
         description="what the entry point returns, in order (output/in-place names): a buffer that is passed "
         "must come back as that very buffer, one that is not as a new tensor; [] = None, one name = that tensor "
@@ -106,7 +106,7 @@ class TritonRecipe(Model):
     call: list[str] = Field(description="arguments of the wrapper call: signature names or Python literals")
 
 
-Recipe = Union[CudaJitRecipe, TritonRecipe]
+Recipe = CudaJitRecipe | TritonRecipe
 
 
 class Tolerance(Model):
@@ -120,7 +120,7 @@ class Reference(Model):
     path: str
     function: str = "reference"
     origin: str = Field(description="'forward_native:<target>' when it restates SGLang's, else 'written'")
-    forward_native: Optional[str] = Field(default=None, description="SGLang's forward_native target, if any")
+    forward_native: str | None = Field(default=None, description="SGLang's forward_native target, if any")
 
 
 class Baseline(Model):
@@ -129,7 +129,7 @@ class Baseline(Model):
     name: str
     description: str
     when: str = Field(description="the serving condition under which SGLang dispatches here")
-    recipe: Optional[Recipe] = None
+    recipe: Recipe | None = None
     same_function: bool = Field(description="False when semantics differ (e.g. base-2 vs base-e LSE)")
     note: str = ""
 
@@ -146,7 +146,7 @@ class CallSite(Model):
     attr: str = Field(description="the attribute name in that module")
     binds: str = Field(description="'entry_point' (the extracted function), a baseline's name (e.g. "
                        "'flashinfer_fused_add_rmsnorm'), or 'caller' (a different function that calls one of those)")
-    target: Optional[str] = Field(description="HookRegistry target of the bound object, e.g. "
+    target: str | None = Field(description="HookRegistry target of the bound object, e.g. "
                                   "'sgl_kernel.fused_add_rmsnorm'; None for a caller")
     same_function: bool = Field(description="the bound object computes the op's function (False e.g. for "
                                 "FlashInfer's base-2 merge_state beside SGLang's base-e one)")
@@ -171,7 +171,7 @@ class Manifest(Model):
     op_id: str = Field(description="SGLang registry op id, or 'module:attr' for unregistered entry points")
     short_name: str
     sglang_version: str
-    flashinfer_version: Optional[str] = None
+    flashinfer_version: str | None = None
     source_kind: SourceKind
     entry_point: str = Field(description="'module:attr' of the SGLang function this kernel is called through")
     files: list[SourceFile]

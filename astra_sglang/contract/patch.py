@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Literal, Optional
+from typing import Literal
 
 from pydantic import Field
 
@@ -49,7 +49,7 @@ class PatchSource(Model):
 
 class DimRange(Model):
     min: int = 1
-    max: Optional[int] = None
+    max: int | None = None
     multiple_of: int = 1
 
     def accepts(self, value: int) -> bool:
@@ -72,10 +72,10 @@ class ValidatedOn(Model):
 
 class Provenance(Model):
     kind: ProvenanceKind
-    run: Optional[str] = Field(default=None, description="runs/<op>/<run-id> the patch came from")
-    model: Optional[str] = None
-    rounds: Optional[int] = None
-    author: Optional[str] = None
+    run: str | None = Field(default=None, description="runs/<op>/<run-id> the patch came from")
+    model: str | None = None
+    rounds: int | None = None
+    author: str | None = None
     note: str = ""
 
 
@@ -87,8 +87,8 @@ class Evidence(Model):
     results: list[EvalResult] = Field(default_factory=list)
     notes: list[str] = Field(default_factory=list)
 
-    def speedups(self) -> list[tuple[dict[str, int], str, Optional[float]]]:
-        rows: list[tuple[dict[str, int], str, Optional[float]]] = []
+    def speedups(self) -> list[tuple[dict[str, int], str, float | None]]:
+        rows: list[tuple[dict[str, int], str, float | None]] = []
         for r in self.results:
             if r.timing:
                 rows.extend((s.dims, s.dtype, s.speedup) for s in r.timing.shapes)
@@ -141,7 +141,7 @@ def write_patch_manifest(patch_dir: Path, manifest: PatchManifest) -> Path:
     return path
 
 
-def file_problem(patch_dir: Path, manifest: PatchManifest) -> Optional[str]:
+def file_problem(patch_dir: Path, manifest: PatchManifest) -> str | None:
     """The first missing or altered file, or None when every listed file matches its SHA-256.
 
     The kernel source must be listed: a manifest that does not pin what it runs proves nothing.
@@ -158,7 +158,7 @@ def file_problem(patch_dir: Path, manifest: PatchManifest) -> Optional[str]:
     return None
 
 
-def pin_files(patch_dir: Path, roles: Optional[dict[str, str]] = None) -> list[PatchFile]:
+def pin_files(patch_dir: Path, roles: dict[str, str] | None = None) -> list[PatchFile]:
     """Hash every file in the folder except the manifest (roles: path -> role; default 'kernel')."""
     patch_dir = Path(patch_dir)
     out = []
@@ -171,7 +171,7 @@ def pin_files(patch_dir: Path, roles: Optional[dict[str, str]] = None) -> list[P
     return out
 
 
-def target_problem(op: Manifest, targets: list[str]) -> Optional[str]:
+def target_problem(op: Manifest, targets: list[str]) -> str | None:
     """Why these targets cannot be patched with this op's kernel, or None.
 
     A target must be a call site the extractor found for the op, and bind the op's own function: standing in

@@ -16,14 +16,13 @@ import tempfile
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Optional
 
 from astra_sglang.contract.base import sha256_file as sha256
 from astra_sglang.contract.op import MANIFEST_NAME, load_manifest
 from astra_sglang.errors import AstraError
 
 
-def installed_package_root(package: str) -> Optional[Path]:
+def installed_package_root(package: str) -> Path | None:
     """The folder of an installed package, found without importing it (importing SGLang costs seconds)."""
     spec = importlib.util.find_spec(package)
     if spec is None or not spec.submodule_search_locations:
@@ -125,7 +124,7 @@ def materialize(op_dir: Path, cache_root: Path) -> Path:
     if is_complete(op_dir):
         return op_dir
     manifest = load_manifest(op_dir)
-    key = sha256((op_dir / MANIFEST_NAME))[:16]
+    key = sha256(op_dir / MANIFEST_NAME)[:16]
     dest = Path(cache_root) / "extracted" / f"{op_dir.name}-{key}"
     if dest.is_dir() and is_complete(dest):
         return dest

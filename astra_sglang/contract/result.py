@@ -6,7 +6,7 @@ schema without importing torch.
 
 from __future__ import annotations
 
-from typing import Literal, Optional
+from typing import Literal
 
 from pydantic import Field
 
@@ -17,11 +17,11 @@ class KernelResources(Model):
     """One kernel's line of the ``-Xptxas -v`` report (Triton: from the compiled kernel's metadata)."""
 
     kernel: str
-    registers: Optional[int] = None
-    spill_stores_bytes: Optional[int] = None
-    spill_loads_bytes: Optional[int] = None
-    smem_bytes: Optional[int] = None
-    stack_frame_bytes: Optional[int] = None
+    registers: int | None = None
+    spill_stores_bytes: int | None = None
+    spill_loads_bytes: int | None = None
+    smem_bytes: int | None = None
+    stack_frame_bytes: int | None = None
 
 
 class BuildReport(Model):
@@ -40,12 +40,12 @@ class FailedCase(Model):
                         "'out-of-bounds write', 'timed run wrong', 'reference mismatch'")
     detail: str = ""
     dims: dict[str, int] = Field(default_factory=dict)
-    dtype: Optional[str] = None
-    distribution: Optional[str] = None
-    seed: Optional[int] = None
-    tensor: Optional[str] = None
-    max_abs_err: Optional[float] = None
-    max_rel_err: Optional[float] = None
+    dtype: str | None = None
+    distribution: str | None = None
+    seed: int | None = None
+    tensor: str | None = None
+    max_abs_err: float | None = None
+    max_rel_err: float | None = None
     heldout: bool = False
 
 
@@ -53,7 +53,7 @@ class CorrectnessReport(Model):
     ok: bool
     cases_run: int = 0
     heldout_cases_run: int = 0
-    first_failure: Optional[FailedCase] = None
+    first_failure: FailedCase | None = None
     skipped_cases: int = Field(default=0, description="cases the original itself refuses (not counted as run)")
     notes: list[str] = Field(default_factory=list)
 
@@ -62,20 +62,20 @@ class ShapeTiming(Model):
     dims: dict[str, int]
     dtype: str
     original_us: float
-    candidate_us: Optional[float] = None
+    candidate_us: float | None = None
     spread_pct: float = Field(description="relative spread (IQR/median, max of both sides) of the timed samples")
-    speedup: Optional[float] = None
+    speedup: float | None = None
     verdict: Literal["faster", "slower", "no change", "suspect", "original only"] = "original only"
     bytes_moved: int
     original_gbps: float
-    candidate_gbps: Optional[float] = None
+    candidate_gbps: float | None = None
     original_pct_ceiling: float
-    candidate_pct_ceiling: Optional[float] = None
-    rotation_bytes: Optional[int] = Field(default=None, description="bytes one replay touches per side (cold "
+    candidate_pct_ceiling: float | None = None
+    rotation_bytes: int | None = Field(default=None, description="bytes one replay touches per side (cold "
                                           "mode: > 4x L2 unless capped for tiny shapes)")
-    samples: Optional[int] = Field(default=None, description="timed replays per side")
-    baseline_name: Optional[str] = Field(default=None, description="the library kernel SGLang serves with here")
-    baseline_us: Optional[float] = Field(default=None, description="its time, interleaved with the others")
+    samples: int | None = Field(default=None, description="timed replays per side")
+    baseline_name: str | None = Field(default=None, description="the library kernel SGLang serves with here")
+    baseline_us: float | None = Field(default=None, description="its time, interleaved with the others")
 
 
 class TimingReport(Model):
@@ -83,7 +83,7 @@ class TimingReport(Model):
     method: str = Field(description="e.g. 'cuda-graph replay, 20 warm-up, 100 timed, ABAB interleaved'")
     copy_ceiling_gbps: float
     shapes: list[ShapeTiming]
-    geomean_speedup: Optional[float] = None
+    geomean_speedup: float | None = None
     suspect: list[str] = Field(default_factory=list, description="why a number is not trusted (above ceiling...)")
 
 
@@ -91,14 +91,14 @@ class EvalResult(Model):
     """Everything known about one candidate (or the original alone when ``candidate`` is None)."""
 
     op_id: str
-    candidate: Optional[str] = Field(default=None, description="path of the candidate source, None = original")
-    candidate_sha256: Optional[str] = None
+    candidate: str | None = Field(default=None, description="path of the candidate source, None = original")
+    candidate_sha256: str | None = None
     device: str = Field(description="'NVIDIA H200 (sm_90)' or 'cpu (TRITON_INTERPRET=1)'")
     sglang_version: str
     build: BuildReport
-    correctness: Optional[CorrectnessReport] = None
-    timing: Optional[TimingReport] = None
-    error: Optional[str] = Field(default=None, description="why evaluation stopped (build failed, worker died, ...)")
+    correctness: CorrectnessReport | None = None
+    timing: TimingReport | None = None
+    error: str | None = Field(default=None, description="why evaluation stopped (build failed, worker died, ...)")
     wall_s: float = 0.0
 
     @property
@@ -106,5 +106,5 @@ class EvalResult(Model):
         return self.build.ok and self.correctness is not None and self.correctness.ok and self.error is None
 
     @property
-    def geomean_speedup(self) -> Optional[float]:
+    def geomean_speedup(self) -> float | None:
         return self.timing.geomean_speedup if self.timing else None

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import difflib
 import sys
-from typing import Optional
 
 from pydantic import BaseModel
 
@@ -40,10 +39,10 @@ class OpInfo(BaseModel):
     registered: bool = True
     extractable: bool
     reason: str = ""
-    short_name: Optional[str] = None  # the catalog's folder name when extractable
+    short_name: str | None = None  # the catalog's folder name when extractable
 
 
-def _backend_kind(backend: str, target: str) -> tuple[str, list[str], Optional[str]]:
+def _backend_kind(backend: str, target: str) -> tuple[str, list[str], str | None]:
     """(kind, sources, problem) of one backend target."""
     if backend in ("torch", "torch_compile"):
         return "torch", [], None
@@ -92,7 +91,7 @@ def _fused_ops() -> dict[str, bool]:
 
 
 def _info(op_id: str, targets: list[tuple[str, str]], fused: dict[str, bool], registered: bool) -> OpInfo:
-    kinds: dict[str, tuple[list[str], Optional[str]]] = {}
+    kinds: dict[str, tuple[list[str], str | None]] = {}
     for backend, target in targets:
         kind, sources, problem = _backend_kind(backend, target)
         if kind not in kinds or (kinds[kind][1] and not problem):

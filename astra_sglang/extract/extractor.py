@@ -14,7 +14,6 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
 
 from astra_sglang.contract.base import sha256_file as sha256
 from astra_sglang.contract.op import (
@@ -31,13 +30,13 @@ from astra_sglang.contract.op import (
     load_manifest,
     write_manifest,
 )
+from astra_sglang.contract.restore import backup_path
 from astra_sglang.errors import AstraError
 from astra_sglang.extract import catalog
 from astra_sglang.extract.callsites import scan_call_sites
 from astra_sglang.extract.catalog.base import CatalogEntry, FlashInferBaseline
 from astra_sglang.extract.closure import include_closure
 from astra_sglang.extract.discovery import list_ops, resolve
-from astra_sglang.contract.restore import backup_path
 from astra_sglang.extract.keep import carry, files_under, summarize
 from astra_sglang.extract.recipe import (
     capture_jit_request,
@@ -337,7 +336,7 @@ def resolve_entries(names: list[str]) -> list[CatalogEntry]:
     return entries
 
 
-def extract(names: list[str], out: Path, progress: Optional[Callable[[str, WrittenOp], None]] = None) -> list[Path]:
+def extract(names: list[str], out: Path, progress: Callable[[str, WrittenOp], None] | None = None) -> list[Path]:
     written = []
     for entry in resolve_entries(names):
         done = write_op(entry, out)

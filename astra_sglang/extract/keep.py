@@ -12,7 +12,6 @@ import shutil
 from pathlib import Path
 
 
-
 def carry(src: Path, dest: Path) -> None:
     """Copy ``src`` to ``dest`` (a hard link where possible: build caches can be large); the source stays
     until the caller's swap succeeded, so a failure loses nothing."""

@@ -13,7 +13,6 @@ import importlib.util
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
-from typing import Optional
 
 
 @dataclass
@@ -24,10 +23,10 @@ class ModuleScan:
     triton_kernels: list[str] = field(default_factory=list)
     functions: set[str] = field(default_factory=set)
     sglang_imports: list[str] = field(default_factory=list)  # module-level imports of sglang.*
-    error: Optional[str] = None
+    error: str | None = None
 
 
-def module_file(module: str) -> Optional[Path]:
+def module_file(module: str) -> Path | None:
     try:
         spec = importlib.util.find_spec(module)
     except (ImportError, ValueError):
@@ -43,7 +42,7 @@ def _is_triton_decorator(node: ast.expr) -> bool:
     return text in {"triton.jit", "tl.jit", "jit", "triton.autotune", "triton.heuristics"} or text.endswith(".jit")
 
 
-def _literal_strings(node: ast.expr) -> Optional[list[str]]:
+def _literal_strings(node: ast.expr) -> list[str] | None:
     if isinstance(node, (ast.List, ast.Tuple)) and all(
         isinstance(e, ast.Constant) and isinstance(e.value, str) for e in node.elts
     ):
@@ -52,7 +51,7 @@ def _literal_strings(node: ast.expr) -> Optional[list[str]]:
 
 
 @cache
-def scan_module(module: str) -> Optional[ModuleScan]:
+def scan_module(module: str) -> ModuleScan | None:
     path = module_file(module)
     if path is None:
         return None

@@ -18,21 +18,21 @@ import statistics
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import torch
 
-from astra_sglang.contract.op import Tolerance, signature_names
-from astra_sglang.contract.result import CorrectnessReport, FailedCase, ShapeTiming
-from astra_sglang.harness import timing
-from astra_sglang.harness.arena import Arena, put, take
 from astra_sglang.checker import (
-    bits,
     Mismatch,
+    bits,
     compare,
     compare_to_reference,
     scale_key,
 )
+from astra_sglang.contract.op import Tolerance, signature_names
+from astra_sglang.contract.result import CorrectnessReport, FailedCase, ShapeTiming
+from astra_sglang.harness import timing
+from astra_sglang.harness.arena import Arena, put, take
 from astra_sglang.harness.isolation import Child, ChildDied, crash_lines
 from astra_sglang.harness.protocol import (
     CUDA_STICKY,
@@ -80,8 +80,8 @@ class Skip(Exception):
 
 
 class Checker:
-    def __init__(self, job: CheckJob, progress: Callable[[Progress], None], worker: Optional[Child],
-                 arena: Optional[Arena]):
+    def __init__(self, job: CheckJob, progress: Callable[[Progress], None], worker: Child | None,
+                 arena: Arena | None):
         self.job = job
         self.progress = progress
         self.manifest = job.manifest
@@ -104,10 +104,10 @@ class Checker:
         self.notes: list[str] = []
         self.skipped = 0
         self.deadline = time.monotonic() + max(1.0, self.cfg.max_wall_s - 30.0)
-        self._latency_us: Optional[float] = None
+        self._latency_us: float | None = None
 
     # -- the candidate's worker ------------------------------------------------------------------------------
-    def _ask(self, req: Any, case: Optional[CaseSpec], label: str) -> tuple[Reply, list[torch.Tensor]]:
+    def _ask(self, req: Any, case: CaseSpec | None, label: str) -> tuple[Reply, list[torch.Tensor]]:
         """One request; its reply and any tensors returned by value. Death, silence or a malformed reply is
         the candidate's verdict."""
         assert self.worker is not None
@@ -126,7 +126,7 @@ class Checker:
             raise CaseFailure(self._case_failure(case, "protocol violation", f"{label}: {e}")) from None
         return reply, frames
 
-    def _frame(self, item: Returned, case: Optional[CaseSpec]) -> torch.Tensor:
+    def _frame(self, item: Returned, case: CaseSpec | None) -> torch.Tensor:
         """A tensor returned by value, read only up to the largest tensor the signature declares for the case."""
         assert self.worker is not None
         declared = [math.prod(shape_of(t.shape, case.dims)) for t in self.manifest.signature.tensors] if case else []
@@ -144,14 +144,14 @@ class Checker:
             return torch.empty(item.shape, dtype=dt, device=self.device)
         return torch.frombuffer(bytearray(raw), dtype=torch.uint8).view(dt).reshape(item.shape).to(self.device)
 
-    def _case_failure(self, case: Optional[CaseSpec], reason: str, detail: str,
-                      tensor: Optional[str] = None, m: Optional[Mismatch] = None) -> FailedCase:
+    def _case_failure(self, case: CaseSpec | None, reason: str, detail: str,
+                      tensor: str | None = None, m: Mismatch | None = None) -> FailedCase:
         if case is None:
             return FailedCase(reason=reason, detail=detail, tensor=tensor)
         return failed_case(case, reason, detail, tensor, m.max_abs_err if m else None, m.max_rel_err if m else None)
 
-    def _fail(self, case: CaseSpec, reason: str, detail: str, tensor: Optional[str] = None,
-              m: Optional[Mismatch] = None) -> CaseFailure:
+    def _fail(self, case: CaseSpec, reason: str, detail: str, tensor: str | None = None,
+              m: Mismatch | None = None) -> CaseFailure:
         return CaseFailure(self._case_failure(case, reason, detail, tensor, m))
 
     def _tampered(self, tampered: list[str], when: str) -> None:
@@ -202,7 +202,7 @@ class Checker:
         return a.values()
 
     def _check(self, case: CaseSpec, outs: dict[str, torch.Tensor], orig: dict[str, torch.Tensor],
-               ref: dict[str, torch.Tensor]) -> Optional[tuple[str, Mismatch]]:
+               ref: dict[str, torch.Tensor]) -> tuple[str, Mismatch] | None:
         tol = self.manifest.tolerances[case.dtype]
         if case.distribution == "tiny":  # values ~1e-3: an absolute tolerance made for values ~1 would accept 0
             tol = Tolerance(atol=tol.atol * 1e-3, rtol=tol.rtol)
@@ -213,16 +213,16 @@ class Checker:
         return None
 
     # -- the candidate's runs ----------------------------------------------------------------------------
-    def _returned(self, case: CaseSpec, value: Optional[ReturnValue], frames: list[torch.Tensor],
+    def _returned(self, case: CaseSpec, value: ReturnValue | None, frames: list[torch.Tensor],
                   label: str) -> dict[str, torch.Tensor]:
         """Outputs the candidate returned by value; a return that breaks the op contract fails the case."""
         value = value or ReturnValue(container="none")
         tensors = iter(frames)
-        got: list[tuple[Returned, Optional[torch.Tensor]]] = [
+        got: list[tuple[Returned, torch.Tensor | None]] = [
             (it, next(tensors) if it.kind == "tensor" else None) for it in value.items]
         want = self.manifest.signature.returns
         if want is None:  # unchecked: outputs not passed come back in order
-            vals = [t for it, t in got if it.kind == "tensor"]
+            vals = [t for it, t in got if it.kind == "tensor" and t is not None]
             if len(vals) < len(self.by_value):
                 raise self._fail(case, "wrong return value", f"{label}: returned {len(vals)} new tensor(s), the "
                                  f"op returns {self.by_value}")
@@ -231,7 +231,7 @@ class Checker:
         def shown(v: ReturnValue) -> str:
             if v.container in ("none", "other"):
                 return v.type_name or "None"
-            parts = [it.name if it.kind == "arg" else (f"new tensor {it.shape}" if it.kind == "tensor"
+            parts = [(it.name or "?") if it.kind == "arg" else (f"new tensor {it.shape}" if it.kind == "tensor"
                      else it.type_name or "None") for it in v.items]
             return parts[0] if v.container == "tensor" else f"{v.container}({', '.join(str(p) for p in parts)})"
 
@@ -544,7 +544,7 @@ class Checker:
                                  + (" (the captured graph does not compute the function: work hidden from the "
                                     "capture stream or skipped)" if g else ""), bad[0], bad[1])
 
-    def _baseline(self, dtype: str, dims: dict[str, int]) -> Optional[tuple[str, Launcher]]:
+    def _baseline(self, dtype: str, dims: dict[str, int]) -> tuple[str, Launcher] | None:
         """The library kernel SGLang really serves with (e.g. FlashInfer's), timed beside the original."""
         if not self.cfg.time_baselines:
             return None
@@ -592,7 +592,7 @@ class Checker:
         dtypes = sorted({c.dtype for c in cases} | set(self.job.timing_dtypes))
         for dt in sorted({c.dtype for c in cases}):
             self._orig_launcher(dt)
-        failure: Optional[FailedCase] = None
+        failure: FailedCase | None = None
         if self.candidate is not None:
             self.progress(Progress(step="load"))
             try:

@@ -14,7 +14,7 @@ import math
 import random
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from astra_sglang.contract.base import sha256_file
 from astra_sglang.contract.eval_config import EvalConfig
@@ -61,7 +61,7 @@ def _load(op_dir: Path) -> Manifest:
         raise AstraError(str(e)) from None
 
 
-def _specs(op_dir: Path, manifest: Manifest, source: Optional[Path], dtypes: list[str],
+def _specs(op_dir: Path, manifest: Manifest, source: Path | None, dtypes: list[str],
            config: EvalConfig) -> list[Any]:
     from astra_sglang.loader.cuda_build import CudaBuildSpec
 
@@ -69,8 +69,8 @@ def _specs(op_dir: Path, manifest: Manifest, source: Optional[Path], dtypes: lis
                                       arch=config.arch) for dt in dtypes]
 
 
-def _build_cuda(op_dir: Path, manifest: Manifest, sources: list[Optional[Path]], dtypes: list[str],
-                config: EvalConfig, workers: Optional[int] = None) -> list[BuildReport]:
+def _build_cuda(op_dir: Path, manifest: Manifest, sources: list[Path | None], dtypes: list[str],
+                config: EvalConfig, workers: int | None = None) -> list[BuildReport]:
     """Compile (no load) every source for every dtype in one parallel batch; one report per source: ok only if
     all its dtypes built, resources of the first dtype."""
     from astra_sglang.loader.cuda_build import BuildError, build_batch
@@ -113,7 +113,7 @@ def _check_triton(source: Path) -> BuildReport:
     return BuildReport(ok=True, seconds=time.monotonic() - t0)
 
 
-def build_all(op_dir: Path, manifest: Manifest, candidates: list[Optional[Path]], dtypes: list[str],
+def build_all(op_dir: Path, manifest: Manifest, candidates: list[Path | None], dtypes: list[str],
               config: EvalConfig) -> list[BuildReport]:
     """Screened first (a rejected candidate is never built); see ``_build_screened``."""
     screened = [screen_report(c, op_dir, manifest) if c is not None and config.screen else None for c in candidates]
@@ -122,14 +122,14 @@ def build_all(op_dir: Path, manifest: Manifest, candidates: list[Optional[Path]]
     return [s if s is not None else b for s, b in zip(screened, built)]
 
 
-def _build_screened(op_dir: Path, manifest: Manifest, candidates: list[Optional[Path]], dtypes: list[str],
+def _build_screened(op_dir: Path, manifest: Manifest, candidates: list[Path | None], dtypes: list[str],
                     config: EvalConfig) -> list[BuildReport]:
     """The original first (its failure is the user's problem, not a candidate's), then candidates in parallel."""
     if manifest.source_kind == "cuda_jit":
         (orig,) = _build_cuda(op_dir, manifest, [None], dtypes, config)
         if not orig.ok:
             raise AstraError(f"the original {manifest.short_name} does not build: {orig.log[:2000]}")
-        sources = [c for c in candidates if c is not None]
+        sources: list[Path | None] = [c for c in candidates if c is not None]
         # one nvcc per dtype per candidate at once, up to build_workers candidates' worth
         built = iter(_build_cuda(op_dir, manifest, sources, dtypes, config,
                                  workers=max(1, config.build_workers) * max(1, len(dtypes))))
@@ -160,12 +160,12 @@ def build_baselines(op_dir: Path, manifest: Manifest, dtypes: list[str], config:
     return names
 
 
-def evaluate(op_dir: Path, candidate: Optional[Path], config: Optional[EvalConfig] = None) -> EvalResult:
+def evaluate(op_dir: Path, candidate: Path | None, config: EvalConfig | None = None) -> EvalResult:
     return evaluate_many(op_dir, [candidate], config)[0]  # type: ignore[list-item]
 
 
-def evaluate_many(op_dir: Path, candidates: list[Optional[Path]],
-                  config: Optional[EvalConfig] = None) -> list[EvalResult]:
+def evaluate_many(op_dir: Path, candidates: list[Path | None],
+                  config: EvalConfig | None = None) -> list[EvalResult]:
     """One EvalResult per candidate (None = the original alone), in order; never raises for a bad candidate."""
     config = config or EvalConfig()
     op_dir = Path(op_dir).resolve()
@@ -271,9 +271,9 @@ def _timing_report(rows: list[TimedShape], ceiling: float, config: EvalConfig, h
     speedups = [min(s.speedup, 1.0) if s.verdict == "suspect" else s.speedup for s in shapes if s.speedup]
     geo = math.exp(sum(math.log(s) for s in speedups) / len(speedups)) if speedups and has_cand else None
     methods = sorted({row.method for row in rows})
-    rot = "inputs rotated over > %gx L2" % config.cold_l2_factor if config.mode == "cold" else "same buffers (warm L2)"
-    interleave = ("ABBA-interleaved with the original in batches of %d, candidate in its own process, each batch "
-                  "checked against the wall clock, " % TIMING_BATCH) if has_cand else ""
+    rot = f"inputs rotated over > {config.cold_l2_factor:g}x L2" if config.mode == "cold" else "same buffers (warm L2)"
+    interleave = (f"ABBA-interleaved with the original in batches of {TIMING_BATCH}, candidate in its own process, "
+                  "each batch checked against the wall clock, ") if has_cand else ""
     method = f"{' / '.join(methods)}, {warmup} warm-up, {rep} timed per side, {interleave}{rot}; medians"
     return TimingReport(mode=config.mode, method=method, copy_ceiling_gbps=ceiling, shapes=shapes,
                         geomean_speedup=geo, suspect=suspect)

@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Optional, TypeVar
+from typing import TypeVar
 
 from astra_sglang.contract.base import Model
 from astra_sglang.harness.protocol import (
@@ -40,7 +40,7 @@ class ChildDied(Exception):
         self.detail = detail
 
 
-def describe_exit(code: Optional[int]) -> str:
+def describe_exit(code: int | None) -> str:
     if code is None:
         return "still running"
     if code < 0:
@@ -52,7 +52,7 @@ def describe_exit(code: Optional[int]) -> str:
     return f"exited with status {code}"
 
 
-def crash_lines(log: str, candidate: Optional[str]) -> list[str]:
+def crash_lines(log: str, candidate: str | None) -> list[str]:
     """The useful part of a dead child's output: the fatal error line and the candidate's own frames."""
     lines = [ln.strip() for ln in log.strip().splitlines() if ln.strip()]
     keep = [ln for ln in lines if ln.startswith(("Fatal Python error", "Traceback", "RuntimeError", "CUDA error"))
@@ -61,7 +61,7 @@ def crash_lines(log: str, candidate: Optional[str]) -> list[str]:
 
 
 class Child:
-    def __init__(self, module: str, *, device: str, env_extra: Optional[dict[str, str]] = None,
+    def __init__(self, module: str, *, device: str, env_extra: dict[str, str] | None = None,
                  pass_fds: tuple[int, ...] = (), name: str = "worker"):
         self.name = name
         p2c_r, p2c_w = os.pipe()
@@ -92,7 +92,7 @@ class Child:
             self.proc.wait(timeout=10)
             raise ChildDied("crash", f"{self.name} {describe_exit(self.proc.returncode)}") from None
 
-    def recv_bytes(self, timeout_s: float, deadline: Optional[float] = None, maxlength: int = 64 << 20) -> bytes:
+    def recv_bytes(self, timeout_s: float, deadline: float | None = None, maxlength: int = 64 << 20) -> bytes:
         """The next message, or ChildDied: silence beyond ``timeout_s`` (or past ``deadline``) is a hang."""
         start = time.monotonic()
         while True:
@@ -118,7 +118,7 @@ class Child:
                     pass
                 raise ChildDied("crash", f"{self.name} {describe_exit(self.proc.returncode)}") from None
 
-    def recv(self, model: type[M], timeout_s: float, deadline: Optional[float] = None) -> M:
+    def recv(self, model: type[M], timeout_s: float, deadline: float | None = None) -> M:
         data = self.recv_bytes(timeout_s, deadline)
         try:
             return model.model_validate_json(data)
@@ -158,18 +158,18 @@ class Child:
 
 @dataclass
 class WorkerOutcome:
-    result: Optional[CheckResult] = None
-    error: Optional[CheckerError] = None  # exception inside the checker, with traceback
-    died: Optional[str] = None  # 'timeout' or 'crash'
+    result: CheckResult | None = None
+    error: CheckerError | None = None  # exception inside the checker, with traceback
+    died: str | None = None  # 'timeout' or 'crash'
     detail: str = ""
-    last_progress: Optional[Progress] = None
+    last_progress: Progress | None = None
     log_tail: str = ""
     wall_s: float = 0.0
     progress: list[Progress] = field(default_factory=list)
 
 
 def run_checker(job: CheckJob, *, timeout_s: float, max_wall_s: float,
-                env_extra: Optional[dict[str, str]] = None) -> WorkerOutcome:
+                env_extra: dict[str, str] | None = None) -> WorkerOutcome:
     """Run the trusted checker on one job; its progress resets the hang watchdog."""
     out = WorkerOutcome()
     with Child("astra_sglang.harness.judge", device=job.device, env_extra=env_extra, name="checker") as child:

@@ -11,7 +11,7 @@ Checker --WorkerJob, then Request*--> worker; worker --one Reply per Request--> 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal, Optional, TypeVar, Union
+from typing import TYPE_CHECKING, Literal, TypeVar
 
 from pydantic import Field, ValidationError
 
@@ -27,7 +27,7 @@ CUDA_STICKY = ("illegal memory access", "illegal address", "unspecified launch f
                "device-side assert", "an illegal instruction", "CUDA error")  # errors that poison a CUDA context
 TIMING_BATCH = 25  # timed replays per side between two switches of process (checker <-> worker)
 
-Scalar = Union[float, int, bool, str, None]
+Scalar = float | int | bool | str | None
 M = TypeVar("M", bound=Model)
 
 
@@ -67,7 +67,7 @@ class CaseSpec(Model):
 class CheckJob(Model):
     op_dir: str
     manifest: Manifest
-    candidate: Optional[str]
+    candidate: str | None
     device: Literal["cpu", "cuda"]
     config: EvalConfig
     warmup: int
@@ -76,7 +76,7 @@ class CheckJob(Model):
     cases: list[CaseSpec]
     timed_shapes: list[dict[str, int]]
     timing_dtypes: list[str]
-    ceiling: Optional[float] = None
+    ceiling: float | None = None
     baselines: list[str] = Field(default_factory=list)
 
 
@@ -85,26 +85,26 @@ class Progress(Model):
 
     kind: Literal["progress"] = "progress"
     step: str
-    index: Optional[int] = None
+    index: int | None = None
     heldout: bool = False
-    case: Optional[CaseSpec] = None
-    dims: Optional[dict[str, int]] = None
-    dtype: Optional[str] = None
+    case: CaseSpec | None = None
+    dims: dict[str, int] | None = None
+    dtype: str | None = None
 
 
 class TimedShape(Model):
     row: ShapeTiming
     method: str
-    suspect_reason: Optional[str] = None
+    suspect_reason: str | None = None
 
 
 class CheckResult(Model):
     kind: Literal["result"] = "result"
     device: str
-    build_error: Optional[str] = None
-    correctness: Optional[CorrectnessReport] = None
-    timing: Optional[list[TimedShape]] = None
-    ceiling: Optional[float] = None
+    build_error: str | None = None
+    correctness: CorrectnessReport | None = None
+    timing: list[TimedShape] | None = None
+    ceiling: float | None = None
     notes: list[str] = Field(default_factory=list)
 
 
@@ -117,7 +117,7 @@ class CheckerError(Model):
 
 
 class CheckerMessage(Model):
-    msg: Union[Progress, CheckResult, CheckerError] = Field(discriminator="kind")
+    msg: Progress | CheckResult | CheckerError = Field(discriminator="kind")
 
 
 # ----------------------------------------------------------------------------------- checker <-> worker
@@ -147,7 +147,7 @@ class WorkerJob(Model):
     candidate: str
     device: Literal["cpu", "cuda"]
     simulate_timing: bool = False
-    cache_dir: Optional[str] = None
+    cache_dir: str | None = None
     arch: str = "sm_90a"
     arena_bytes: int
 
@@ -206,15 +206,15 @@ class Ping(Model):
 
 
 class Request(Model):
-    req: Union[Load, Run, Prepare, Time, Recheck, Release, Verify, Ping] = Field(discriminator="op")
+    req: Load | Run | Prepare | Time | Recheck | Release | Verify | Ping = Field(discriminator="op")
 
 
 class Returned(Model):
     """One element of what the entry point returned, as the worker saw it."""
 
     kind: Literal["arg", "tensor", "none", "other"]
-    name: Optional[str] = Field(None, description="kind 'arg': the argument buffer it is (same address/shape)")
-    dtype: Optional[str] = None
+    name: str | None = Field(None, description="kind 'arg': the argument buffer it is (same address/shape)")
+    dtype: str | None = None
     shape: list[int] = Field(default_factory=list)
     nbytes: int = Field(0, description="kind 'tensor': its contents follow the reply as one bytes frame")
     type_name: str = ""
@@ -231,14 +231,14 @@ class Reply(Model):
     error: str = ""
     traceback: str = ""
     sticky: bool = Field(False, description="a CUDA error that poisons the context")
-    returned: Optional[ReturnValue] = None
+    returned: ReturnValue | None = None
     us: list[float] = Field(default_factory=list, description="Time: per-launch microseconds of each replay")
     tampered: list[str] = Field(default_factory=list, description="timing/worker primitives found rebound")
     device: str = ""
 
 
-def failed_case(spec: CaseSpec, reason: str, detail: str, tensor: Optional[str] = None,
-                max_abs_err: Optional[float] = None, max_rel_err: Optional[float] = None) -> FailedCase:
+def failed_case(spec: CaseSpec, reason: str, detail: str, tensor: str | None = None,
+                max_abs_err: float | None = None, max_rel_err: float | None = None) -> FailedCase:
     """The report of a failed case; a held-out one reveals neither its shape, its seed nor its numbers."""
     if spec.heldout:
         return FailedCase(reason=reason, detail=f"{reason} on a held-out case", dtype=spec.dtype,

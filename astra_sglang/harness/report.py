@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Optional
-
 from rich.console import Console
 from rich.table import Table
 
@@ -14,7 +12,7 @@ def _dims(d: dict[str, int]) -> str:
     return "x".join(str(v) for v in d.values()) if d else "-"
 
 
-def _f(x: Optional[float], fmt: str) -> str:
+def _f(x: float | None, fmt: str) -> str:
     return "-" if x is None else format(x, fmt)
 
 
@@ -48,7 +46,7 @@ def summary_lines(r: EvalResult) -> list[str]:
     return lines
 
 
-def timing_table(r: EvalResult) -> Optional[Table]:
+def timing_table(r: EvalResult) -> Table | None:
     t = r.timing
     if t is None:
         return None
@@ -74,7 +72,7 @@ def timing_table(r: EvalResult) -> Optional[Table]:
     return table
 
 
-def print_result(r: EvalResult, console: Optional[Console] = None) -> None:
+def print_result(r: EvalResult, console: Console | None = None) -> None:
     console = console or Console()
     for line in summary_lines(r):
         console.print(line, highlight=False, markup=False)

@@ -74,7 +74,6 @@ import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
 
 from astra_sglang.contract.op import CudaJitRecipe, Manifest, TritonRecipe
 from astra_sglang.contract.result import BuildReport
@@ -143,7 +142,7 @@ _FORBIDDEN_ATTRS = _MODULE_ATTRS | {"_C", "cpp_extension", "load_inline", "load_
 _DUNDER = re.compile(r"^__\w+__$")
 
 
-def _module_problem(name: str) -> Optional[str]:
+def _module_problem(name: str) -> str | None:
     parts = name.split(".")
     if parts[0] in FORBIDDEN_MODULES:
         return f"imports {name} (forbidden)" + (
@@ -156,7 +155,7 @@ def _module_problem(name: str) -> Optional[str]:
     return None
 
 
-def _denied_path(path: str) -> Optional[str]:
+def _denied_path(path: str) -> str | None:
     """The rule a dotted name of torch/triton breaks (``torch.set_`` covers every ``torch.set_*``), or None."""
     if any(a == path or a.startswith(path + ".") for a in _ALLOWED_PATHS):
         return None
@@ -166,7 +165,7 @@ def _denied_path(path: str) -> Optional[str]:
     return None
 
 
-def _attr_problem(attr: str) -> Optional[tuple[str, str]]:
+def _attr_problem(attr: str) -> tuple[str, str] | None:
     if attr in _FRAME_ATTRS:
         return "frame-access", f"reaches {attr}"
     if _DUNDER.match(attr) and attr not in _DUNDER_OK:
@@ -188,7 +187,7 @@ class _PythonScreen:
     def add(self, rule: str, node: ast.AST, detail: str) -> None:
         self.findings.append(Finding(rule, getattr(node, "lineno", 0), detail))
 
-    def reaches_module(self, e: Optional[ast.AST]) -> bool:
+    def reaches_module(self, e: ast.AST | None) -> bool:
         if isinstance(e, ast.Name):
             return e.id in self.tainted
         if isinstance(e, (ast.Attribute, ast.Subscript, ast.Starred)):
@@ -213,7 +212,7 @@ class _PythonScreen:
             return self.reaches_module(e.body)
         return False
 
-    def dotted(self, e: ast.AST) -> Optional[str]:
+    def dotted(self, e: ast.AST) -> str | None:
         if isinstance(e, ast.Name):
             return self.paths.get(e.id)
         if isinstance(e, ast.Attribute):
@@ -269,10 +268,10 @@ class _PythonScreen:
                         node.value.body):
                     self.returners.update(t.id for t in node.targets if isinstance(t, ast.Name))
                 if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
-                    a = node.args
-                    pos = a.posonlyargs + a.args
-                    for arg, d in list(zip(pos[len(pos) - len(a.defaults):], a.defaults)) + [
-                            (k, d) for k, d in zip(a.kwonlyargs, a.kw_defaults) if d is not None]:
+                    sig: ast.arguments = node.args
+                    pos = sig.posonlyargs + sig.args
+                    for arg, d in list(zip(pos[len(pos) - len(sig.defaults):], sig.defaults)) + [
+                            (k, d) for k, d in zip(sig.kwonlyargs, sig.kw_defaults) if d is not None]:
                         if self.reaches_module(d):
                             self.tainted.add(arg.arg)
             changed = len(self.tainted) + len(self.paths) + len(self.returners) != before
@@ -505,7 +504,7 @@ def _strip_cuda(text: str) -> tuple[str, list[tuple[int, str]]]:
 @dataclass
 class _Includes:
     search_dirs: Sequence[Path]
-    root: Optional[Path]
+    root: Path | None
 
     def local(self, name: str) -> bool:
         if self.root is None or Path(name).is_absolute():
@@ -516,7 +515,7 @@ class _Includes:
                 return True
         return False
 
-    def problem(self, name: str, quoted: bool) -> Optional[str]:
+    def problem(self, name: str, quoted: bool) -> str | None:
         if self.local(name):
             return None
         norm = name.replace("\\", "/")
@@ -594,12 +593,13 @@ def _top_level(s: str, ch: str) -> int:
     return -1
 
 
-def _has_call(s: str) -> Optional[str]:
+def _has_call(s: str) -> str | None:
     """What an initializer calls (so it runs code at load time), or None. A lambda's body only runs when the
     lambda is invoked, so bodies are blanked first and ``}(`` counts as the call."""
     if re.search(r"\}\s*\(", s):
         return "an invoked lambda"
-    out, i = [], 0
+    out: list[str] = []
+    i = 0
     while i < len(s):
         if s[i] == "{" and re.search(r"[)\]]\s*(mutable\s*|noexcept\s*|->[^{]*)?$", "".join(out)):
             i = _balanced(s, i, "{", "}")
@@ -614,7 +614,9 @@ def _has_call(s: str) -> Optional[str]:
 
 
 def _split_items(s: str) -> list[str]:
-    items, depth, cur = [], 0, []
+    items: list[str] = []
+    cur: list[str] = []
+    depth = 0
     for c in s:
         if c in "([{<":
             depth += 1
@@ -645,7 +647,7 @@ def _looks_like_params(args: str) -> bool:
     return True
 
 
-def _classify_statement(stmt: str, ctor_classes: set[str]) -> Optional[str]:
+def _classify_statement(stmt: str, ctor_classes: set[str]) -> str | None:
     """Why a namespace-scope statement runs code at load time, or None."""
     s = _strip_template_head(stmt)
     if not s or s.startswith(("using", "typedef", "static_assert", "namespace", "friend", "enum", "concept", "#")):
@@ -753,7 +755,7 @@ def _namespace_scope(code: str) -> Iterator[tuple[int, str, str]]:
         i += 1
 
 
-def screen_cuda(source: str, search_dirs: Sequence[Path] = (), root: Optional[Path] = None) -> list[Finding]:
+def screen_cuda(source: str, search_dirs: Sequence[Path] = (), root: Path | None = None) -> list[Finding]:
     """Every finding in a CUDA/C++ candidate, by line. An include is local when it names a file under ``root``
     found in one of ``search_dirs`` (what nvcc's -I and the original source's directory give the candidate)."""
     code, strings = _strip_cuda(source)
@@ -829,7 +831,7 @@ def screen_source(source: str, op_dir: Path, manifest: Manifest) -> list[Finding
     return []
 
 
-def screen_report(candidate: Path, op_dir: Path, manifest: Manifest) -> Optional[BuildReport]:
+def screen_report(candidate: Path, op_dir: Path, manifest: Manifest) -> BuildReport | None:
     """A failed BuildReport naming the first rule the candidate breaks, or None. The log lists every finding and
     ends with the first one, because the verdict's error line is the log's last line."""
     try:

@@ -11,7 +11,6 @@ import ast
 import math
 import operator
 import random
-from typing import Optional
 
 from astra_sglang.contract.eval_config import DISTRIBUTIONS, EvalConfig
 from astra_sglang.contract.op import Manifest
@@ -133,7 +132,7 @@ def test_shapes(manifest: Manifest) -> list[dict[str, int]]:
     return out
 
 
-def build_suite(manifest: Manifest, config: EvalConfig, base_seed: int, secret: Optional[bytes]) -> list[Case]:
+def build_suite(manifest: Manifest, config: EvalConfig, base_seed: int, secret: bytes | None) -> list[Case]:
     """Visible cases (timed shapes x dtypes x distributions, plus other manifest shapes) then held-out ones."""
     rng = random.Random(base_seed)
     dtypes = check_dtypes(manifest, config)

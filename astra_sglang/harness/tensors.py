@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any
 
 import torch
 
@@ -43,7 +43,7 @@ class Guarded:
     numel: int
 
     @staticmethod
-    def alloc(shape: tuple[int, ...], dtype: torch.dtype, device: str) -> "Guarded":
+    def alloc(shape: tuple[int, ...], dtype: torch.dtype, device: str) -> Guarded:
         elem = torch.empty((), dtype=dtype).element_size()
         guard = GUARD_BYTES // elem
         numel = math.prod(shape)
@@ -99,7 +99,7 @@ class ArgSet:
 
     @classmethod
     def from_tensors(cls, manifest: Manifest, dims: dict[str, int], dtype: str, device: str,
-                     tensors: dict[str, Guarded], scalars: dict[str, Any]) -> "ArgSet":
+                     tensors: dict[str, Guarded], scalars: dict[str, Any]) -> ArgSet:
         """An argument set over buffers that already exist (e.g. copied out of the shared arena)."""
         a = cls.__new__(cls)
         a.manifest, a.dims, a.dtype, a.device, a.tensors, a.scalars = manifest, dims, dtype, device, tensors, scalars
@@ -110,7 +110,7 @@ class ArgSet:
         out.update(self.scalars)
         return out
 
-    def fill(self, dist: str, gen: torch.Generator, values: Optional[dict[str, torch.Tensor]] = None) -> None:
+    def fill(self, dist: str, gen: torch.Generator, values: dict[str, torch.Tensor] | None = None) -> None:
         """Inputs (and in-place args) get fresh values, or copies of ``values``; outputs get the NaN poison."""
         for t in self.manifest.signature.tensors:
             g = self.tensors[t.name]

@@ -21,8 +21,9 @@ import statistics
 import sys
 import time
 import types
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, Optional, Protocol
+from typing import Any, Protocol
 
 import torch
 import triton
@@ -116,7 +117,7 @@ def abba(i: int, n: int) -> range:
     return range(n) if i % 2 == 0 else range(n - 1, -1, -1)
 
 
-def verdict(speedup: Optional[float], spread_pct: float, suspect: bool) -> str:
+def verdict(speedup: float | None, spread_pct: float, suspect: bool) -> str:
     if speedup is None:
         return "original only"
     if suspect:
@@ -134,7 +135,7 @@ def rotation_sets(bytes_moved: int, l2: int, factor: float, max_sets: int, cold:
 
 
 def wall_suspect(reported_us: float, wall_us: float, replays: int, latency_us: float, ratio: float,
-                 per_replay_allow_us: float = 5.0) -> Optional[str]:
+                 per_replay_allow_us: float = 5.0) -> str | None:
     """Does a batch's reported time fall far below the wall time the checker saw it take?
 
     A GPU-bound replay keeps the device busy from the first event to the last, so the reported total cannot be
@@ -237,7 +238,10 @@ class CudaClock:
         for block, warps in ((512, 4), (2048, 4), (4096, 8)):
             if n % block:
                 continue
-            g = self.capture(lambda s=src, d=dst, b=block, w=warps: kernel[(n // b,)](s, d, BLOCK=b, num_warps=w))
+            def copy(s: Any = src, d: Any = dst, b: int = block, w: int = warps) -> None:
+                kernel[(n // b,)](s, d, BLOCK=b, num_warps=w)
+
+            g = self.capture(copy)
             self.time_replays(g, 5, 1)
             best = max(best, 2 * nbytes / (statistics.median(self.time_replays(g, rep, 1)) * 1e-6) / 1e9)
             del g

@@ -17,9 +17,10 @@ import faulthandler
 import os
 import sys
 import traceback
+from collections.abc import Callable
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any
 
 import torch
 
@@ -89,8 +90,8 @@ class Worker:
         self.device = job.device
         self.clock = timing.clock_for(job.device)
         self.launchers: dict[str, Launcher] = {}
-        self.timed: Optional[tuple[Any, list[ArgSet], int, bool, Launcher]] = None
-        self.dev: Optional[torch.Tensor] = None
+        self.timed: tuple[Any, list[ArgSet], int, bool, Launcher] | None = None
+        self.dev: torch.Tensor | None = None
 
     def _launcher(self, dtype: str) -> Launcher:
         if dtype not in self.launchers:
@@ -187,7 +188,8 @@ class Worker:
             dt = torch_dtype(s.dtype)
             n = s.buf_numel * torch.empty((), dtype=dt).element_size()
             first.tensors[s.name].buf.copy_(self.arena.host[s.offset:s.offset + n].view(dt))
-        value, frames = None, []
+        value: Any = None
+        frames: list[Any] = []
         if req.graph and not eager:
             self.clock.replay(graph)
             self.clock.sync()

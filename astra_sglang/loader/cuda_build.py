@@ -32,10 +32,11 @@ import shutil
 import subprocess
 import time
 import uuid
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Optional, Sequence, Union
+from typing import Any
 
 from astra_sglang.contract.base import sha256_file
 from astra_sglang.contract.op import CudaJitRecipe, Manifest
@@ -150,7 +151,7 @@ def default_cache_dir(op_dir: Path) -> Path:
     return Path(env) if env else Path(op_dir) / "build"
 
 
-def _cuda_recipe(manifest: Manifest, recipe: Optional[CudaJitRecipe]) -> CudaJitRecipe:
+def _cuda_recipe(manifest: Manifest, recipe: CudaJitRecipe | None) -> CudaJitRecipe:
     r = recipe if recipe is not None else manifest.recipe
     if not isinstance(r, CudaJitRecipe):
         raise AstraError(f"{manifest.short_name}: not a CUDA JIT op (recipe kind {r.kind!r})")
@@ -179,13 +180,13 @@ class CudaBuildSpec:
     cflags: tuple[str, ...]  # the recipe's cuda_cflags (arch flags are replaced by ``arch``)
     ldflags: tuple[str, ...]  # the recipe's extra ldflags
     arch: str
-    kernel_source: Optional[Path] = None
-    cache_dir: Optional[Path] = None
+    kernel_source: Path | None = None
+    cache_dir: Path | None = None
 
     @classmethod
-    def from_recipe(cls, op_dir: Path, manifest: Manifest, dtype: str, *, recipe: Optional[CudaJitRecipe] = None,
-                    kernel_source: Optional[Path] = None, arch: str = "sm_90a",
-                    cache_dir: Optional[Path] = None) -> "CudaBuildSpec":
+    def from_recipe(cls, op_dir: Path, manifest: Manifest, dtype: str, *, recipe: CudaJitRecipe | None = None,
+                    kernel_source: Path | None = None, arch: str = "sm_90a",
+                    cache_dir: Path | None = None) -> CudaBuildSpec:
         """The op's recipe (or a baseline's ``recipe`` from the same folder) for one dtype.
 
         Raises AstraError for a dtype, source or include dir the folder does not have.
@@ -233,7 +234,7 @@ class CudaBuildSpec:
         cflags = cuda_flags(list(self.cflags), self.arch) + [f"-I{ffi_include}"] + [f"-I{d}" for d in self.include_dirs]
         ldflags = ["-shared", f"-L{ffi_lib}", "-ltvm_ffi", f"-L{toolchain.cuda_home() / 'lib64'}", "-lcudart"]
         ldflags += list(self.ldflags)
-        cuda_cu = wrapper_source(sources, list(self.exports))  # type: ignore[arg-type]
+        cuda_cu = wrapper_source(sources, list(self.exports))
         ninja_text = _ninja_file(self.module_name, nvcc, cxx, cflags, ldflags)
 
         h = hashlib.sha256()
@@ -241,7 +242,7 @@ class CudaBuildSpec:
                      toolchain.tvm_ffi_version()):
             h.update(part.encode() + b"\0")
         for s in sources:
-            h.update(Path(s).read_bytes() + b"\0")  # type: ignore[arg-type]
+            h.update(Path(s).read_bytes() + b"\0")
         key = h.hexdigest()
         root = self.cache_dir if self.cache_dir is not None else default_cache_dir(self.op_dir)
         entry = root / f"{self.module_name}_{key[:16]}"
@@ -263,13 +264,13 @@ class CudaBuildSpec:
 
 
 def build_batch(specs: Sequence[CudaBuildSpec], *, load: bool = False,
-                max_workers: Optional[int] = None) -> list[Union[BuiltModule, AstraError]]:
+                max_workers: int | None = None) -> list[BuiltModule | AstraError]:
     """Build every spec, nvcc in parallel threads; one outcome per spec, in order: the module or its error.
 
     A candidate's build is most of its evaluation time on a many-core GPU host, and N server processes that
     build the same spec wait on one another's build (the cache entry's lock) instead of repeating it.
     """
-    def one(spec: CudaBuildSpec) -> Union[BuiltModule, AstraError]:
+    def one(spec: CudaBuildSpec) -> BuiltModule | AstraError:
         try:
             return spec.build(load=load)
         except AstraError as e:
@@ -285,11 +286,11 @@ def build_cuda_module(
     manifest: Manifest,
     dtype: str,
     *,
-    kernel_source: Optional[Path] = None,
-    cache_dir: Optional[Path] = None,
+    kernel_source: Path | None = None,
+    cache_dir: Path | None = None,
     arch: str = "sm_90a",
     load: bool = True,
-    recipe: Optional[CudaJitRecipe] = None,
+    recipe: CudaJitRecipe | None = None,
 ) -> BuiltModule:
     """One spec from the recipe, built: ``CudaBuildSpec.from_recipe(...).build(load)``."""
     spec = CudaBuildSpec.from_recipe(op_dir, manifest, dtype, recipe=recipe, kernel_source=kernel_source,
@@ -363,7 +364,7 @@ def _depfile_hashes(depfile: Path) -> dict[str, str]:
     return out
 
 
-def _valid_entry(entry: Path, so_path: Path) -> Optional[BuildReport]:
+def _valid_entry(entry: Path, so_path: Path) -> BuildReport | None:
     try:
         deps = json.loads((entry / "deps.json").read_text())["deps"]
         report = BuildReport.model_validate_json((entry / "report.json").read_text())

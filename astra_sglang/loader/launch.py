@@ -9,9 +9,10 @@ hot path (the plugin inside SGLang's server) only indexes a dict.
 from __future__ import annotations
 
 import ast
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any
 
 from astra_sglang.contract.op import (
     CudaJitRecipe,
@@ -74,11 +75,11 @@ def make_launcher(
     manifest: Manifest,
     dtype: str,
     *,
-    kernel_source: Optional[Path] = None,
-    cache_dir: Optional[Path] = None,
-    recipe: Optional[Recipe] = None,
+    kernel_source: Path | None = None,
+    cache_dir: Path | None = None,
+    recipe: Recipe | None = None,
     arch: str = "sm_90a",
-    kind: Optional[str] = None,
+    kind: str | None = None,
 ) -> Launcher:
     """Build/import the op (or the kernel in ``kernel_source``, of ``kind``) as a function of the args dict.
 
@@ -87,7 +88,7 @@ def make_launcher(
     r = recipe if recipe is not None else manifest.recipe
     kind = kind or r.kind
     if recipe is not None:
-        entry, call = (r.entry if isinstance(r, CudaJitRecipe) else r.wrapper), list(r.call)  # type: ignore[union-attr]
+        entry, call = (r.entry if isinstance(r, CudaJitRecipe) else r.wrapper), list(r.call)
     else:
         entry, call = entry_and_call(manifest, kind)
     if kind == "cuda_jit":

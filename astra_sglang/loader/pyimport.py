@@ -11,9 +11,10 @@ import hashlib
 import importlib.util
 import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Callable
+from typing import Any
 
 from astra_sglang.errors import AstraError
 
@@ -42,7 +43,7 @@ def import_path(source: Path, prefix: str = "astra_src") -> ModuleType:
 
 def load_function(source: Path, name: str, prefix: str = "astra_src") -> Callable[..., Any]:
     module = import_path(source, prefix)
-    fn = getattr(module, name, None)
+    fn: Callable[..., Any] | None = getattr(module, name, None)
     if not callable(fn):
         raise AstraError(f"{source} defines no function {name!r}")
     return fn

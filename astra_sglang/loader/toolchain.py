@@ -15,7 +15,7 @@ from pathlib import Path
 from astra_sglang.errors import AstraError
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def cuda_home() -> Path:
     """CUDA_HOME/CUDA_PATH, else /usr/local/cuda, else the parent of `which nvcc`.
 
@@ -40,7 +40,7 @@ def nvcc_path() -> Path:
     return path
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def nvcc_version() -> str:
     """Part of the cache key: a different compiler is a different build."""
     try:
@@ -64,7 +64,7 @@ def ninja_path() -> str:
     return ninja
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def tvm_ffi_paths() -> tuple[Path, Path]:
     """(include dir, lib dir) of apache-tvm-ffi, found without importing it (importing loads its library)."""
     spec = importlib.util.find_spec("tvm_ffi")

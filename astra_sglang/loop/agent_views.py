@@ -7,7 +7,6 @@ test-shape evaluations only, and held-out verdicts never enter a RoundRecord.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 from astra_sglang.agents.schemas import (
     OpView,
@@ -60,7 +59,7 @@ def op_view(manifest: Manifest) -> OpView:
                   tolerances=tol, shapes=seen, distributions=DISTRIBUTIONS)
 
 
-def failure_text(result: EvalResult) -> Optional[str]:
+def failure_text(result: EvalResult) -> str | None:
     if not result.build.ok:
         return "build failed: " + (result.build.log or result.error or "")[-1500:]
     c = result.correctness

@@ -14,7 +14,7 @@ import os
 import time
 from abc import ABC, abstractmethod
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from astra_sglang.contract.base import sha256_text
 from astra_sglang.contract.eval_config import EvalConfig, ExtraCase
@@ -60,7 +60,7 @@ def to_eval_config(spec: EvalSpec, *, timing: bool = True) -> EvalConfig:
         raise AstraError(f"invalid evaluation settings {spec.harness}: {e}") from None
 
 
-def _failure_text(result: EvalResult) -> Optional[str]:
+def _failure_text(result: EvalResult) -> str | None:
     c = result.correctness
     if c is None or c.first_failure is None:
         return result.error
@@ -88,19 +88,19 @@ def check_from_result(result: EvalResult) -> CheckReport:
 
 
 class Evaluator(ABC):
-    def __init__(self, op_dir: Path, manifest: Optional[Manifest] = None) -> None:
+    def __init__(self, op_dir: Path, manifest: Manifest | None = None) -> None:
         self.op_dir = Path(op_dir)
         self.manifest = manifest or load_manifest(self.op_dir)
 
     description: str = ""
 
     @abstractmethod
-    def evaluate(self, label: str, candidate: Optional[Path], spec: EvalSpec) -> EvalResult: ...
+    def evaluate(self, label: str, candidate: Path | None, spec: EvalSpec) -> EvalResult: ...
 
     @abstractmethod
     def check(self, candidate: Path, spec: EvalSpec) -> CheckReport: ...
 
-    def static(self, candidate: Path) -> Optional[CheckReport]:
+    def static(self, candidate: Path) -> CheckReport | None:
         problem = check_source(Path(candidate).read_text(), self.op_dir, self.manifest)
         return CheckReport(built=False, how="static", log=problem) if problem else None
 
@@ -108,16 +108,16 @@ class Evaluator(ABC):
 class LocalEvaluator(Evaluator):
     """The harness on this host; results cached by (candidate content, spec) so nothing is measured twice."""
 
-    def __init__(self, op_dir: Path, manifest: Optional[Manifest] = None, cache_dir: Optional[Path] = None) -> None:
+    def __init__(self, op_dir: Path, manifest: Manifest | None = None, cache_dir: Path | None = None) -> None:
         super().__init__(op_dir, manifest)
         self.cache_dir = cache_dir
         self.description = "local harness"
 
-    def _key(self, candidate: Optional[Path], spec: EvalSpec, timing: bool) -> str:
+    def _key(self, candidate: Path | None, spec: EvalSpec, timing: bool) -> str:
         content = Path(candidate).read_text() if candidate is not None else "original"
         return f"{sha256_text(content)[:16]}-{spec_key(spec, timing)}"
 
-    def _cached(self, key: str) -> Optional[EvalResult]:
+    def _cached(self, key: str) -> EvalResult | None:
         if self.cache_dir is None:
             return None
         path = self.cache_dir / f"{key}.json"
@@ -128,7 +128,7 @@ class LocalEvaluator(Evaluator):
                 return None
         return None
 
-    def _run(self, candidate: Optional[Path], spec: EvalSpec, timing: bool) -> EvalResult:
+    def _run(self, candidate: Path | None, spec: EvalSpec, timing: bool) -> EvalResult:
         key = self._key(candidate, spec, timing)
         hit = self._cached(key)
         if hit is not None:
@@ -145,7 +145,7 @@ class LocalEvaluator(Evaluator):
             atomic_write(self.cache_dir / f"{key}.json", result.model_dump_json(indent=1))
         return result
 
-    def evaluate(self, label: str, candidate: Optional[Path], spec: EvalSpec) -> EvalResult:
+    def evaluate(self, label: str, candidate: Path | None, spec: EvalSpec) -> EvalResult:
         return self._run(candidate, spec, timing=True)
 
     def check(self, candidate: Path, spec: EvalSpec) -> CheckReport:
@@ -162,7 +162,7 @@ RESULT_NAME = "result.json"
 REQUEST_NAME = "request.json"
 
 
-def read_queue_result(item_dir: Path, request: QueueRequest) -> Optional[EvalResult]:
+def read_queue_result(item_dir: Path, request: QueueRequest) -> EvalResult | None:
     path = item_dir / RESULT_NAME
     if not path.is_file():
         return None
@@ -177,9 +177,9 @@ def read_queue_result(item_dir: Path, request: QueueRequest) -> Optional[EvalRes
 
 
 class QueueEvaluator(Evaluator):
-    def __init__(self, op_dir: Path, queue_dir: Path, run_id: str, manifest: Optional[Manifest] = None,
-                 wait_s: float = 0.0, poll_s: float = 5.0, note: Optional[str] = None,
-                 check_cache: Optional[Path] = None) -> None:
+    def __init__(self, op_dir: Path, queue_dir: Path, run_id: str, manifest: Manifest | None = None,
+                 wait_s: float = 0.0, poll_s: float = 5.0, note: str | None = None,
+                 check_cache: Path | None = None) -> None:
         super().__init__(op_dir, manifest)
         self.queue_dir = Path(queue_dir)
         self.run_id = run_id
@@ -189,7 +189,7 @@ class QueueEvaluator(Evaluator):
         self.local = LocalEvaluator(op_dir, self.manifest, check_cache)
         self.description = f"evaluation queue {queue_dir}"
 
-    def _item(self, label: str, candidate: Optional[Path], spec: EvalSpec) -> tuple[Path, QueueRequest]:
+    def _item(self, label: str, candidate: Path | None, spec: EvalSpec) -> tuple[Path, QueueRequest]:
         content = Path(candidate).read_text() if candidate is not None else None
         sha = sha256_text(content) if content is not None else None
         item_id = f"{self.run_id}--{label}"
@@ -212,7 +212,7 @@ class QueueEvaluator(Evaluator):
         atomic_write(existing, request.model_dump_json(indent=1))
         return item_dir, request
 
-    def evaluate(self, label: str, candidate: Optional[Path], spec: EvalSpec) -> EvalResult:
+    def evaluate(self, label: str, candidate: Path | None, spec: EvalSpec) -> EvalResult:
         item_dir, request = self._item(label, candidate, spec)
         deadline = time.monotonic() + self.wait_s
         while True:
@@ -261,7 +261,7 @@ def _compile_only(op_dir: Path, manifest: Manifest, candidate: Path) -> CheckRep
         return CheckReport(built=True, how="static", log=f"compile-only check unavailable here ({type(e).__name__}: {e})")
 
 
-def list_queue(queue_dir: Path) -> list[tuple[Path, QueueRequest, Optional[EvalResult]]]:
+def list_queue(queue_dir: Path) -> list[tuple[Path, QueueRequest, EvalResult | None]]:
     out = []
     for path in sorted(Path(queue_dir).glob(f"*/{REQUEST_NAME}")):
         try:
@@ -279,7 +279,7 @@ def list_queue(queue_dir: Path) -> list[tuple[Path, QueueRequest, Optional[EvalR
     return out
 
 
-def process_queue(queue_dir: Path, extracted_root: Path, device: Optional[str] = None,
+def process_queue(queue_dir: Path, extracted_root: Path, device: str | None = None,
                   progress: Any = None) -> list[tuple[str, EvalResult]]:
     """Fill in every pending request (the GPU-host side of the queue). Returns what was evaluated."""
     from astra_sglang.harness.evaluate import evaluate

@@ -14,7 +14,6 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Optional
 
 from astra_sglang.contract.op import Manifest, load_manifest
 from astra_sglang.loop.records import EvalSpec
@@ -22,7 +21,7 @@ from astra_sglang.loop.records import EvalSpec
 SECTIONS = ("SpeedOfLight", "Occupancy", "LaunchStats", "MemoryWorkloadAnalysis")
 
 
-def _ncu() -> Optional[str]:
+def _ncu() -> str | None:
     return shutil.which("ncu") or next((str(p) for p in (Path("/usr/local/cuda/bin/ncu"),) if p.exists()), None)
 
 
@@ -31,7 +30,7 @@ def _shape(manifest: Manifest, spec: EvalSpec) -> dict[str, int]:
     return (tagged or [s.dims for s in manifest.shapes])[0]
 
 
-def profile_with_ncu(op_dir: Path, manifest: Manifest, candidate: Optional[Path], spec: EvalSpec,
+def profile_with_ncu(op_dir: Path, manifest: Manifest, candidate: Path | None, spec: EvalSpec,
                      timeout_s: float = 300.0) -> str:
     ncu = _ncu()
     if ncu is None:

@@ -12,7 +12,7 @@ import json
 import time
 import traceback
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from agents import RunConfig, Runner
 from agents.exceptions import ModelBehaviorError
@@ -82,7 +82,7 @@ class Optimizer:
                                     workflow_name=f"astra optimize {manifest.short_name}")
         self.spec: EvalSpec = self.opts.eval
         self.round_idx = 0
-        self.base: Optional[RoundRecord] = None
+        self.base: RoundRecord | None = None
         self._checks = 0
 
     # ================================================================================== the algorithm
@@ -151,11 +151,11 @@ class Optimizer:
         self.base = base
         base_result = self.result_of(base.round)
         base_source = views.source_of(base, self.original)
-        diag: Optional[DiagnosisStep] = None
-        plan: Optional[PlanStep] = None
-        code: Optional[CodeOutcome] = None
+        diag: DiagnosisStep | None = None
+        plan: PlanStep | None = None
+        code: CodeOutcome | None = None
         record = RoundRecord(round=i, status="failed", base_round=base.round, label=self.opts.label)
-        result: Optional[EvalResult] = None
+        result: EvalResult | None = None
         try:
             if self.team.single:
                 code = await self.single_step(i, base, base_source, base_result, records)
@@ -369,7 +369,7 @@ class Optimizer:
                                            status="ok"))
         return result
 
-    def evaluate(self, rnd: int, label: str, candidate: Optional[Path], spec: Optional[EvalSpec] = None,
+    def evaluate(self, rnd: int, label: str, candidate: Path | None, spec: EvalSpec | None = None,
                  name: str = "result") -> EvalResult:
         """Checkpointed: a round's result is computed (or fetched from the queue) once."""
         cached = self.folder.load_step(rnd, name, EvalResult)
@@ -389,7 +389,7 @@ class Optimizer:
             raise AstraError(f"round {rnd} has no result in {self.folder.round_dir(rnd)}")
         return result
 
-    def _base_path(self) -> Optional[Path]:
+    def _base_path(self) -> Path | None:
         if self.base is None or self.base.round == 0 or not self.base.candidate_file:
             return None
         return self.folder.path / self.base.candidate_file
@@ -446,7 +446,7 @@ class Optimizer:
         return profile_with_ncu(self.op_dir, self.manifest, self._base_path(), self.spec)
 
 
-def _timing_source(result: EvalResult) -> Optional[str]:
+def _timing_source(result: EvalResult) -> str | None:
     if result.timing is None:
         return None
     return f"{result.device}; {result.timing.method}"

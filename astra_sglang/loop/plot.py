@@ -8,7 +8,7 @@ given a bar, so a reader cannot mistake a failed round for a slow one.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING
 
 from astra_sglang.loop.records import RoundRecord, WinnerInfo
 
@@ -16,8 +16,8 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 
-def plot_run(records: list[RoundRecord], winner: Optional[WinnerInfo], title: str, out: Path,
-             label: Optional[str] = None) -> Optional[Path]:
+def plot_run(records: list[RoundRecord], winner: WinnerInfo | None, title: str, out: Path,
+             label: str | None = None) -> Path | None:
     """Write the plot; None when matplotlib is missing (the run itself never depends on it)."""
     try:
         import matplotlib
@@ -33,8 +33,8 @@ def plot_run(records: list[RoundRecord], winner: Optional[WinnerInfo], title: st
     return out
 
 
-def speedup_figure(records: list[RoundRecord], winner: Optional[WinnerInfo], title: str,
-                   label: Optional[str] = None) -> Figure:
+def speedup_figure(records: list[RoundRecord], winner: WinnerInfo | None, title: str,
+                   label: str | None = None) -> Figure:
     """The figure ``plot_run`` saves, returned so what it shows can be read back (matplotlib required)."""
     import matplotlib.pyplot as plt
 

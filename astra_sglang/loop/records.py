@@ -5,7 +5,7 @@ No openai-agents or torch import: ``evaluate`` on a GPU host and report tools re
 
 from __future__ import annotations
 
-from typing import Any, Literal, Optional
+from typing import Any, Literal
 
 from pydantic import Field
 
@@ -34,7 +34,7 @@ class EvalSpec(Model):
     suite: list[ProposedCase] = Field(default_factory=list, description="the Testing agent's extra cases")
     harness: dict[str, Any] = Field(default_factory=dict, description="extra EvalConfig fields, passed through")
 
-    def heldout(self) -> "EvalSpec":
+    def heldout(self) -> EvalSpec:
         return self.model_copy(update={"include_heldout": True})
 
 
@@ -47,11 +47,11 @@ class QueueRequest(Model):
     label: str
     op: str
     op_id: str
-    candidate_file: Optional[str] = None
-    candidate_sha256: Optional[str] = None
+    candidate_file: str | None = None
+    candidate_sha256: str | None = None
     spec: EvalSpec
     created: str
-    note: Optional[str] = None
+    note: str | None = None
 
 
 class LoopOptions(Model):
@@ -61,24 +61,24 @@ class LoopOptions(Model):
     max_turns: int = Field(default=12, ge=2)
     model: ModelOptions = Field(default_factory=ModelOptions)
     retry: RetryPolicy = Field(default_factory=RetryPolicy)
-    eval_queue: Optional[str] = None
+    eval_queue: str | None = None
     eval_wait_s: float = Field(default=0.0, ge=0, description="0 = stop the run and let --resume pick results up")
     eval: EvalSpec = Field(default_factory=EvalSpec)
     ncu: bool = False
-    label: Optional[str] = Field(default=None, description="shown in the log, the tables and best/, e.g. SCRIPTED")
+    label: str | None = Field(default=None, description="shown in the log, the tables and best/, e.g. SCRIPTED")
 
 
 RunStatus = Literal["running", "waiting_eval", "done", "failed", "interrupted"]
 
 
 class WinnerInfo(Model):
-    round: Optional[int] = Field(description="None: no candidate beat the original")
+    round: int | None = Field(description="None: no candidate beat the original")
     reason: str
-    geomean_speedup: Optional[float] = None
-    heldout_ok: Optional[bool] = None
-    heldout_geomean_speedup: Optional[float] = None
+    geomean_speedup: float | None = None
+    heldout_ok: bool | None = None
+    heldout_geomean_speedup: float | None = None
     rejected: list[str] = Field(default_factory=list, description="candidates that ranked higher but failed held-out")
-    timing_source: Optional[str] = None
+    timing_source: str | None = None
 
 
 class RunMeta(Model):
@@ -95,10 +95,10 @@ class RunMeta(Model):
     created: str
     updated: str
     status: RunStatus = "running"
-    message: Optional[str] = None
-    label: Optional[str] = None
+    message: str | None = None
+    label: str | None = None
     options: LoopOptions
-    winner: Optional[WinnerInfo] = None
+    winner: WinnerInfo | None = None
 
 
 class StepRecord(Model):
@@ -112,7 +112,7 @@ class StepRecord(Model):
     wall_s: float
     tokens: TokenCount = Field(default_factory=TokenCount)
     status: Literal["ok", "failed"]
-    error: Optional[str] = None
+    error: str | None = None
 
 
 class TranscriptEntry(Model):
@@ -126,11 +126,11 @@ class CheckReport(Model):
     """A quick verdict for the coding agent within a round (build + correctness where this host can)."""
 
     built: bool
-    correct: Optional[bool] = None
+    correct: bool | None = None
     how: Literal["harness", "compile-only", "static"]
     log: str = ""
-    first_failure: Optional[str] = None
-    result: Optional[EvalResult] = None
+    first_failure: str | None = None
+    result: EvalResult | None = None
 
     def text(self) -> str:
         lines = [f"check ({self.how}): " + ("BUILD OK" if self.built else "BUILD FAILED")]
@@ -150,7 +150,7 @@ class CheckReport(Model):
 class SuiteStep(Model):
     """Round 0's testing step: what the agent proposed, what the contract allowed, what the harness runs."""
 
-    proposal: Optional[SuiteProposal] = None
+    proposal: SuiteProposal | None = None
     accepted: list[ProposedCase] = Field(default_factory=list)
     rejected: list[str] = Field(default_factory=list)
     used_by_harness: bool = False
@@ -162,7 +162,7 @@ class DiagnosisStep(Model):
     diagnosis: Diagnosis
     base_round: int
     base_sha256: str
-    reused_from: Optional[int] = None
+    reused_from: int | None = None
     transcript: list[TranscriptEntry] = Field(default_factory=list)
 
 
@@ -175,22 +175,22 @@ class PlanStep(Model):
 class CodeAttempt(Model):
     attempt: int
     kind: Literal["candidate", "invalid_reply"]
-    source_file: Optional[str] = None
-    check: Optional[CheckReport] = None
-    error: Optional[str] = None
+    source_file: str | None = None
+    check: CheckReport | None = None
+    error: str | None = None
 
 
 class CodeOutcome(Model):
     """The coding step's cached output: the last candidate and every attempt that led to it."""
 
-    source: Optional[str]
-    source_file: Optional[str]
-    changes: Optional[str]
+    source: str | None
+    source_file: str | None
+    changes: str | None
     built: bool
     attempts: list[CodeAttempt]
-    diagnosis_text: Optional[str] = None  # single-agent mode
+    diagnosis_text: str | None = None  # single-agent mode
     plan_text: list[str] = Field(default_factory=list)  # single-agent mode
-    error: Optional[str] = Field(default=None, description="why fixing stopped early (model call failed...)")
+    error: str | None = Field(default=None, description="why fixing stopped early (model call failed...)")
     transcript: list[TranscriptEntry] = Field(default_factory=list)
 
 
@@ -202,35 +202,35 @@ class RoundRecord(Model):
 
     round: int
     status: RoundStatus
-    base_round: Optional[int] = None
-    candidate_file: Optional[str] = None
-    candidate_sha256: Optional[str] = None
-    source: Optional[str] = None
-    correct: Optional[bool] = None
-    first_failure: Optional[str] = None
-    geomean_speedup: Optional[float] = None
-    timing_source: Optional[str] = Field(default=None, description="device and method the times come from")
+    base_round: int | None = None
+    candidate_file: str | None = None
+    candidate_sha256: str | None = None
+    source: str | None = None
+    correct: bool | None = None
+    first_failure: str | None = None
+    geomean_speedup: float | None = None
+    timing_source: str | None = Field(default=None, description="device and method the times come from")
     timing_suspect: list[str] = Field(default_factory=list)
     times: list[ShapeTiming] = Field(default_factory=list)
-    diagnosis: Optional[Diagnosis] = None
-    diagnosis_text: Optional[str] = None
-    plan: Optional[OptimizationPlan] = None
+    diagnosis: Diagnosis | None = None
+    diagnosis_text: str | None = None
+    plan: OptimizationPlan | None = None
     suggestions: list[Suggestion] = Field(default_factory=list)
-    changes: Optional[str] = None
+    changes: str | None = None
     fix_attempts: int = 0
-    error: Optional[str] = None
+    error: str | None = None
     tokens: TokenCount = Field(default_factory=TokenCount)
     wall_s: float = 0.0
     transcript: list[TranscriptEntry] = Field(default_factory=list)
-    label: Optional[str] = None
+    label: str | None = None
 
 
 class RoundSummary(Model):
     round: int
     status: RoundStatus
-    correct: Optional[bool] = None
-    geomean_speedup: Optional[float] = None
-    problem: Optional[str] = Field(default=None, description="the round's error or first failure, shortened")
+    correct: bool | None = None
+    geomean_speedup: float | None = None
+    problem: str | None = Field(default=None, description="the round's error or first failure, shortened")
 
 
 class RunSummary(Model):
@@ -241,9 +241,9 @@ class RunSummary(Model):
     run_dir: str
     status: RunStatus
     exit_code: int
-    message: Optional[str] = None
-    winner: Optional[WinnerInfo] = None
+    message: str | None = None
+    winner: WinnerInfo | None = None
     rounds: list[RoundSummary] = Field(default_factory=list)
-    best_dir: Optional[str] = None
-    plot: Optional[str] = None
+    best_dir: str | None = None
+    plot: str | None = None
     waiting_for: list[str] = Field(default_factory=list, description="queue items without a result yet")

@@ -16,7 +16,7 @@ import os
 import socket
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Optional, TypeVar
+from typing import TypeVar
 
 from pydantic import BaseModel
 
@@ -40,7 +40,7 @@ def new_run_id() -> str:
 class RunFolder:
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
-        self._scope: tuple[Optional[int], str, str] = (None, "", "")
+        self._scope: tuple[int | None, str, str] = (None, "", "")
         self._scope_tokens = TokenCount()
 
     # ------------------------------------------------------------------------------------------ layout
@@ -61,7 +61,7 @@ class RunFolder:
 
     # --------------------------------------------------------------------------------------- lifecycle
     @classmethod
-    def create(cls, runs_dir: Path, op: str, run_id: str) -> "RunFolder":
+    def create(cls, runs_dir: Path, op: str, run_id: str) -> RunFolder:
         path = Path(runs_dir) / op / run_id
         if path.exists():
             raise AstraError(f"run folder {path} already exists; use --resume {run_id} or another --run-id")
@@ -72,7 +72,7 @@ class RunFolder:
         return cls(path)
 
     @classmethod
-    def find(cls, runs_dir: Path, run: str) -> "RunFolder":
+    def find(cls, runs_dir: Path, run: str) -> RunFolder:
         """``--resume RUN``: a path to the run folder, or a run id under ``runs_dir/<op>/``."""
         direct = Path(run)
         if (direct / "run.json").is_file():
@@ -115,7 +115,7 @@ class RunFolder:
     def step_path(self, rnd: int, name: str) -> Path:
         return self.round_dir(rnd) / f"{name}.json"
 
-    def load_step(self, rnd: int, name: str, model: type[M]) -> Optional[M]:
+    def load_step(self, rnd: int, name: str, model: type[M]) -> M | None:
         path = self.step_path(rnd, name)
         if not path.is_file():
             return None
@@ -155,18 +155,18 @@ class RunFolder:
                 continue
         return sorted(out, key=lambda r: r.round)
 
-    def record(self, rnd: int) -> Optional[RoundRecord]:
+    def record(self, rnd: int) -> RoundRecord | None:
         return self.load_step(rnd, "record", RoundRecord)
 
     def append_step(self, step: StepRecord) -> None:
         self._append("steps.jsonl", step.model_dump_json())
 
     # ---------------------------------------------------------------------------- model call records
-    def set_scope(self, rnd: Optional[int], step: str, agent: str) -> None:
+    def set_scope(self, rnd: int | None, step: str, agent: str) -> None:
         self._scope = (rnd, step, agent)
         self._scope_tokens = TokenCount()
 
-    def scope(self) -> tuple[Optional[int], str, str]:
+    def scope(self) -> tuple[int | None, str, str]:
         return self._scope
 
     def scope_tokens(self) -> TokenCount:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from rich.console import Console
 
@@ -38,14 +38,14 @@ EXIT_WAITING = 3
 
 @dataclass
 class OptimizeRequest:
-    op: Optional[str]
+    op: str | None
     options: LoopOptions
     extracted: Path = Path("extracted")
     runs_dir: Path = Path("runs")
-    run_id: Optional[str] = None
-    resume: Optional[str] = None
+    run_id: str | None = None
+    resume: str | None = None
     overrides: dict[str, Any] = field(default_factory=dict)
-    live: Optional[bool] = None
+    live: bool | None = None
     json: bool = False
 
 
@@ -96,13 +96,13 @@ def require_timing_device(opts: LoopOptions) -> None:
     resolve_device(EvalConfig(device=opts.eval.device))  # --device cuda without a GPU: one line, now
 
 
-def _problem(r: RoundRecord) -> Optional[str]:
+def _problem(r: RoundRecord) -> str | None:
     text = r.error or r.first_failure
     return None if text is None else (text[:300] + "...") if len(text) > 300 else text
 
 
-def summarize(folder: RunFolder, meta: RunMeta, exit_code: int, plot: Optional[Path] = None,
-              waiting_for: Optional[list[str]] = None) -> RunSummary:
+def summarize(folder: RunFolder, meta: RunMeta, exit_code: int, plot: Path | None = None,
+              waiting_for: list[str] | None = None) -> RunSummary:
     rounds = [RoundSummary(round=r.round, status=r.status, correct=r.correct, geomean_speedup=r.geomean_speedup,
                            problem=_problem(r)) for r in folder.records()]
     return RunSummary(run_id=meta.run_id, op=meta.op, run_dir=str(folder.path), status=meta.status,
@@ -111,7 +111,7 @@ def summarize(folder: RunFolder, meta: RunMeta, exit_code: int, plot: Optional[P
                       plot=str(plot) if plot is not None else None, waiting_for=waiting_for or [])
 
 
-def no_success(records: list[RoundRecord], rounds: int) -> Optional[str]:
+def no_success(records: list[RoundRecord], rounds: int) -> str | None:
     """Why a finished run must not exit 0: it was asked for rounds and none produced a correct candidate."""
     tried = [r for r in records if r.round > 0]
     if rounds == 0 or any(r.status == "ok" for r in tried):
@@ -123,7 +123,7 @@ def no_success(records: list[RoundRecord], rounds: int) -> Optional[str]:
             + (f"; first problem: {first.splitlines()[0][:200]}" if first else ""))
 
 
-def run_optimize(req: OptimizeRequest, console: Optional[Console] = None) -> RunSummary:
+def run_optimize(req: OptimizeRequest, console: Console | None = None) -> RunSummary:
     """The summary's exit code: 0 when some round produced a correct candidate, 1 when none did, 3 while
     waiting for the queue; a setup problem raises AstraError (exit 2)."""
     from astra_sglang.agents.models import build_model, configure_tracing, preflight
@@ -173,7 +173,7 @@ def run_optimize(req: OptimizeRequest, console: Optional[Console] = None) -> Run
     configure_tracing(opts.model)
     model = RecordingModel(build_model(opts.model), folder, opts.retry)
     title = f"astra optimize {manifest.short_name} ({meta.mode}, {opts.model.model})"
-    winner: Optional[WinnerInfo] = None
+    winner: WinnerInfo | None = None
     try:
         with LiveView(title, opts.rounds, opts.label, console=console, live=req.live) as view:
             optimizer = Optimizer(folder, meta, manifest, op_dir, evaluator, model, view)

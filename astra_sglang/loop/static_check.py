@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import ast
 from pathlib import Path
-from typing import Optional
 
 from astra_sglang.contract.op import CudaJitRecipe, Manifest, TritonRecipe
 from astra_sglang.errors import AstraError
@@ -41,14 +40,14 @@ def _params(fn: ast.FunctionDef) -> list[str]:
     return [p.arg for p in a.posonlyargs + a.args + a.kwonlyargs]
 
 
-def _wrapper(tree: ast.Module, name: str) -> Optional[ast.FunctionDef]:
+def _wrapper(tree: ast.Module, name: str) -> ast.FunctionDef | None:
     for node in tree.body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name:
             return node  # type: ignore[return-value]
     return None
 
 
-def check_source(source: str, op_dir: Path, manifest: Manifest) -> Optional[str]:
+def check_source(source: str, op_dir: Path, manifest: Manifest) -> str | None:
     """None if the form is right, else the problem in words the coding agent can act on."""
     if not source.strip():
         return "the source is empty"

@@ -5,8 +5,6 @@ Without a terminal (CI, a log file) the same updates are printed as plain lines 
 
 from __future__ import annotations
 
-from typing import Optional
-
 from rich.console import Console, Group
 from rich.live import Live
 from rich.panel import Panel
@@ -16,27 +14,27 @@ from rich.text import Text
 from astra_sglang.loop.records import RoundRecord, WinnerInfo
 
 
-def _fmt(x: Optional[float], digits: int = 3) -> str:
+def _fmt(x: float | None, digits: int = 3) -> str:
     return "-" if x is None else f"{x:.{digits}f}"
 
 
 class LiveView:
-    def __init__(self, title: str, rounds: int, label: Optional[str] = None, console: Optional[Console] = None,
-                 live: Optional[bool] = None) -> None:
+    def __init__(self, title: str, rounds: int, label: str | None = None, console: Console | None = None,
+                 live: bool | None = None) -> None:
         self.console = console or Console()
         self.title = title
         self.rounds = rounds
         self.label = label
-        self.round: Optional[int] = None
+        self.round: int | None = None
         self.agent = "-"
         self.step = "starting"
-        self.best: Optional[float] = None
-        self.best_round: Optional[int] = None
+        self.best: float | None = None
+        self.best_round: int | None = None
         self.events: list[str] = []
         use_live = self.console.is_terminal if live is None else live
         self._live = Live(self._render(), console=self.console, refresh_per_second=4, transient=False) if use_live else None
 
-    def __enter__(self) -> "LiveView":
+    def __enter__(self) -> LiveView:
         if self._live is not None:
             self._live.start()
         elif self.label:
@@ -68,7 +66,7 @@ class LiveView:
         else:
             self.console.print(line, highlight=False)
 
-    def update(self, round: Optional[int], agent: str, step: str) -> None:
+    def update(self, round: int | None, agent: str, step: str) -> None:
         self.round, self.agent, self.step = round, agent, step
         self._refresh(f"[round {round if round is not None else '-'}/{self.rounds}] {agent}: {step}")
 
@@ -84,8 +82,8 @@ class LiveView:
         self.event(f"round {record.round}: {record.status}{sp}" + (f" ({record.error})" if record.error else ""))
 
 
-def final_table(records: list[RoundRecord], winner: Optional[WinnerInfo], title: str,
-                label: Optional[str] = None) -> Table:
+def final_table(records: list[RoundRecord], winner: WinnerInfo | None, title: str,
+                label: str | None = None) -> Table:
     caption = None
     if winner is not None:
         caption = (f"winner: round {winner.round}, {winner.geomean_speedup:.3f}x geomean, held-out "

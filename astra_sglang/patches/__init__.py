@@ -6,12 +6,12 @@ original), ``statuses()`` (state and reason per patch), ``activate()`` (check in
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 from astra_sglang.patches.status import counters, statuses
 
 
-def activate(patch_id: Optional[str] = None, device: Any = None) -> dict[str, bool]:
+def activate(patch_id: str | None = None, device: Any = None) -> dict[str, bool]:
     from astra_sglang.patches.install import activate as _activate
 
     return _activate(patch_id, device)

@@ -8,8 +8,9 @@ Every refusal here is fail-closed: the patch is skipped with one warning and the
 from __future__ import annotations
 
 import pkgutil
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any
 
 from astra_sglang.contract.patch import file_problem
 from astra_sglang.patches import status
@@ -32,8 +33,8 @@ def resolve_target(target: str) -> Any:
     return pkgutil.resolve_name(target)
 
 
-def install_selected(installer: Installer, *, root: Optional[Path] = None, value: Optional[str] = None,
-                     sglang_version: Optional[str] = None, check_version: bool = True) -> dict[str, Any]:
+def install_selected(installer: Installer, *, root: Path | None = None, value: str | None = None,
+                     sglang_version: str | None = None, check_version: bool = True) -> dict[str, Any]:
     """Install every selected, applicable patch; returns {patch_id: PatchRuntime} of those installed."""
     from astra_sglang.patches.runtime import PatchRuntime
 
@@ -69,7 +70,7 @@ def install_selected(installer: Installer, *, root: Optional[Path] = None, value
     return installed
 
 
-def _files_only(e: PatchEntry) -> Optional[str]:
+def _files_only(e: PatchEntry) -> str | None:
     """Integrity only, for hosts without SGLang (the GPU check): the version check needs SGLang."""
     return file_problem(e.path, e.manifest) if e.manifest else (e.error or "unreadable manifest")
 
@@ -78,7 +79,7 @@ def runtimes() -> dict[str, Any]:
     return dict(_runtimes)
 
 
-def activate(patch_id: Optional[str] = None, device: Any = None) -> dict[str, bool]:
+def activate(patch_id: str | None = None, device: Any = None) -> dict[str, bool]:
     """Build and check installed patches now instead of at their first call; {patch_id: active}."""
     out = {}
     for pid, rt in list(_runtimes.items()):

@@ -9,8 +9,9 @@ server build once. ``args`` are keyed by the op signature's names, which the ada
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any
 
 from astra_sglang.contract.op import MANIFEST_NAME, Manifest
 from astra_sglang.contract.patch import PatchManifest
@@ -30,7 +31,7 @@ def extracted_op_dir(m: PatchManifest) -> Path:
 
 
 def op_kernel(op_dir: Path, op: Manifest, *, kind: str, dtypes: list[str], arch: str = "sm_90a",
-              source: Optional[Path] = None) -> Kernel:
+              source: Path | None = None) -> Kernel:
     """The extracted op (or ``source``, a kernel of ``kind`` for it) as ``kernel(args)``, dispatching on dtype.
 
     Without ``source`` this is SGLang's original as extracted, which is what the GPU check compares patches
@@ -58,7 +59,7 @@ def op_kernel(op_dir: Path, op: Manifest, *, kind: str, dtypes: list[str], arch:
 
 
 def load_kernel(patch_dir: Path, m: PatchManifest, op: Manifest, *, dtypes: list[str],
-                arch: Optional[str]) -> Kernel:
+                arch: str | None) -> Kernel:
     """The patch's kernel; a CUDA one is built against the op folder completed with SGLang's headers."""
     op_dir = extracted_op_dir(m) if m.source.kind == "cuda_jit" else op_folder(m.op)
     return op_kernel(op_dir, op, kind=m.source.kind, dtypes=dtypes, arch=arch or "sm_90a",

@@ -17,7 +17,7 @@ logger = logging.getLogger("astra_sglang.patches")
 def _register_with_sglang(target: str, original: object, hook: object) -> None:
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
-    HookRegistry.register(target, hook, HookType.REPLACE)  # type: ignore[arg-type]
+    HookRegistry.register(target, hook, HookType.REPLACE)
 
 
 def load() -> None:

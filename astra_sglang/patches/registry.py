@@ -15,7 +15,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, Optional
+from typing import Literal
 
 from pydantic import Field
 
@@ -78,11 +78,11 @@ class PatchEntry:
     patch_id: str
     op: str
     path: Path
-    manifest: Optional[PatchManifest]
-    error: Optional[str] = None  # unreadable manifest
+    manifest: PatchManifest | None
+    error: str | None = None  # unreadable manifest
 
 
-def discover(root: Optional[Path] = None) -> list[PatchEntry]:
+def discover(root: Path | None = None) -> list[PatchEntry]:
     root = Path(root) if root is not None else patches_root()
     entries: list[PatchEntry] = []
     if not root.is_dir():
@@ -97,7 +97,7 @@ def discover(root: Optional[Path] = None) -> list[PatchEntry]:
     return entries
 
 
-def find(patch_id: str, root: Optional[Path] = None) -> PatchEntry:
+def find(patch_id: str, root: Path | None = None) -> PatchEntry:
     for e in discover(root):
         if e.patch_id == patch_id:
             return e
@@ -114,7 +114,7 @@ class VerifyRecord(Model):
     arch: str
     manifest_sha256: str
     when: str
-    geomean_speedup: Optional[float] = None
+    geomean_speedup: float | None = None
     detail: str = ""
 
 
@@ -145,7 +145,7 @@ def load_state() -> PatchState:
 # ------------------------------------------------------------------------------------------------ selection
 
 
-def requested_ids(value: Optional[str] = None) -> Optional[set[str] | Literal["all"]]:
+def requested_ids(value: str | None = None) -> set[str] | Literal["all"] | None:
     """Parse ``ASTRA_SGLANG_PATCHES``: None = off, 'all', or a set of patch ids."""
     raw = os.environ.get(ENV_SELECT, "") if value is None else value
     v = raw.strip()
@@ -156,7 +156,7 @@ def requested_ids(value: Optional[str] = None) -> Optional[set[str] | Literal["a
     return {x.strip() for x in v.split(",") if x.strip()}
 
 
-def selected(entries: list[PatchEntry], value: Optional[str] = None) -> tuple[list[PatchEntry], list[str]]:
+def selected(entries: list[PatchEntry], value: str | None = None) -> tuple[list[PatchEntry], list[str]]:
     """The entries this process should try, and ids asked for that do not exist."""
     req = requested_ids(value)
     if req is None:
@@ -171,7 +171,7 @@ def selected(entries: list[PatchEntry], value: Optional[str] = None) -> tuple[li
 # ------------------------------------------------------------------------------------------- applicability
 
 
-def installed_sglang_version() -> Optional[str]:
+def installed_sglang_version() -> str | None:
     from importlib.metadata import PackageNotFoundError, version
 
     try:
@@ -185,7 +185,7 @@ def norm_arch(arch: str) -> str:
     return re.sub(r"(?<=\d)[a-z]$", "", arch.strip().lower())
 
 
-def static_problem(entry: PatchEntry, sglang_version: Optional[str]) -> Optional[str]:
+def static_problem(entry: PatchEntry, sglang_version: str | None) -> str | None:
     """Why this patch cannot be used in any process of this install (files, SGLang version), or None."""
     m = entry.manifest
     if m is None:
@@ -201,7 +201,7 @@ def static_problem(entry: PatchEntry, sglang_version: Optional[str]) -> Optional
     return op_problem(m)
 
 
-def op_problem(m: PatchManifest) -> Optional[str]:
+def op_problem(m: PatchManifest) -> str | None:
     """Why the op manifest cannot serve this patch: changed, wrong kind, targets not its call sites, no tolerance."""
     try:
         op = load_op(m)
@@ -214,7 +214,7 @@ def op_problem(m: PatchManifest) -> Optional[str]:
     return target_problem(op, m.targets)
 
 
-def device_problem(m: PatchManifest, arch: Optional[str]) -> Optional[str]:
+def device_problem(m: PatchManifest, arch: str | None) -> str | None:
     """Why this patch cannot serve on a device of ``arch`` (None = no CUDA device), or None."""
     if arch is None:
         return "no CUDA device"
@@ -225,7 +225,7 @@ def device_problem(m: PatchManifest, arch: Optional[str]) -> Optional[str]:
     return None
 
 
-def validated_here(entry: PatchEntry, sglang_version: Optional[str], arch: Optional[str]) -> tuple[bool, str]:
+def validated_here(entry: PatchEntry, sglang_version: str | None, arch: str | None) -> tuple[bool, str]:
     m = entry.manifest
     if m is None or sglang_version is None or arch is None:
         return False, "no " + ("readable manifest" if m is None else "SGLang" if sglang_version is None else "device")

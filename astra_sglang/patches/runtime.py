@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any
 
 from astra_sglang.contract.op import Manifest, signature_names
 from astra_sglang.contract.patch import CPU_INTERPRET_ARCH, PatchManifest
@@ -28,7 +29,7 @@ from astra_sglang.patches.registry import device_problem, load_op, op_folder
 Original = Callable[..., Any]
 
 
-def device_arch(device: Any) -> Optional[str]:
+def device_arch(device: Any) -> str | None:
     """'sm_90' for a CUDA device, 'cpu-interpret' for CPU tensors under TRITON_INTERPRET=1, else None."""
     import torch
 
@@ -57,8 +58,8 @@ def _compiling() -> Callable[[], bool]:
 class PatchRuntime:
     """The guarded stand-in for one patch; ``hook_for(original)`` gives the function to install."""
 
-    def __init__(self, patch_dir: Path, manifest: PatchManifest, adapter: Optional[OpAdapter] = None,
-                 op: Optional[Manifest] = None):
+    def __init__(self, patch_dir: Path, manifest: PatchManifest, adapter: OpAdapter | None = None,
+                 op: Manifest | None = None):
         import torch
 
         self.patch_dir = Path(patch_dir)
@@ -72,7 +73,7 @@ class PatchRuntime:
         interpret = manifest.source.kind == "triton" and os.environ.get("TRITON_INTERPRET") == "1"
         self.device_type = "cpu" if interpret else "cuda"
         self.guard = make_guard(manifest.guard, self.device_type)
-        self.kernel: Optional[Callable[[dict[str, Any]], Any]] = None
+        self.kernel: Callable[[dict[str, Any]], Any] | None = None
         self.originals: dict[str, Original] = {}
         self._lock = threading.Lock()
         self._capturing = torch.cuda.is_current_stream_capturing if torch.cuda.is_available() else (lambda: False)
@@ -125,7 +126,7 @@ class PatchRuntime:
             return False  # never build or check inside CUDA-graph capture
         return self.activate(p.tensors[0].device, original)
 
-    def activate(self, device: Any = None, original: Optional[Original] = None) -> bool:
+    def activate(self, device: Any = None, original: Original | None = None) -> bool:
         """Check arch, build/load the kernel, compare it with the original on the covered shapes."""
         with self._lock:
             st = self.status
@@ -151,7 +152,7 @@ class PatchRuntime:
 
             try:
                 self.kernel = load_kernel(self.patch_dir, self.m, self.op, dtypes=self.m.guard.dtypes,
-                                          arch=build_arch(arch) if arch != CPU_INTERPRET_ARCH else None)
+                                          arch=build_arch(arch) if arch is not None and arch != CPU_INTERPRET_ARCH else None)
             except Exception as e:
                 self.fail(f"build failed: {_one_line(e)}")
                 return False
@@ -181,7 +182,7 @@ def _one_line(e: BaseException) -> str:
     return text[:300] + ("..." if len(text) > 300 else "")
 
 
-def check_against_original(rt: PatchRuntime, original: Original, device: Any) -> Optional[str]:
+def check_against_original(rt: PatchRuntime, original: Original, device: Any) -> str | None:
     """Compare the kernel with the original on every covered (shape, dtype) of the manifest; None = same.
 
     The harness's checker and the op manifest's tolerances, so a patch passes here exactly what it passed

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import threading
 from dataclasses import dataclass
-from typing import Literal, Optional
+from typing import Literal
 
 logger = logging.getLogger("astra_sglang.patches")
 
@@ -64,7 +64,7 @@ def statuses() -> dict[str, PatchStatus]:
         return dict(_status)
 
 
-def reset(patch_id: Optional[str] = None) -> None:
+def reset(patch_id: str | None = None) -> None:
     """Forget state (tests, or a process that reinstalls patches)."""
     with _lock:
         if patch_id is None:

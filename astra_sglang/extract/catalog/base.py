@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal, Optional
+from typing import Any, Literal
 
 from astra_sglang.contract.op import Baseline, CallSite, ShapeCase, Signature, Tolerance
 
@@ -53,14 +53,14 @@ class CatalogEntry:
     shapes: Callable[[], list[ShapeCase]]
     call: list[str]
     # cuda_jit: SGLang's module builder and the arguments that select each dtype's build
-    builder: Optional[str] = None  # 'module:function'
+    builder: str | None = None  # 'module:function'
     builder_args: dict[str, tuple[Any, ...]] = field(default_factory=dict)  # dtype -> positional args
     builder_kwargs: dict[str, Any] = field(default_factory=dict)
-    entry_export: Optional[str] = None
+    entry_export: str | None = None
     # triton: the wrapper that launches the kernels
-    wrapper: Optional[str] = None  # 'module:function'
+    wrapper: str | None = None  # 'module:function'
     tolerances: dict[str, Tolerance] = field(default_factory=lambda: dict(DEFAULT_TOLERANCES))
-    forward_native: Optional[str] = None  # SGLang's forward_native target, if any
+    forward_native: str | None = None  # SGLang's forward_native target, if any
     aliases: tuple[str, ...] = ()
     callsite_modules: tuple[str, ...] = ()  # modules to import before scanning sys.modules
     serving_sites: dict[str, str] = field(default_factory=dict)  # 'module:attr' -> note
@@ -68,5 +68,5 @@ class CatalogEntry:
     extra_sites: list[CallSite] = field(default_factory=list)
     baselines: list[Baseline] = field(default_factory=list)
     flashinfer_baselines: list[FlashInferBaseline] = field(default_factory=list)
-    trace_dims: Optional[Callable[[list[tuple[str, list[int]]]], Optional[dict[str, int]]]] = None
+    trace_dims: Callable[[list[tuple[str, list[int]]]], dict[str, int] | None] | None = None
     notes: list[str] = field(default_factory=list)

@@ -9,8 +9,9 @@ the guard refuses goes to the original, which allocates what it needs itself.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import Any
 
 from astra_sglang.contract.patch import DimRange, GuardSpec
 
@@ -33,18 +34,18 @@ class OpAdapter:
     tensor_names: tuple[str, ...] = ()
     scalar_names: tuple[str, ...] = ()
 
-    def prepare(self, *args: Any, **kwargs: Any) -> Optional[Prepared]:
+    def prepare(self, *args: Any, **kwargs: Any) -> Prepared | None:
         raise NotImplementedError
 
     def launch(self, kernel: Callable[[Args], Any], p: Prepared) -> Any:
         """Run the kernel for a prepared call and return exactly what the original returns."""
         raise NotImplementedError
 
-    def sample(self, dims: dict[str, int], dtype: Any, device: Any, seed: int) -> tuple[tuple, dict]:
+    def sample(self, dims: dict[str, int], dtype: Any, device: Any, seed: int) -> tuple[tuple[Any, ...], dict[str, Any]]:
         """(args, kwargs) of a call to the ORIGINAL's signature, fresh tensors every time."""
         raise NotImplementedError
 
-    def outputs(self, args: tuple, kwargs: dict, ret: Any) -> dict[str, Any]:
+    def outputs(self, args: tuple[Any, ...], kwargs: dict[str, Any], ret: Any) -> dict[str, Any]:
         """Every tensor the call writes (outputs and in-place arguments), by name."""
         raise NotImplementedError
 
@@ -91,5 +92,5 @@ def make_guard(spec: GuardSpec, device_type: str) -> Callable[[Prepared], bool]:
     return accepts
 
 
-def dim_ranges(**kw: tuple[int, Optional[int], int]) -> dict[str, DimRange]:
+def dim_ranges(**kw: tuple[int, int | None, int]) -> dict[str, DimRange]:
     return {k: DimRange(min=lo, max=hi, multiple_of=m) for k, (lo, hi, m) in kw.items()}

@@ -7,7 +7,8 @@ REPLACE rebinds that from-import copy. Calls with ``enable_pdl`` set are not ser
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any
 
 from astra_sglang.contract.patch import GuardSpec
 from astra_sglang.patches.adapters.base import Args, OpAdapter, Prepared, dim_ranges
@@ -19,7 +20,7 @@ class FusedAddRMSNormAdapter(OpAdapter):
     scalar_names = ("eps",)
 
     def prepare(self, input: Any, residual: Any, weight: Any, eps: float = 1e-6,
-                enable_pdl: Any = None) -> Optional[Prepared]:
+                enable_pdl: Any = None) -> Prepared | None:
         if enable_pdl is not None or input.dim() != 2:
             return None
         t, h = input.shape
@@ -33,7 +34,7 @@ class FusedAddRMSNormAdapter(OpAdapter):
         kernel(p.args)
         return None
 
-    def sample(self, dims: dict[str, int], dtype: Any, device: Any, seed: int) -> tuple[tuple, dict]:
+    def sample(self, dims: dict[str, int], dtype: Any, device: Any, seed: int) -> tuple[tuple[Any, ...], dict[str, Any]]:
         import torch
 
         g = torch.Generator(device="cpu").manual_seed(seed)
@@ -43,7 +44,7 @@ class FusedAddRMSNormAdapter(OpAdapter):
         w = (1 + 0.1 * torch.randn(h, generator=g)).to(dtype=dtype, device=device)
         return (x, r, w, 1e-6), {}
 
-    def outputs(self, args: tuple, kwargs: dict, ret: Any) -> dict[str, Any]:
+    def outputs(self, args: tuple[Any, ...], kwargs: dict[str, Any], ret: Any) -> dict[str, Any]:
         return {"input": args[0], "residual": args[1]}
 
     def default_guard(self) -> GuardSpec:

@@ -8,7 +8,8 @@ for it.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any
 
 from astra_sglang.contract.patch import GuardSpec
 from astra_sglang.patches.adapters.base import Args, OpAdapter, Prepared, dim_ranges
@@ -21,7 +22,7 @@ class MergeStateAdapter(OpAdapter):
     tensor_names = _NAMES
 
     def prepare(self, prefix_output: Any, prefix_lse: Any, suffix_output: Any, suffix_lse: Any,
-                output: Any = None, output_lse: Any = None) -> Optional[Prepared]:
+                output: Any = None, output_lse: Any = None) -> Prepared | None:
         import torch
 
         if prefix_output.dim() != 3:
@@ -55,7 +56,7 @@ class MergeStateAdapter(OpAdapter):
         kernel(a)
         return a["output"], a["output_lse"]
 
-    def sample(self, dims: dict[str, int], dtype: Any, device: Any, seed: int) -> tuple[tuple, dict]:
+    def sample(self, dims: dict[str, int], dtype: Any, device: Any, seed: int) -> tuple[tuple[Any, ...], dict[str, Any]]:
         import torch
 
         g = torch.Generator(device="cpu").manual_seed(seed)
@@ -64,7 +65,7 @@ class MergeStateAdapter(OpAdapter):
         s = [(torch.randn(t, h, generator=g) * 4).to(device=device) for _ in range(2)]
         return (v[0], s[0], v[1], s[1]), {}
 
-    def outputs(self, args: tuple, kwargs: dict, ret: Any) -> dict[str, Any]:
+    def outputs(self, args: tuple[Any, ...], kwargs: dict[str, Any], ret: Any) -> dict[str, Any]:
         return {"output": ret[0], "output_lse": ret[1]}
 
     def default_guard(self) -> GuardSpec:

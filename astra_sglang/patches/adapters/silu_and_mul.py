@@ -8,7 +8,8 @@ the MoE code from-imports. Calls with ``expert_ids`` (MoE filtered/sorted forms)
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any
 
 from astra_sglang.contract.patch import GuardSpec
 from astra_sglang.patches.adapters.base import Args, OpAdapter, Prepared, dim_ranges
@@ -28,7 +29,7 @@ class SiluAndMulAdapter(OpAdapter):
         sorted_token_ids: Any = None,
         num_tokens_post_padded: Any = None,
         num_valid_tokens: int = 0,
-    ) -> Optional[Prepared]:
+    ) -> Prepared | None:
         if expert_ids is not None or sorted_token_ids is not None or input.dim() < 1:
             return None
         h2 = input.shape[-1]
@@ -52,7 +53,7 @@ class SiluAndMulAdapter(OpAdapter):
         kernel({"input": x.view(-1, 2 * h), "out": out.view(-1, h)})
         return out
 
-    def sample(self, dims: dict[str, int], dtype: Any, device: Any, seed: int) -> tuple[tuple, dict]:
+    def sample(self, dims: dict[str, int], dtype: Any, device: Any, seed: int) -> tuple[tuple[Any, ...], dict[str, Any]]:
         import torch
 
         from astra_sglang.checker import fill_poison
@@ -63,7 +64,7 @@ class SiluAndMulAdapter(OpAdapter):
         fill_poison(out)  # an element the kernel never writes keeps the checker's poison
         return (x, out), {}
 
-    def outputs(self, args: tuple, kwargs: dict, ret: Any) -> dict[str, Any]:
+    def outputs(self, args: tuple[Any, ...], kwargs: dict[str, Any], ret: Any) -> dict[str, Any]:
         return {"out": args[1]}
 
     def default_guard(self) -> GuardSpec:

@@ -6,7 +6,6 @@ import json
 import re
 import shutil
 from pathlib import Path
-from typing import Optional
 
 from astra_sglang.contract.base import sha256_file
 from astra_sglang.contract.op import (
@@ -44,15 +43,15 @@ def add_patch(
     *,
     patch_id: str,
     provenance: Provenance,
-    evidence: Optional[Evidence] = None,
-    kind: Optional[str] = None,
-    targets: Optional[list[str]] = None,
-    guard: Optional[GuardSpec] = None,
-    sglang_versions: Optional[list[str]] = None,
-    archs: Optional[list[str]] = None,
-    extra_files: Optional[list[Path]] = None,
+    evidence: Evidence | None = None,
+    kind: str | None = None,
+    targets: list[str] | None = None,
+    guard: GuardSpec | None = None,
+    sglang_versions: list[str] | None = None,
+    archs: list[str] | None = None,
+    extra_files: list[Path] | None = None,
     description: str = "",
-    root: Optional[Path] = None,
+    root: Path | None = None,
     force: bool = False,
 ) -> Path:
     """Copy a kernel source into ``patches/<op>/<patch_id>/`` and write its manifest.
@@ -114,7 +113,7 @@ def add_patch(
     return dest
 
 
-def arch_of_device_text(device: str) -> Optional[str]:
+def arch_of_device_text(device: str) -> str | None:
     """'NVIDIA H200 (sm_90)' -> 'sm_90'; 'cpu (TRITON_INTERPRET=1)' -> 'cpu-interpret'."""
     m = re.search(r"sm_?(\d+[a-z]?)", device or "")
     if m:
@@ -146,11 +145,11 @@ def load_evidence(paths: list[Path]) -> Evidence:
 def add_from_run(
     run_dir: Path,
     *,
-    patch_id: Optional[str] = None,
-    op: Optional[str] = None,
-    model: Optional[str] = None,
-    rounds: Optional[int] = None,
-    root: Optional[Path] = None,
+    patch_id: str | None = None,
+    op: str | None = None,
+    model: str | None = None,
+    rounds: int | None = None,
+    root: Path | None = None,
     force: bool = False,
 ) -> Path:
     """Register the winner of an optimizer run (``runs/<op>/<run-id>/best/``) as a patch.

@@ -10,8 +10,9 @@ CUDA-graph replay times of both.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Optional
+from typing import Any
 
 from astra_sglang.patches import status
 from astra_sglang.patches.registry import PatchEntry
@@ -21,18 +22,18 @@ from astra_sglang.patches.registry import PatchEntry
 class ShapeResult:
     dims: dict[str, int]
     dtype: str
-    eager: Optional[str] = None  # None = matches
-    graph: Optional[str] = None
-    original_us: Optional[float] = None
-    patch_us: Optional[float] = None
-    speedup: Optional[float] = None
+    eager: str | None = None  # None = matches
+    graph: str | None = None
+    original_us: float | None = None
+    patch_us: float | None = None
+    speedup: float | None = None
 
 
 @dataclass
 class DeviceReport:
     patch_id: str
     ok: bool
-    arch: Optional[str]
+    arch: str | None
     detail: str
     shapes: list[ShapeResult] = field(default_factory=list)
     outside_guard: dict[str, Any] = field(default_factory=dict)
@@ -129,7 +130,7 @@ def check_on_device(entry: PatchEntry, *, time_it: bool = True, reps: int = 100)
     return rep
 
 
-def _first_bad(got: dict, orig: dict, ref: dict, tol: Any) -> Optional[str]:
+def _first_bad(got: dict, orig: dict, ref: dict, tol: Any) -> str | None:
     from astra_sglang.checker import compare_outputs
 
     bad = compare_outputs(got, orig, ref, tol)
@@ -144,7 +145,7 @@ def _clone_into(dst: tuple, src: tuple) -> None:
             d.copy_(s)
 
 
-def _graph_check(hook, original, ad, dims, dtype, tol, ref_for, seed: int) -> Optional[str]:
+def _graph_check(hook, original, ad, dims, dtype, tol, ref_for, seed: int) -> str | None:
     import torch
 
     static, kw = ad.sample(dims, dtype, "cuda", seed)

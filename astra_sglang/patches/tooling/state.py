@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Optional
 
 from astra_sglang.contract.base import write_atomic
 from astra_sglang.patches.registry import (
@@ -22,7 +21,7 @@ def save_state(state: PatchState) -> Path:
     return p
 
 
-def set_enabled(patch_id: str, enabled: bool, root: Optional[Path] = None) -> Path:
+def set_enabled(patch_id: str, enabled: bool, root: Path | None = None) -> Path:
     find(patch_id, root)  # refuse unknown ids: a typo must not silently do nothing
     st = load_state()
     disabled = set(st.disabled)

@@ -9,7 +9,7 @@ patch has the same form as the extracted op's source (a .cuh for a cuda_jit op, 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any
 
 from astra_sglang.contract.base import sha256_file
 from astra_sglang.contract.patch import MANIFEST_NAME, PatchManifest, file_problem
@@ -29,9 +29,9 @@ from astra_sglang.patches.tooling.state import now, record_verify
 class VerifyOutcome:
     patch_id: str
     ok: bool
-    arch: Optional[str]
+    arch: str | None
     detail: str
-    harness: Optional[EvalResult] = None
+    harness: EvalResult | None = None
     notes: list[str] = field(default_factory=list)
     op_manifest_sha256: str = ""  # the op manifest the check ran against: what `--record` pins
 
@@ -42,7 +42,7 @@ def current_op_sha256(m: PatchManifest) -> str:
     return sha256_file(path) if path.is_file() else m.op_manifest_sha256
 
 
-def probe_arch() -> Optional[str]:
+def probe_arch() -> str | None:
     """This host's device as the registry names it: 'sm_90', 'cpu-interpret', or None."""
     import os
 
@@ -104,7 +104,7 @@ def verify_entry(entry: PatchEntry, *, shapes: str = "all", harness: bool = True
     return out
 
 
-def _harness(entry: PatchEntry, shapes: str) -> tuple[Optional[EvalResult], Optional[str]]:
+def _harness(entry: PatchEntry, shapes: str) -> tuple[EvalResult | None, str | None]:
     from astra_sglang.contract.op import load_manifest
     from astra_sglang.patches.kernels import extracted_op_dir
 
