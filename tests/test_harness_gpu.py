@@ -33,6 +33,8 @@ def test_python_cheats_on_paper_shapes(marker, restored_op):
     op = restored_op("merge_state")
     names = ["rebinds_checker", "rebinds_original", "wrong_return", "scales_timer", "forges_times"]
     r = dict(zip(names, evaluate_many(op, [CHEATS / f"{n}.py" for n in names], UNSCREENED)))
+    for n in names:
+        assert r[n].correctness is not None, (n, r[n].error, r[n].build.log[-2000:])
     assert r["rebinds_checker"].correctness.first_failure.reason == "mismatch"
     assert r["rebinds_original"].correctness.first_failure.reason == "mismatch"
     assert r["wrong_return"].correctness.first_failure.reason == "wrong return value"

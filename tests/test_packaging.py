@@ -67,4 +67,5 @@ def test_the_wheel_installs_into_sglangs_environment_with_nothing_more(installed
     r = subprocess.run([sys.executable, "-m", "pip", "install", "--dry-run", "--no-index", "--quiet", "--report", "-",
                         str(wheel)], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-2000:]
-    assert [i["metadata"]["name"] for i in json.loads(r.stdout)["install"]] == ["astra-sglang"]
+    # (an environment that already holds this version, as a dev venv does, lists nothing at all)
+    assert {i["metadata"]["name"] for i in json.loads(r.stdout)["install"]} <= {"astra-sglang"}

@@ -305,6 +305,13 @@ SCREENED = {
     "merge_state/h_imports_sglang.py": "forbidden-import",
     "merge_state/broken/kills_worker.py": "forbidden-import",
     "merge_state/broken/hangs.py": "forbidden-import",
+    # adversarial candidates of the harness's own defences (tests/test_harness_cheats.py runs them unscreened)
+    "merge_state/cheats/forges_times.py": "forbidden-import",
+    "merge_state/cheats/rebinds_checker.py": "forbidden-import",
+    "merge_state/cheats/rebinds_original.py": "forbidden-import",
+    "merge_state/cheats/scales_timer.py": "forbidden-import",
+    "merge_state/cheats/wrong_return.py": "forbidden-import",
+    "fused_add_rmsnorm/cheats/static_ctor_python.cuh": "symbol-interposition",
 }
 
 
@@ -350,8 +357,8 @@ def test_evaluate_rejects_a_screened_candidate_with_the_rule_before_any_worker_s
     cand = tmp_path / "cheat.py"
     cand.write_text(CHECKER_REBIND + (CANDS / "merge_state" / "h_correct.py").read_text())
     started = []
-    real = evaluate_mod.run_worker
-    monkeypatch.setattr(evaluate_mod, "run_worker", lambda *a, **k: started.append(a) or real(*a, **k))
+    real = evaluate_mod.run_checker
+    monkeypatch.setattr(evaluate_mod, "run_checker", lambda *a, **k: started.append(a) or real(*a, **k))
     r = evaluate(MERGE, cand, CPU)
     assert not r.ok and not r.build.ok and started == []
     assert r.error == "build failed: screen: forbidden-import: line 1 imports sys (forbidden)"
