@@ -88,12 +88,10 @@ def _rebind_original() -> list[str]:
     import sys
 
     def launcher(*a, **k):
-        from astra_sglang.loader.launch import resolve_call
+        names = ["prefix_output", "prefix_lse", "suffix_output", "suffix_lse", "output", "output_lse"]
 
         def launch(args):
-            pos, kw = resolve_call(["prefix_output", "prefix_lse", "suffix_output", "suffix_lse", "output",
-                                    "output_lse"], args)
-            return merge_state_triton(*pos, **kw)
+            return merge_state_triton(*[args[n] for n in names])
         return launch
 
     done = []
