@@ -1,4 +1,4 @@
-"""``astra-sglang patches list | show ID | verify [ID] | enable ID | disable ID | add ... | add-run RUN``."""
+"""``astra-sglang patches list | show ID | status | verify [ID] | enable ID | disable ID | add ... | add-run RUN``."""
 
 from __future__ import annotations
 
@@ -28,6 +28,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="on success, add this SGLang version and arch to the manifest's validated_on "
                         "(and the harness result to its evidence)")
     v.set_defaults(handler=cmd_verify)
+    st = sub.add_parser("status", help="what a running server's processes patched: states, calls, fallbacks")
+    st.add_argument("--dir", type=Path, help="a status folder (default: $ASTRA_SGLANG_STATUS_DIR or the cache's); "
+                    "one server's pg-<pgid> folder, or the folder holding them")
+    st.add_argument("--json", action="store_true")
+    st.set_defaults(handler=cmd_status)
     for name, on in (("enable", True), ("disable", False)):
         e = sub.add_parser(name, help=f"{name} a patch for ASTRA_SGLANG_PATCHES=all (persisted per user)")
         e.add_argument("patch_id")
@@ -221,6 +226,41 @@ def cmd_verify(args: argparse.Namespace) -> int:
             write_patch_manifest(e.path, m)
             print(f"  recorded: validated on SGLang {version} / {out.arch}")
     return 1 if failed else 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from astra_sglang.patches.status_file import status_root
+    from astra_sglang.patches.tooling.status_report import aggregate, server_dirs, states_text
+
+    servers = [aggregate(d) for d in server_dirs(args.dir or status_root())]
+    if args.json:
+        print(json.dumps({"servers": servers}, indent=2))
+        return 0 if servers else 1
+    if not servers:
+        print(f"no status records under {args.dir or status_root()}: no server with ASTRA_SGLANG_PATCHES set wrote one")
+        return 1
+    from astra_sglang.cli.output import Table, console
+
+    c = console(width=200)  # eight columns with reasons: a log or pipe gets them unwrapped
+    for srv in servers:
+        running = sum(p["running"] for p in srv["processes"])
+        t = Table(title=f"{srv['dir']}: {len(srv['processes'])} process(es), {running} running",
+                  caption="captured = calls made during CUDA-graph capture; each graph replay reruns them "
+                          "without a Python call, so they are counted once")
+        for col in ("patch", "op", "state per process", "patch calls", "original calls", "captured (patch/orig)",
+                    "first-call check", "fallbacks / reasons"):
+            t.add_column(col)
+        for r in srv["patches"]:
+            why = r["fallbacks"] or [x for x in r["reasons"] if r["states"] and "failed" in r["states"].values()]
+            t.add_row(r["patch_id"], r["op"], states_text(r["states"]), str(r["served_by_patch"]),
+                      str(r["served_by_original"]), f"{r['captured_by_patch']}/{r['captured_by_original']}",
+                      "; ".join(r["first_call_checks"]) or ("not run yet" if "pending" in r["states"].values() else "not run"), "; ".join(why) or "-")
+        c.print(t)
+        if not srv["patches"]:
+            print("  no patches selected in these processes")
+        for u in srv["unreadable"]:
+            print(f"  skipped {u}")
+    return 0
 
 
 def cmd_enable(args: argparse.Namespace, on: bool) -> int:
