@@ -251,10 +251,12 @@ def cmd_status(args: argparse.Namespace) -> int:
                     "first-call check", "fallbacks / reasons"):
             t.add_column(col)
         for r in srv["patches"]:
-            why = r["fallbacks"] or [x for x in r["reasons"] if r["states"] and "failed" in r["states"].values()]
+            states = r["states"].values()
+            why = r["fallbacks"] or [x for x in r["reasons"] if "failed" in states]
+            check = "; ".join(r["first_call_checks"]) or ("not run yet" if "pending" in states else "not run")
             t.add_row(r["patch_id"], r["op"], states_text(r["states"]), str(r["served_by_patch"]),
                       str(r["served_by_original"]), f"{r['captured_by_patch']}/{r['captured_by_original']}",
-                      "; ".join(r["first_call_checks"]) or ("not run yet" if "pending" in r["states"].values() else "not run"), "; ".join(why) or "-")
+                      check, "; ".join(why) or "-")
         c.print(t)
         if not srv["patches"]:
             print("  no patches selected in these processes")

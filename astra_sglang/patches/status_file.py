@@ -34,6 +34,7 @@ _next_at = float("inf")  # not recording until start()
 _started = 0.0
 _warned = False
 _at_exit = False
+_path: Path | None = None
 
 
 def status_root() -> Path:
@@ -51,13 +52,20 @@ def record_path() -> Path:
 
 def start() -> None:
     """Begin recording in this process (the plugin, once patches were asked for): first record now, last at exit."""
-    global _next_at, _started, _at_exit
+    global _next_at, _started, _at_exit, _path
+    _path = record_path()
     _started = time.time()
     _next_at = 0.0
     if not _at_exit:
         _at_exit = True
         atexit.register(write_now, True)
     write_now()
+
+
+def stop() -> None:
+    """Stop recording (a process that reinstalls patches, or tests); the record stays as last written."""
+    global _next_at
+    _next_at = float("inf")
 
 
 def tick() -> None:
@@ -68,19 +76,19 @@ def tick() -> None:
 
 def write_now(exited: bool = False) -> None:
     global _next_at, _warned
-    if _next_at == float("inf"):
+    if _next_at == float("inf") or _path is None:
         return
     with _lock:
         _next_at = time.monotonic() + INTERVAL_S
         try:
             from astra_sglang.contract.base import write_atomic
 
-            write_atomic(record_path(), _snapshot(exited).model_dump_json(indent=1) + "\n")
+            write_atomic(_path, _snapshot(exited).model_dump_json(indent=1) + "\n")
         except Exception as e:  # never let bookkeeping fail a served call
             if not _warned:
                 _warned = True
                 logger.warning("astra-sglang: cannot write the patch status record %s (%s: %s); set %s to a "
-                               "writable folder", record_path(), type(e).__name__, e, ENV_STATUS_DIR)
+                               "writable folder", _path, type(e).__name__, e, ENV_STATUS_DIR)
 
 
 def _snapshot(exited: bool) -> ProcessStatus:
