@@ -194,8 +194,9 @@ def cmd_verify(args: argparse.Namespace) -> int:
         raise AstraError("no patches to verify")
     failed = 0
     for e in entries:
-        out = verify_entry(e, shapes=args.shapes, harness=not args.no_harness)
-        print(f"{e.patch_id}: {'OK' if out.ok else 'FAILED'} on {out.arch or 'no device'}: {out.detail}")
+        out = verify_entry(e, shapes=args.shapes, harness=not args.no_harness, record=args.record)
+        verdict = "OK" if out.ok else "FAILED" if out.here else "NOT VERIFIED"
+        print(f"{e.patch_id}: {verdict} on {out.arch or 'no device'}: {out.detail}")
         for n in out.notes:
             print(f"  {n}")
         h = out.harness
@@ -209,7 +210,10 @@ def cmd_verify(args: argparse.Namespace) -> int:
         failed += not out.ok
         slower = [s for s in h.timing.shapes if s.verdict == "slower"] if h is not None and h.timing else None
         if out.ok and args.record and slower is None:
-            print("  not recorded: no harness timing for this patch (scripts/gpu_patches_check.py --record times it)")
+            print("  not recorded: --record needs the harness's timing; " + (
+                "run without --no-harness" if args.no_harness else
+                "this patch is no harness candidate (see above), so verify cannot record it; "
+                f"`pytest tests/test_acceptance_gpu.py -k {e.patch_id}` times it on the GPU host"))
         elif out.ok and args.record and slower:
             print(f"  not recorded: slower than the original on {len(slower)} shape(s)")
         elif out.ok and args.record and e.manifest is not None and out.arch:
