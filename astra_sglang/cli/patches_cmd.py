@@ -303,7 +303,8 @@ def _report_added(dest: Path) -> None:
     from astra_sglang.contract.patch import load_patch_manifest
 
     m = load_patch_manifest(dest)
-    print(f"added {m.patch_id} at {dest}")
-    if not m.validated_on.sglang_versions or not m.validated_on.archs:
-        print("  not validated anywhere yet (no evidence with SGLang version/device): the plugin will not use it "
-              "until `astra-sglang patches verify --record " + m.patch_id + "` passes on a GPU")
+    vo = m.validated_on
+    checked = next((n.removeprefix("patches add: ") for n in reversed(m.evidence.notes)
+                    if n.startswith("patches add: ")), "")
+    print(f"added {m.patch_id} at {dest} (validated on SGLang {', '.join(vo.sglang_versions)} / "
+          f"{', '.join(vo.archs)}; {checked})")
