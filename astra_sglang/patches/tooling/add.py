@@ -174,7 +174,7 @@ def _import_triton(source: Path, entry: str) -> None:
 
 def _build_cuda(op_dir: Path, op: Manifest, source: Path, dtypes: list[str]) -> str:
     from astra_sglang.loader import toolchain
-    from astra_sglang.loader.cuda_build import CudaBuildSpec, build_batch
+    from astra_sglang.loader.cuda_build import BuildError, CudaBuildSpec, build_batch
 
     try:
         toolchain.nvcc_path()
@@ -184,7 +184,9 @@ def _build_cuda(op_dir: Path, op: Manifest, source: Path, dtypes: list[str]) -> 
     specs = [CudaBuildSpec.from_recipe(op_dir, op, d, kernel_source=source) for d in dtypes]
     for d, outcome in zip(dtypes, build_batch(specs)):
         if isinstance(outcome, Exception):
-            reason = " ".join(str(outcome).split())
+            log = outcome.report.log if isinstance(outcome, BuildError) else str(outcome)
+            first = next((ln for ln in log.splitlines() if "error" in ln.lower()), log.strip().splitlines()[-1:] or [""])
+            reason = " ".join(str(first).replace(str(source.resolve()), source.name).split())
             raise AstraError(f"{source.name} does not build ({d}): {reason[:400]}")
     return f"screen passed; built for {', '.join(dtypes)} ({specs[0].arch}, not loaded)"
 
