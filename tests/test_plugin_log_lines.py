@@ -40,7 +40,7 @@ def test_patches_off_is_one_info_line(plugin_env, caplog):
     assert _lines(caplog) == [(logging.INFO, "astra-sglang: patches off (set ASTRA_SGLANG_PATCHES)")]
 
 
-def test_missing_patch_folder_is_one_warning_naming_it(plugin_env, caplog):
+def test_missing_patch_folder_is_one_warning_naming_it(plugin_env, caplog, capsys):
     plugin_env.setenv("ASTRA_SGLANG_PATCHES", "all")
     plugin_env.setenv("ASTRA_SGLANG_PATCHES_DIR", "/nonexistent")
     caplog.set_level(logging.INFO, logger="astra_sglang")
@@ -48,6 +48,11 @@ def test_missing_patch_folder_is_one_warning_naming_it(plugin_env, caplog):
     warnings = [m for lvl, m in _lines(caplog) if lvl >= logging.WARNING]
     assert warnings == ["astra-sglang: patch folder ASTRA_SGLANG_PATCHES_DIR=/nonexistent does not exist; "
                         "no patches installed, SGLang's originals serve"]
+    from astra_sglang.cli.main import main
+
+    assert main(["patches", "list"]) == 2                     # the CLI says the same, not "no patches"
+    assert capsys.readouterr().err.strip() == ("astra-sglang: error: patch folder /nonexistent does not exist "
+                                               "(ASTRA_SGLANG_PATCHES_DIR='/nonexistent')")
 
 
 def test_manifest_with_missing_and_mistyped_fields_is_one_warning_line(plugin_env, caplog, tmp_path):

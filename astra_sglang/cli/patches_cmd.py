@@ -115,6 +115,9 @@ def cmd_list(args: argparse.Namespace) -> int:
     from astra_sglang.patches.registry import installed_sglang_version, patches_root
     from astra_sglang.patches.tooling.verify import probe_arch
 
+    if not patches_root().is_dir():
+        raise AstraError(f"patch folder {patches_root()} does not exist (ASTRA_SGLANG_PATCHES_DIR="
+                         f"{os.environ.get('ASTRA_SGLANG_PATCHES_DIR', '')!r})")
     rows = _rows()
     if args.json:
         print(json.dumps(rows, indent=2))
