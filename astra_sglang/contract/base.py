@@ -53,6 +53,17 @@ def sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
+def pid_alive(pid: int) -> bool:
+    """Whether the process that wrote a record (a run's lock, a server's status) still runs on this host."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, someone else's
+        return True
+    return True
+
+
 def write_atomic(path: Path, text: str) -> None:
     """Readers (a resumed run, a second server process) see the old file or the new one, never half of one."""
     path = Path(path)

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
+from astra_sglang.contract.base import pid_alive
 from astra_sglang.contract.status import ProcessStatus, read_process_status
 from astra_sglang.errors import AstraError
 
@@ -24,16 +24,6 @@ def server_dirs(folder: Path) -> list[Path]:
     return sorted(groups, key=lambda d: max(p.stat().st_mtime for p in d.glob("*.json")), reverse=True)
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def aggregate(folder: Path) -> dict[str, Any]:
     """One server: its processes, and per patch the state in each process, summed counts and every reason."""
     records: list[ProcessStatus] = []
@@ -43,7 +33,7 @@ def aggregate(folder: Path) -> dict[str, Any]:
             records.append(read_process_status(p))
         except ValueError as e:
             unreadable.append(str(e))
-    procs = [{"pid": r.pid, "process": r.process, "running": not r.exited and _alive(r.pid), "updated": r.updated,
+    procs = [{"pid": r.pid, "process": r.process, "running": not r.exited and pid_alive(r.pid), "updated": r.updated,
               "selected": r.selected} for r in records]
     patches: dict[str, dict[str, Any]] = {}
     for r in records:
