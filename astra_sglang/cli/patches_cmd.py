@@ -63,6 +63,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     r.add_argument("--model")
     r.add_argument("--rounds", type=int)
     r.add_argument("--force", action="store_true")
+    r.add_argument("--sglang-version", action="append", help="validated on (default: from the run's results)")
+    r.add_argument("--arch", action="append", help="validated on, e.g. sm_90 (default: from the run's results)")
     r.set_defaults(handler=cmd_add_run)
     p.set_defaults(handler=lambda args: (p.print_help(), 2)[1])
 
@@ -297,7 +299,8 @@ def cmd_add(args: argparse.Namespace) -> int:
 def cmd_add_run(args: argparse.Namespace) -> int:
     from astra_sglang.patches.tooling.add import add_from_run
 
-    dest = add_from_run(args.run_dir, patch_id=args.patch_id, model=args.model, rounds=args.rounds, force=args.force)
+    dest = add_from_run(args.run_dir, patch_id=args.patch_id, model=args.model, rounds=args.rounds, force=args.force,
+                        sglang_versions=args.sglang_version, archs=args.arch)
     _report_added(dest)
     return 0
 

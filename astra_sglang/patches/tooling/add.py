@@ -229,6 +229,8 @@ def add_from_run(
     rounds: int | None = None,
     root: Path | None = None,
     force: bool = False,
+    sglang_versions: list[str] | None = None,
+    archs: list[str] | None = None,
 ) -> Path:
     """Register the winner of an optimizer run (``runs/<op>/<run-id>/best/``) as a patch.
 
@@ -264,4 +266,5 @@ def add_from_run(
         rounds=rounds if rounds is not None else meta.get("rounds"),
     )
     return add_patch(op, sources[0], patch_id=patch_id or f"{run_dir.name}", provenance=prov,
-                     evidence=Evidence(results=results), root=root, force=force)
+                     evidence=Evidence(results=results), root=root, force=force, sglang_versions=sglang_versions,
+                     archs=archs)
