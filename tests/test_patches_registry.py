@@ -123,8 +123,8 @@ def test_list_and_show(root, capsys, monkeypatch):
 
 
 def test_add_is_one_command_with_evidence(root, tmp_path, capsys):
-    src = tmp_path / "my_kernel.cuh"
-    src.write_text("// a hand-written kernel\n")
+    src = tmp_path / "my_kernel.cuh"  # a real kernel: add screens and builds it (tests/test_patches_add_checks.py)
+    src.write_text((REPO / "tests" / "candidates" / "silu_and_mul" / "hand_written.cuh").read_text())
     ev = tmp_path / "eval.json"
     ev.write_text(_result().model_dump_json())
     assert main(["patches", "add", "--op", "silu_and_mul", "--source", str(src), "--id", "hw-silu",

@@ -414,3 +414,58 @@ def test_entry_point_load_is_free_when_patches_are_off():
     proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert "OFF []" in proc.stdout, proc.stdout
+
+
+INFO_LINES = r'''
+infos = []
+class _CollectInfo(logging.Handler):
+    def emit(self, record):
+        if record.levelno == logging.INFO:
+            infos.append(record.getMessage())
+logging.getLogger("astra_sglang").addHandler(_CollectInfo())
+logging.getLogger("astra_sglang").setLevel(logging.INFO)
+'''
+
+
+def test_status_records_of_two_server_processes_add_up_in_patches_status(tmp_path, capsys):
+    """Two processes of one server (one process group), each through SGLang's real load_plugins(), serve calls
+    with the Triton patch; each writes its own record, and ``patches status`` adds them up per patch, with the
+    refusal one of them logged, and the startup line each logged."""
+    from astra_sglang.cli.main import main
+
+    root = _patch_root(tmp_path)
+    _variant(root, "version", manifest_edit=lambda m: setattr(m.validated_on, "sglang_versions", ["0.4.0"]))
+    status_dir = tmp_path / "status"
+    body = INFO_LINES + HAPPY.replace('res["warnings"] = records', 'res["warnings"] = records; res["info"] = infos')
+    runs = []
+    for name, select in (("a", PID), ("b", "all")):
+        (tmp_path / name).mkdir()
+        runs.append(_run_child(tmp_path / name, body, {"ASTRA_SGLANG_PATCHES": select,
+                                                       "ASTRA_SGLANG_STATUS_DIR": str(status_dir)}, root))
+    assert [r["after_covered_3d"] for r in runs] == [{"patch": 2, "original": 3}] * 2   # calls really served
+    assert runs[0]["info"] == [f"astra-sglang: patches installed (checked at first call): {PID}"]
+    assert runs[1]["info"] == [f"astra-sglang: patches installed (checked at first call): {PID}; refused: version "
+                               "(SGLang 0.5.23 installed, patch validated on 0.4.0)"]
+    groups = list(status_dir.glob("pg-*"))
+    assert len(groups) == 1 and groups[0].name == f"pg-{os.getpgid(0)}"      # the children share our group
+    assert len(list(groups[0].glob("*.json"))) == 2
+
+    assert main(["patches", "status", "--dir", str(status_dir), "--json"]) == 0
+    servers = json.loads(capsys.readouterr().out)["servers"]
+    assert len(servers) == 1 and len(servers[0]["processes"]) == 2
+    assert not any(p["running"] for p in servers[0]["processes"])           # the exit record says so
+    rows = {r["patch_id"]: r for r in servers[0]["patches"]}
+    silu = rows[PID]
+    assert sorted(silu["states"].values()) == ["active", "active"]
+    assert (silu["served_by_patch"], silu["served_by_original"]) == (4, 6)
+    assert (silu["captured_by_patch"], silu["captured_by_original"]) == (0, 0)   # no CUDA graphs on CPU
+    assert len(silu["first_call_checks"]) == 1 and silu["first_call_checks"][0].startswith("passed: checked on cpu")
+    assert silu["fallbacks"] == []
+    assert list(rows["version"]["states"].values()) == ["failed"]
+    assert rows["version"]["reasons"] == ["SGLang 0.5.23 installed, patch validated on 0.4.0"]
+
+    assert main(["patches", "status", "--dir", str(groups[0])]) == 0
+    table = capsys.readouterr().out
+    line = next(ln for ln in table.splitlines() if PID in ln)
+    assert "active x2" in line and " 4 " in line and " 6 " in line, table
+    assert "counted once" in table

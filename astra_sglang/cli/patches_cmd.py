@@ -1,4 +1,4 @@
-"""``astra-sglang patches list | show ID | verify [ID] | enable ID | disable ID | add ... | add-run RUN``."""
+"""``astra-sglang patches list | show ID | status | verify [ID] | enable ID | disable ID | add ... | add-run RUN``."""
 
 from __future__ import annotations
 
@@ -28,6 +28,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="on success, add this SGLang version and arch to the manifest's validated_on "
                         "(and the harness result to its evidence)")
     v.set_defaults(handler=cmd_verify)
+    st = sub.add_parser("status", help="what a running server's processes patched: states, calls, fallbacks")
+    st.add_argument("--dir", type=Path, help="a status folder (default: $ASTRA_SGLANG_STATUS_DIR or the cache's); "
+                    "one server's pg-<pgid> folder, or the folder holding them")
+    st.add_argument("--json", action="store_true")
+    st.set_defaults(handler=cmd_status)
     for name, on in (("enable", True), ("disable", False)):
         e = sub.add_parser(name, help=f"{name} a patch for ASTRA_SGLANG_PATCHES=all (persisted per user)")
         e.add_argument("patch_id")
@@ -58,6 +63,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     r.add_argument("--model")
     r.add_argument("--rounds", type=int)
     r.add_argument("--force", action="store_true")
+    r.add_argument("--sglang-version", action="append", help="validated on (default: from the run's results)")
+    r.add_argument("--arch", action="append", help="validated on, e.g. sm_90 (default: from the run's results)")
     r.set_defaults(handler=cmd_add_run)
     p.set_defaults(handler=lambda args: (p.print_help(), 2)[1])
 
@@ -110,6 +117,9 @@ def cmd_list(args: argparse.Namespace) -> int:
     from astra_sglang.patches.registry import installed_sglang_version, patches_root
     from astra_sglang.patches.tooling.verify import probe_arch
 
+    if not patches_root().is_dir():
+        raise AstraError(f"patch folder {patches_root()} does not exist (ASTRA_SGLANG_PATCHES_DIR="
+                         f"{os.environ.get('ASTRA_SGLANG_PATCHES_DIR', '')!r})")
     rows = _rows()
     if args.json:
         print(json.dumps(rows, indent=2))
@@ -189,8 +199,9 @@ def cmd_verify(args: argparse.Namespace) -> int:
         raise AstraError("no patches to verify")
     failed = 0
     for e in entries:
-        out = verify_entry(e, shapes=args.shapes, harness=not args.no_harness)
-        print(f"{e.patch_id}: {'OK' if out.ok else 'FAILED'} on {out.arch or 'no device'}: {out.detail}")
+        out = verify_entry(e, shapes=args.shapes, harness=not args.no_harness, record=args.record)
+        verdict = "OK" if out.ok else "FAILED" if out.here else "NOT VERIFIED"
+        print(f"{e.patch_id}: {verdict} on {out.arch or 'no device'}: {out.detail}")
         for n in out.notes:
             print(f"  {n}")
         h = out.harness
@@ -204,7 +215,10 @@ def cmd_verify(args: argparse.Namespace) -> int:
         failed += not out.ok
         slower = [s for s in h.timing.shapes if s.verdict == "slower"] if h is not None and h.timing else None
         if out.ok and args.record and slower is None:
-            print("  not recorded: no harness timing for this patch (scripts/gpu_patches_check.py --record times it)")
+            print("  not recorded: --record needs the harness's timing; " + (
+                "run without --no-harness" if args.no_harness else
+                "this patch is no harness candidate (see above), so verify cannot record it; "
+                f"`pytest tests/test_acceptance_gpu.py -k {e.patch_id}` times it on the GPU host"))
         elif out.ok and args.record and slower:
             print(f"  not recorded: slower than the original on {len(slower)} shape(s)")
         elif out.ok and args.record and e.manifest is not None and out.arch:
@@ -221,6 +235,43 @@ def cmd_verify(args: argparse.Namespace) -> int:
             write_patch_manifest(e.path, m)
             print(f"  recorded: validated on SGLang {version} / {out.arch}")
     return 1 if failed else 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from astra_sglang.patches.status_file import status_root
+    from astra_sglang.patches.tooling.status_report import aggregate, server_dirs, states_text
+
+    servers = [aggregate(d) for d in server_dirs(args.dir or status_root())]
+    if args.json:
+        print(json.dumps({"servers": servers}, indent=2))
+        return 0 if servers else 1
+    if not servers:
+        print(f"no status records under {args.dir or status_root()}: no server with ASTRA_SGLANG_PATCHES set wrote one")
+        return 1
+    from astra_sglang.cli.output import Table, console
+
+    c = console(width=200)  # eight columns with reasons: a log or pipe gets them unwrapped
+    for srv in servers:
+        running = sum(p["running"] for p in srv["processes"])
+        t = Table(title=f"{srv['dir']}: {len(srv['processes'])} process(es), {running} running",
+                  caption="captured = calls made during CUDA-graph capture; each graph replay reruns them "
+                          "without a Python call, so they are counted once")
+        for col in ("patch", "op", "state per process", "patch calls", "original calls", "captured (patch/orig)",
+                    "first-call check", "fallbacks / reasons"):
+            t.add_column(col)
+        for r in srv["patches"]:
+            states = r["states"].values()
+            why = r["fallbacks"] or [x for x in r["reasons"] if "failed" in states]
+            check = "; ".join(r["first_call_checks"]) or ("not run yet" if "pending" in states else "not run")
+            t.add_row(r["patch_id"], r["op"], states_text(r["states"]), str(r["served_by_patch"]),
+                      str(r["served_by_original"]), f"{r['captured_by_patch']}/{r['captured_by_original']}",
+                      check, "; ".join(why) or "-")
+        c.print(t)
+        if not srv["patches"]:
+            print("  no patches selected in these processes")
+        for u in srv["unreadable"]:
+            print(f"  skipped {u}")
+    return 0
 
 
 def cmd_enable(args: argparse.Namespace, on: bool) -> int:
@@ -248,7 +299,8 @@ def cmd_add(args: argparse.Namespace) -> int:
 def cmd_add_run(args: argparse.Namespace) -> int:
     from astra_sglang.patches.tooling.add import add_from_run
 
-    dest = add_from_run(args.run_dir, patch_id=args.patch_id, model=args.model, rounds=args.rounds, force=args.force)
+    dest = add_from_run(args.run_dir, patch_id=args.patch_id, model=args.model, rounds=args.rounds, force=args.force,
+                        sglang_versions=args.sglang_version, archs=args.arch)
     _report_added(dest)
     return 0
 
@@ -257,7 +309,8 @@ def _report_added(dest: Path) -> None:
     from astra_sglang.contract.patch import load_patch_manifest
 
     m = load_patch_manifest(dest)
-    print(f"added {m.patch_id} at {dest}")
-    if not m.validated_on.sglang_versions or not m.validated_on.archs:
-        print("  not validated anywhere yet (no evidence with SGLang version/device): the plugin will not use it "
-              "until `astra-sglang patches verify --record " + m.patch_id + "` passes on a GPU")
+    vo = m.validated_on
+    checked = next((n.removeprefix("patches add: ") for n in reversed(m.evidence.notes)
+                    if n.startswith("patches add: ")), "")
+    print(f"added {m.patch_id} at {dest} (validated on SGLang {', '.join(vo.sglang_versions)} / "
+          f"{', '.join(vo.archs)}; {checked})")

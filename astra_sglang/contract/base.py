@@ -10,11 +10,31 @@ import hashlib
 import os
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 
 class Model(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+
+def validation_reason(e: ValidationError, limit: int = 5) -> str:
+    """pydantic's errors as one line ("field 'source' missing; field 'guard.dtypes' wrong type (a list)"):
+    its own message is several lines with documentation URLs, which buries the reason in a server's log."""
+    parts = []
+    for err in e.errors()[:limit]:
+        loc = ".".join(str(x) for x in err["loc"]) or "(top level)"
+        kind = err["type"]
+        if kind == "missing":
+            parts.append(f"field '{loc}' missing")
+        elif kind == "extra_forbidden":
+            parts.append(f"field '{loc}' not allowed")
+        elif kind.endswith("_type") or kind.endswith("_parsing"):
+            want = err["msg"].removeprefix("Input should be ").removeprefix("a valid ")
+            parts.append(f"field '{loc}' wrong type (expected {want})")
+        else:
+            parts.append(f"field '{loc}': {err['msg']}")
+    more = e.error_count() - limit
+    return "; ".join(parts) + (f"; and {more} more" if more > 0 else "")
 
 
 def sha256_bytes(data: bytes) -> str:
@@ -31,6 +51,17 @@ def sha256_file(path: Path) -> str:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether the process that wrote a record (a run's lock, a server's status) still runs on this host."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, someone else's
+        return True
+    return True
 
 
 def write_atomic(path: Path, text: str) -> None:

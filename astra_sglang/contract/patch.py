@@ -16,9 +16,9 @@ import json
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, ValidationError
 
-from astra_sglang.contract.base import Model, sha256_file
+from astra_sglang.contract.base import Model, sha256_file, validation_reason
 from astra_sglang.contract.op import Manifest
 from astra_sglang.contract.result import EvalResult
 
@@ -131,8 +131,8 @@ def load_patch_manifest(patch_dir: Path) -> PatchManifest:
         raise PatchManifestError(f"{path}: schema_version {version!r}, this astra-sglang reads {SCHEMA_VERSION}")
     try:
         return PatchManifest.model_validate(raw)
-    except Exception as e:  # pydantic.ValidationError: already specific
-        raise PatchManifestError(f"{path}: invalid patch manifest: {e}") from None
+    except ValidationError as e:
+        raise PatchManifestError(f"{path}: invalid patch manifest: {validation_reason(e)}") from None
 
 
 def write_patch_manifest(patch_dir: Path, manifest: PatchManifest) -> Path:

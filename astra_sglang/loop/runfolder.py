@@ -21,6 +21,7 @@ from typing import TypeVar
 from pydantic import BaseModel
 
 from astra_sglang.agents.config import TokenCount
+from astra_sglang.contract.base import pid_alive
 from astra_sglang.contract.base import write_atomic as atomic_write
 from astra_sglang.errors import AstraError
 from astra_sglang.loop.records import RoundRecord, RunMeta, StepRecord
@@ -93,7 +94,7 @@ class RunFolder:
                 pid, host = int(info["pid"]), info.get("host")
             except (ValueError, KeyError, OSError, json.JSONDecodeError):
                 pid, host = -1, None
-            if host == socket.gethostname() and pid > 0 and pid != os.getpid() and _alive(pid):
+            if host == socket.gethostname() and pid > 0 and pid != os.getpid() and pid_alive(pid):
                 raise AstraError(f"run {self.path} is being written by process {pid}; wait for it or stop it")
         atomic_write(lock, json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "since": now_iso()}))
 
@@ -180,12 +181,3 @@ class RunFolder:
         atomic_write(calls / f"{n:05d}-{rnd}-{record.agent}-{record.step}.json", record.model_dump_json(indent=1))
         self._scope_tokens = self._scope_tokens + record.tokens
 
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

@@ -7,6 +7,7 @@ Every refusal here is fail-closed: the patch is skipped with one warning and the
 
 from __future__ import annotations
 
+import os
 import pkgutil
 from collections.abc import Callable
 from pathlib import Path
@@ -15,6 +16,7 @@ from typing import Any
 from astra_sglang.contract.patch import file_problem
 from astra_sglang.patches import status
 from astra_sglang.patches.registry import (
+    ENV_ROOT,
     PatchEntry,
     discover,
     installed_sglang_version,
@@ -38,10 +40,16 @@ def install_selected(installer: Installer, *, root: Path | None = None, value: s
     """Install every selected, applicable patch; returns {patch_id: PatchRuntime} of those installed."""
     from astra_sglang.patches.runtime import PatchRuntime
 
-    entries = discover(root)
+    folder = Path(root) if root is not None else patches_root()
+    if not folder.is_dir():
+        named = f"{ENV_ROOT}={os.environ[ENV_ROOT]}" if root is None and os.environ.get(ENV_ROOT) else str(folder)
+        status.logger.warning("astra-sglang: patch folder %s does not exist; no patches installed, SGLang's "
+                              "originals serve", named)
+        return {}
+    entries = discover(folder)
     chosen, unknown = selected(entries, value)
     for pid in unknown:
-        status.fail(pid, f"requested in ASTRA_SGLANG_PATCHES but no such patch under {root or patches_root()}")
+        status.fail(pid, f"requested in ASTRA_SGLANG_PATCHES but no such patch under {folder}")
     version = sglang_version or installed_sglang_version()
     claimed: dict[str, str] = {}
     installed: dict[str, Any] = {}
@@ -68,6 +76,16 @@ def install_selected(installer: Installer, *, root: Path | None = None, value: s
         installed[m.patch_id] = rt
         _runtimes[m.patch_id] = rt
     return installed
+
+
+def startup_line(installed: dict[str, Any]) -> str:
+    """The one line per process that says what this process patched and what it refused, and why."""
+    refused = sorted((s.patch_id, s.reason) for s in status.statuses().values()
+                     if s.state == "failed" and s.patch_id not in installed)
+    parts = [f"installed (checked at first call): {', '.join(sorted(installed)) or 'none'}"]
+    if refused:
+        parts.append("refused: " + "; ".join(f"{pid} ({why})" for pid, why in refused))
+    return "astra-sglang: patches " + "; ".join(parts)
 
 
 def _files_only(e: PatchEntry) -> str | None:

@@ -22,7 +22,7 @@ from typing import Any
 from astra_sglang.contract.op import Manifest, signature_names
 from astra_sglang.contract.patch import CPU_INTERPRET_ARCH, PatchManifest
 from astra_sglang.errors import AstraError
-from astra_sglang.patches import status
+from astra_sglang.patches import status, status_file
 from astra_sglang.patches.adapters import OpAdapter, Prepared, get_adapter, make_guard
 from astra_sglang.patches.registry import device_problem, load_op, op_folder
 
@@ -86,6 +86,8 @@ class PatchRuntime:
         launch = self.adapter.launch
         guard = self.guard
         compiling = _compiling()
+        capturing = self._capturing
+        tick = status_file.tick
         self.originals[target or getattr(original, "__qualname__", "original")] = original
         if target:
             st.targets = tuple(sorted(set(st.targets) | {target}))
@@ -106,8 +108,14 @@ class PatchRuntime:
                         self.fail(f"exception at call time ({type(e).__name__}: {e}); patch disabled")
                     else:
                         st.served_by_patch += 1
+                        if capturing():
+                            st.captured_by_patch += 1
+                        tick()
                         return ret
             st.served_by_original += 1
+            if capturing():
+                st.captured_by_original += 1
+            tick()
             return original(*args, **kwargs)
 
         astra_patched.__qualname__ = astra_patched.__name__ = f"astra_patched_{self.m.op}"
@@ -118,6 +126,7 @@ class PatchRuntime:
 
     def fail(self, reason: str) -> None:
         status.fail(self.m.patch_id, reason, self.m.op)
+        status_file.write_now()
 
     # ----------------------------------------------------------------------------------------- activation
 
@@ -132,41 +141,47 @@ class PatchRuntime:
             st = self.status
             if st.state != "pending":
                 return st.state == "active"
-            if original is None:
-                if not self.originals:
-                    self.fail("no original function to check against")
-                    return False
-                original = next(iter(self.originals.values()))
-            if device is None:
-                device = self.device_type
-            try:
-                arch = device_arch(device)
-            except Exception as e:
-                self.fail(f"cannot query the device ({type(e).__name__}: {e})")
-                return False
-            problem = device_problem(self.m, arch)
-            if problem:
-                self.fail(problem)
-                return False
-            from astra_sglang.patches.kernels import load_kernel
+            ok = self._activate(st, device, original)
+            st.first_call_check = f"passed: {st.reason}" if ok else f"failed: {st.reason}"
+        status_file.write_now()
+        return ok
 
-            try:
-                self.kernel = load_kernel(self.patch_dir, self.m, self.op, dtypes=self.m.guard.dtypes,
-                                          arch=build_arch(arch) if arch is not None and arch != CPU_INTERPRET_ARCH else None)
-            except Exception as e:
-                self.fail(f"build failed: {_one_line(e)}")
+    def _activate(self, st: status.PatchStatus, device: Any, original: Original | None) -> bool:
+        if original is None:
+            if not self.originals:
+                self.fail("no original function to check against")
                 return False
-            try:
-                mismatch = check_against_original(self, original, device)
-            except Exception as e:
-                self.fail(f"check raised {type(e).__name__}: {_one_line(e)}")
-                return False
-            if mismatch:
-                self.fail(f"check mismatch against SGLang's original: {mismatch}")
-                return False
-            st.state = "active"
-            st.reason = f"checked on {arch} against {getattr(original, '__module__', '?')}"
-            return True
+            original = next(iter(self.originals.values()))
+        if device is None:
+            device = self.device_type
+        try:
+            arch = device_arch(device)
+        except Exception as e:
+            self.fail(f"cannot query the device ({type(e).__name__}: {e})")
+            return False
+        problem = device_problem(self.m, arch)
+        if problem:
+            self.fail(problem)
+            return False
+        from astra_sglang.patches.kernels import load_kernel
+
+        try:
+            self.kernel = load_kernel(self.patch_dir, self.m, self.op, dtypes=self.m.guard.dtypes,
+                                      arch=build_arch(arch) if arch is not None and arch != CPU_INTERPRET_ARCH else None)
+        except Exception as e:
+            self.fail(f"build failed: {_one_line(e)}")
+            return False
+        try:
+            mismatch = check_against_original(self, original, device)
+        except Exception as e:
+            self.fail(f"check raised {type(e).__name__}: {_one_line(e)}")
+            return False
+        if mismatch:
+            self.fail(f"check mismatch against SGLang's original: {mismatch}")
+            return False
+        st.state = "active"
+        st.reason = f"checked on {arch} against {getattr(original, '__module__', '?')}"
+        return True
 
     def serve(self, *args: Any, **kwargs: Any) -> Any:
         """Run the kernel path for a call the guard accepted (checks and tests)."""

@@ -1,15 +1,16 @@
 """What each patch is doing in this process: its state, why, and how many calls it and the original served.
 
 Counters are plain Python ints bumped on the host: reading them never synchronises the GPU, and bumping them
-is legal inside CUDA-graph capture (a replayed graph does not bump them: replays run no Python). Warnings go
-through the ``astra_sglang.patches`` logger, at most one line per patch per process.
+is legal inside CUDA-graph capture (a replayed graph does not bump them: replays run no Python, so a call made
+during capture is counted once, in ``captured_by_*`` as well). Warnings go through the ``astra_sglang.patches``
+logger, at most one line per patch per process. ``status_file`` writes all of it out for ``patches status``.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 logger = logging.getLogger("astra_sglang.patches")
@@ -25,6 +26,10 @@ class PatchStatus:
     reason: str = ""
     served_by_patch: int = 0
     served_by_original: int = 0
+    captured_by_patch: int = 0
+    captured_by_original: int = 0
+    first_call_check: str = ""  # "" = not run; "passed ..." / "failed: ..."
+    fallbacks: list[str] = field(default_factory=list)  # failures after the patch had been active
     targets: tuple[str, ...] = ()
 
 
@@ -44,6 +49,8 @@ def get(patch_id: str, op: str = "") -> PatchStatus:
 def fail(patch_id: str, reason: str, op: str = "") -> None:
     """Mark the patch failed (the original serves from now on) and warn once, naming patch and reason."""
     st = get(patch_id, op)
+    if st.state == "active":
+        st.fallbacks.append(reason)
     st.state = "failed"
     st.reason = reason
     with _lock:

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import ast
 import json
+import os
 import re
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 from astra_sglang.contract.base import sha256_file
 from astra_sglang.contract.op import (
     MANIFEST_NAME,
+    Manifest,
     entry_and_call,
     hook_target,
     load_manifest,
@@ -26,9 +31,12 @@ from astra_sglang.contract.patch import (
     target_problem,
     write_patch_manifest,
 )
+from astra_sglang.contract.restore import materialize
+from astra_sglang.data_paths import user_cache
 from astra_sglang.errors import AstraError
 from astra_sglang.patches.registry import op_folder, patches_root
 
+IMPORT_TIMEOUT_S = 300
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
@@ -59,8 +67,8 @@ def add_patch(
     How the kernel is called, and the tolerances it is checked with, come from the extracted op's manifest
     (pinned by its SHA-256); ``targets`` default to the op's entry point as SGLang binds it, and must be among
     the op's call sites; guard and check shapes default to the op adapter's. ``validated_on`` defaults to the
-    SGLang version the evidence was measured with and the arch of its device; a patch with neither applies
-    nowhere until ``patches verify --record`` has passed on a machine.
+    SGLang version the evidence was measured with and the arch of its device, and may not be empty (a patch
+    validated nowhere is one nobody can use). The source is screened and built first (``check_source``).
     """
     from astra_sglang.patches.adapters import get_adapter
 
@@ -84,6 +92,13 @@ def add_patch(
         sglang_versions = sorted({r.sglang_version for r in evidence.results if r.sglang_version})
     if archs is None:
         archs = sorted({a for r in evidence.results if (a := arch_of_device_text(r.device))})
+    missing = [what for what, got in (("--sglang-version", sglang_versions), ("--arch", archs)) if not got]
+    if missing:
+        raise AstraError(f"validated_on would be empty: pass {' and '.join(missing)} (e.g. --sglang-version 0.5.23 "
+                         "--arch sm_90) or --evidence with a harness result that names them")
+    guard = guard or ad.default_guard()
+    checked = check_source(op_manifest, folder, source, kind, guard.dtypes)
+    evidence = evidence.model_copy(update={"notes": [*evidence.notes, f"patches add: {checked}"]})
     root = Path(root) if root is not None else patches_root()
     dest = root / op / patch_id
     if dest.exists():
@@ -103,7 +118,7 @@ def add_patch(
         source=PatchSource(kind=kind, file=kernel_name),  # type: ignore[arg-type]
         targets=targets,
         validated_on=ValidatedOn(sglang_versions=sglang_versions, archs=archs),
-        guard=guard or ad.default_guard(),
+        guard=guard,
         check_shapes=ad.default_check_shapes(),
         files=pin_files(dest),
         provenance=provenance,
@@ -111,6 +126,69 @@ def add_patch(
     )
     write_patch_manifest(dest, m)
     return dest
+
+
+def check_source(op: Manifest, op_dir: Path, source: Path, kind: str, dtypes: list[str]) -> str:
+    """Refuse, before anything is written, a source that is not the language of its kind, that the static screen
+    rejects, or that does not build: a registered patch that cannot load would only fail in SGLang's servers.
+    Returns what was checked. CUDA: compiled and linked (not loaded: no GPU needed) per dtype, where nvcc and
+    ninja are here. Triton: imported under TRITON_INTERPRET=1 in a child process, the entry function present."""
+    from astra_sglang.harness.screen import cuda_search_dirs, screen_cuda, screen_python
+
+    text = source.read_text(errors="replace")
+    name = source.name
+    if kind == "triton":
+        try:
+            ast.parse(text, filename=name)
+        except SyntaxError as e:
+            raise AstraError(f"{name} is not Python (line {e.lineno}: {e.msg}): a triton patch is a Triton .py "
+                             "source; a .cuh is a cuda_jit patch") from None
+        findings = screen_python(text)
+    else:
+        full = materialize(op_dir, user_cache())
+        findings = screen_cuda(text, cuda_search_dirs(full, op), full)
+    if findings:
+        raise AstraError(f"{name} refused by the static screen: {findings[0]}")
+    entry = entry_and_call(op, kind)[0]
+    if kind == "triton":
+        _import_triton(source, entry)
+        return f"screen passed; imported under TRITON_INTERPRET=1, defines {entry}"
+    return _build_cuda(full, op, source, dtypes)
+
+
+def _import_triton(source: Path, entry: str) -> None:
+    code = ("import sys\nfrom pathlib import Path\nfrom astra_sglang.errors import AstraError\n"
+            "from astra_sglang.loader.pyimport import load_function\n"
+            "try:\n    load_function(Path(sys.argv[1]), sys.argv[2])\n"
+            "except AstraError as e:\n    print(' '.join(str(e).split())[:400], file=sys.stderr)\n    sys.exit(3)\n")
+    env = dict(os.environ, TRITON_INTERPRET="1")
+    try:
+        proc = subprocess.run([sys.executable, "-c", code, str(source.resolve()), entry], env=env,
+                              capture_output=True, text=True, timeout=IMPORT_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        raise AstraError(f"importing {source.name} took over {IMPORT_TIMEOUT_S} s; refused") from None
+    if proc.returncode != 0:
+        last = (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
+        raise AstraError(f"{source.name} does not import: {last}")
+
+
+def _build_cuda(op_dir: Path, op: Manifest, source: Path, dtypes: list[str]) -> str:
+    from astra_sglang.loader import toolchain
+    from astra_sglang.loader.cuda_build import BuildError, CudaBuildSpec, build_batch
+
+    try:
+        toolchain.nvcc_path()
+        toolchain.ninja_path()
+    except AstraError as e:
+        return f"screen passed; NOT built here ({e})"
+    specs = [CudaBuildSpec.from_recipe(op_dir, op, d, kernel_source=source) for d in dtypes]
+    for d, outcome in zip(dtypes, build_batch(specs)):
+        if isinstance(outcome, Exception):
+            log = outcome.report.log if isinstance(outcome, BuildError) else str(outcome)
+            first = next((ln for ln in log.splitlines() if "error" in ln.lower()), log.strip().splitlines()[-1:] or [""])
+            reason = " ".join(str(first).replace(str(source.resolve()), source.name).split())
+            raise AstraError(f"{source.name} does not build ({d}): {reason[:400]}")
+    return f"screen passed; built for {', '.join(dtypes)} ({specs[0].arch}, not loaded)"
 
 
 def arch_of_device_text(device: str) -> str | None:
@@ -151,6 +229,8 @@ def add_from_run(
     rounds: int | None = None,
     root: Path | None = None,
     force: bool = False,
+    sglang_versions: list[str] | None = None,
+    archs: list[str] | None = None,
 ) -> Path:
     """Register the winner of an optimizer run (``runs/<op>/<run-id>/best/``) as a patch.
 
@@ -186,4 +266,5 @@ def add_from_run(
         rounds=rounds if rounds is not None else meta.get("rounds"),
     )
     return add_patch(op, sources[0], patch_id=patch_id or f"{run_dir.name}", provenance=prov,
-                     evidence=Evidence(results=results), root=root, force=force)
+                     evidence=Evidence(results=results), root=root, force=force, sglang_versions=sglang_versions,
+                     archs=archs)

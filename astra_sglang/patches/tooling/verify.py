@@ -12,8 +12,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from astra_sglang.contract.base import sha256_file
-from astra_sglang.contract.patch import MANIFEST_NAME, PatchManifest, file_problem
+from astra_sglang.contract.op import load_manifest
+from astra_sglang.contract.patch import CPU_INTERPRET_ARCH, MANIFEST_NAME, PatchManifest, file_problem
 from astra_sglang.contract.result import EvalResult
+from astra_sglang.errors import AstraError
 from astra_sglang.patches import status
 from astra_sglang.patches.registry import (
     PatchEntry,
@@ -34,6 +36,34 @@ class VerifyOutcome:
     harness: EvalResult | None = None
     notes: list[str] = field(default_factory=list)
     op_manifest_sha256: str = ""  # the op manifest the check ran against: what `--record` pins
+    here: bool = True  # False: this host cannot run the check at all (no verdict on the patch)
+
+
+ELSEWHERE = ("on a GPU host: `astra-sglang patches verify --record {pid}` where SGLang is installed, or "
+             "`pytest tests/test_acceptance_gpu.py -k {pid}` where it is not")
+
+
+def unverifiable_here(m: PatchManifest, arch: str | None) -> str | None:
+    """Why no check of this patch can run on this host, or None. Verify compares with the installed SGLang's
+    own function, so both the patch and SGLang's original must run here: on a host without a GPU only a Triton
+    patch of a Triton op qualifies, and only under TRITON_INTERPRET=1."""
+    if arch is not None and arch != CPU_INTERPRET_ARCH:
+        return None
+    try:
+        op_kind = load_manifest(op_folder(m.op)).recipe.kind
+    except AstraError as e:
+        return f"cannot verify here: {e}"
+    where = ELSEWHERE.format(pid=m.patch_id)
+    if m.source.kind != "triton":
+        why = f"a {m.source.kind} patch needs a GPU and this host has none"
+    elif op_kind != "triton":
+        why = f"SGLang's original {m.op} is a {op_kind} kernel, which needs a GPU, and this host has none"
+    elif arch is None:
+        return (f"cannot verify here: no GPU; a Triton patch of a Triton op can be checked on CPU with "
+                f"TRITON_INTERPRET=1, or {where}")
+    else:
+        return None
+    return f"cannot verify here: {why}; verify it {where}"
 
 
 def current_op_sha256(m: PatchManifest) -> str:
@@ -57,7 +87,8 @@ def probe_arch() -> str | None:
     return "cpu-interpret" if os.environ.get("TRITON_INTERPRET") == "1" else None
 
 
-def verify_entry(entry: PatchEntry, *, shapes: str = "all", harness: bool = True, record: bool = True) -> VerifyOutcome:
+def verify_entry(entry: PatchEntry, *, shapes: str = "all", harness: bool = True, record: bool = False) -> VerifyOutcome:
+    """Check the patch on this host; only ``record`` writes the outcome (pass or fail) to the state file."""
     from astra_sglang.patches.install import resolve_target
     from astra_sglang.patches.runtime import PatchRuntime
 
@@ -69,6 +100,9 @@ def verify_entry(entry: PatchEntry, *, shapes: str = "all", harness: bool = True
         problem = "SGLang is not installed: verify checks against the installed SGLang's original"
     if problem or m is None:
         return VerifyOutcome(entry.patch_id, False, arch, problem or "unreadable manifest")
+    elsewhere = unverifiable_here(m, arch)
+    if elsewhere:
+        return VerifyOutcome(m.patch_id, False, arch, elsewhere, here=False)
     # verifying is how a patch becomes validated on a new SGLang, device or re-extracted op: none may stop the check
     patched = m.model_copy(update={"validated_on": m.validated_on.model_copy(update={
         "sglang_versions": list(m.validated_on.sglang_versions) + [version],
@@ -105,7 +139,6 @@ def verify_entry(entry: PatchEntry, *, shapes: str = "all", harness: bool = True
 
 
 def _harness(entry: PatchEntry, shapes: str) -> tuple[EvalResult | None, str | None]:
-    from astra_sglang.contract.op import load_manifest
     from astra_sglang.patches.kernels import extracted_op_dir
 
     m = entry.manifest
@@ -117,7 +150,7 @@ def _harness(entry: PatchEntry, shapes: str) -> tuple[EvalResult | None, str | N
         return None, f"harness skipped: {e}"
     if op.recipe.kind != m.source.kind:
         return None, (f"harness skipped: a {m.source.kind} patch for a {op.recipe.kind} op is not a harness candidate; "
-                      "scripts/gpu_patches_check.py times it")
+                      f"`pytest tests/test_acceptance_gpu.py -k {m.patch_id}` times it on the GPU host")
     from astra_sglang.contract.eval_config import EvalConfig
     from astra_sglang.harness.evaluate import evaluate
 

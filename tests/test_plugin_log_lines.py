@@ -1,0 +1,79 @@
+"""What the plugin says in SGLang's log before any call: one line for each thing an operator must know.
+
+``plugin.load()`` is what SGLang's ``load_plugins()`` calls (tests/test_plugin_sglang.py runs it through SGLang);
+here it runs in this process on registries that install nothing, so no SGLang hook is touched.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+from pathlib import Path
+
+import pytest
+
+from astra_sglang.patches import plugin, status, status_file
+
+REPO = Path(__file__).resolve().parents[1]
+SHIPPED = REPO / "patches" / "silu_and_mul" / "triton-silu-and-mul-v1"
+
+
+@pytest.fixture
+def plugin_env(tmp_path, monkeypatch):
+    monkeypatch.setenv("ASTRA_SGLANG_STATUS_DIR", str(tmp_path / "status"))
+    monkeypatch.setenv("ASTRA_SGLANG_STATE_FILE", str(tmp_path / "state.json"))
+    monkeypatch.delenv("ASTRA_SGLANG_PATCHES", raising=False)
+    status.reset()
+    yield monkeypatch
+    status_file.stop()
+    status.reset()
+
+
+def _lines(caplog) -> list[tuple[int, str]]:
+    return [(r.levelno, r.getMessage()) for r in caplog.records if r.name.startswith("astra_sglang")]
+
+
+def test_patches_off_is_one_info_line(plugin_env, caplog):
+    caplog.set_level(logging.INFO, logger="astra_sglang")
+    plugin.load()
+    assert _lines(caplog) == [(logging.INFO, "astra-sglang: patches off (set ASTRA_SGLANG_PATCHES)")]
+
+
+def test_missing_patch_folder_is_one_warning_naming_it(plugin_env, caplog, capsys):
+    plugin_env.setenv("ASTRA_SGLANG_PATCHES", "all")
+    plugin_env.setenv("ASTRA_SGLANG_PATCHES_DIR", "/nonexistent")
+    caplog.set_level(logging.INFO, logger="astra_sglang")
+    plugin.load()
+    warnings = [m for lvl, m in _lines(caplog) if lvl >= logging.WARNING]
+    assert warnings == ["astra-sglang: patch folder ASTRA_SGLANG_PATCHES_DIR=/nonexistent does not exist; "
+                        "no patches installed, SGLang's originals serve"]
+    from astra_sglang.cli.main import main
+
+    assert main(["patches", "list"]) == 2                     # the CLI says the same, not "no patches"
+    assert capsys.readouterr().err.strip() == ("astra-sglang: error: patch folder /nonexistent does not exist "
+                                               "(ASTRA_SGLANG_PATCHES_DIR='/nonexistent')")
+
+
+def test_manifest_with_missing_and_mistyped_fields_is_one_warning_line(plugin_env, caplog, tmp_path):
+    root = tmp_path / "patches"
+    d = root / "silu_and_mul" / "broken"
+    shutil.copytree(SHIPPED, d, ignore=shutil.ignore_patterns("__pycache__"))
+    raw = json.loads((d / "manifest.json").read_text())
+    del raw["source"]
+    raw["guard"]["dtypes"] = "bfloat16"
+    (d / "manifest.json").write_text(json.dumps(raw))
+    plugin_env.setenv("ASTRA_SGLANG_PATCHES", "all")
+    plugin_env.setenv("ASTRA_SGLANG_PATCHES_DIR", str(root))
+    caplog.set_level(logging.INFO, logger="astra_sglang")
+    plugin.load()
+    warnings = [m for lvl, m in _lines(caplog) if lvl >= logging.WARNING]
+    assert len(warnings) == 1, warnings
+    w = warnings[0]
+    assert "\n" not in w and "http" not in w, w
+    assert w.endswith("invalid patch manifest: field 'source' missing; field 'guard.dtypes' wrong type (expected list)")
+    assert w.startswith("astra-sglang patch broken not used")
+    infos = [m for lvl, m in _lines(caplog) if lvl == logging.INFO]
+    assert infos == ["astra-sglang: patches installed (checked at first call): none; refused: broken "
+                     f"({d / 'manifest.json'}: invalid patch manifest: field 'source' missing; field 'guard.dtypes' "
+                     "wrong type (expected list))"]

@@ -1,0 +1,46 @@
+"""On a GPU: a call made during CUDA-graph capture is counted once as captured, and graph replays (no Python
+call) are not counted at all, which is what ``patches status`` tells an operator."""
+
+from __future__ import annotations
+
+import pytest
+
+from astra_sglang.patches.registry import discover
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("entry", discover(), ids=lambda e: e.patch_id)
+def test_captured_calls_are_counted_once_and_replays_not_at_all(entry):
+    import torch
+
+    from astra_sglang.patches import status
+    from astra_sglang.patches.runtime import PatchRuntime, device_arch
+    from astra_sglang.patches.tooling.devcheck import extracted_original
+    from astra_sglang.patches.tooling.verify import current_op_sha256
+
+    m = entry.manifest
+    assert m is not None
+    arch = device_arch("cuda")
+    here = m.model_copy(update={"validated_on": m.validated_on.model_copy(
+        update={"archs": [*m.validated_on.archs, arch]}), "op_manifest_sha256": current_op_sha256(m)})
+    status.reset(m.patch_id)
+    original = extracted_original(entry)
+    rt = PatchRuntime(entry.path, here)
+    hook = rt.hook_for(original, m.targets[0])
+    assert rt.activate("cuda", original), status.statuses()[m.patch_id].reason
+    st = status.statuses()[m.patch_id]
+    assert st.first_call_check.startswith("passed: checked on sm_")
+    args, kw = rt.adapter.sample(m.check_shapes[0], getattr(torch, m.guard.dtypes[0]), "cuda", 1)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        hook(*args, **kw)                                     # warm-up, eager: served, not captured
+    torch.cuda.current_stream().wait_stream(side)
+    assert (st.served_by_patch, st.captured_by_patch) == (1, 0)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        hook(*args, **kw)
+    for _ in range(5):
+        g.replay()
+    torch.cuda.synchronize()
+    assert (st.served_by_patch, st.captured_by_patch, st.served_by_original) == (2, 1, 0)
