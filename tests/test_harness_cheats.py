@@ -76,9 +76,10 @@ def test_a_candidate_making_itself_the_original_and_reference_is_still_checked(v
     assert "make_launcher" in _ran(marker, "rebinds_original")
 
 
-def test_right_buffers_with_a_wrong_return_value_fail_with_that_reason(verdicts):
+def test_right_buffers_with_a_wrong_return_value_fail_with_that_reason(verdicts, marker):
     f = verdicts["wrong_return"].correctness.first_failure
     assert f.reason == "wrong return value" and "prefix_lse" in f.detail and "output_lse" in f.detail, f
+    assert "returned prefix_lse" in _ran(marker, "wrong_return")
 
 
 def test_a_candidate_rescaling_the_clock_is_rejected_by_the_tripwire(verdicts, marker):

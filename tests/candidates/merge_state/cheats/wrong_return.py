@@ -17,6 +17,9 @@ import triton
 import triton.language as tl
 
 
+_MARKED: list[bool] = []  # mark once per process, not on every (timed) call
+
+
 def _mark(what: str) -> None:
     """Proof for the test that the attack really ran (in whichever process imported this file)."""
     d = os.environ.get("ASTRA_TEST_CHEAT_MARKER")
@@ -71,4 +74,7 @@ def merge_state_triton(
     if output_lse is None:
         output_lse = torch.empty_like(prefix_lse)
     _launch(output, output_lse, prefix_output, prefix_lse, suffix_output, suffix_lse, False)
+    if not _MARKED:
+        _MARKED.append(True)
+        _mark("returned prefix_lse in place of output_lse")
     return output, prefix_lse
