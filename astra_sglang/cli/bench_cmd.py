@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from astra_sglang.cli.args import positive_float
+from astra_sglang.contract.op import find_op_dir
 from astra_sglang.errors import AstraError
 
 
@@ -32,17 +33,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=handle)
 
 
-def op_folder(op: str, extracted: Path) -> Path:
-    path = Path(op)
-    if (path / "manifest.json").is_file():
-        return path
-    cand = extracted / op
-    if (cand / "manifest.json").is_file():
-        return cand
-    known = sorted(p.name for p in extracted.iterdir() if (p / "manifest.json").is_file()) if extracted.is_dir() else []
-    raise AstraError(f"no extracted op {op!r} under {extracted}/ (have: {', '.join(known) or 'none'}); "
-                     f"run `astra-sglang extract {op}` first")
-
 
 def handle(args: argparse.Namespace) -> int:
     from astra_sglang.cli.output import HAVE_RICH, console
@@ -53,7 +43,7 @@ def handle(args: argparse.Namespace) -> int:
 
     if not args.json and not HAVE_RICH:
         raise AstraError("bench's report needs rich (`pip install 'astra-sglang[gpu]'`); or pass --json")
-    op_dir = op_folder(args.op, args.extracted)
+    op_dir = find_op_dir(args.op, args.extracted)
     if args.candidate is not None:
         try:
             require_candidate_file(args.candidate, load_manifest(op_dir))

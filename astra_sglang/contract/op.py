@@ -216,6 +216,17 @@ class ManifestError(AstraError, ValueError):
     """A folder that is not a readable extracted op: one clear reason, no traceback for the user."""
 
 
+def find_op_dir(op: str, extracted: Path) -> Path:
+    """``op`` as a folder path, else ``extracted/<op>``; one error naming the ops there when neither holds one."""
+    for folder in (Path(op), Path(extracted) / op):
+        if (folder / MANIFEST_NAME).is_file():
+            return folder.resolve()
+    root = Path(extracted)
+    known = sorted(p.name for p in root.iterdir() if (p / MANIFEST_NAME).is_file()) if root.is_dir() else []
+    raise ManifestError(f"no extracted op {op!r} under {root}/ (have: {', '.join(known) or 'none'}); "
+                        f"run `astra-sglang extract {op}` first")
+
+
 def load_manifest(op_dir: Path) -> Manifest:
     path = Path(op_dir) / MANIFEST_NAME
     if not path.is_file():

@@ -14,7 +14,7 @@ from typing import Any
 
 from rich.console import Console
 
-from astra_sglang.contract.op import ManifestError, load_manifest
+from astra_sglang.contract.op import ManifestError, find_op_dir, load_manifest
 from astra_sglang.errors import AstraError
 from astra_sglang.loop.evaluator import (
     EvalPending,
@@ -48,16 +48,6 @@ class OptimizeRequest:
     live: bool | None = None
     json: bool = False
 
-
-def resolve_op_dir(op: str, extracted: Path) -> Path:
-    direct = Path(op)
-    if (direct / "manifest.json").is_file():
-        return direct.resolve()
-    candidate = Path(extracted) / op
-    if (candidate / "manifest.json").is_file():
-        return candidate.resolve()
-    raise AstraError(f"no extracted op {op!r} (looked for {candidate}/manifest.json); run "
-                     f"`python -m astra_sglang extract {op}` first")
 
 
 def _apply_overrides(opts: LoopOptions, overrides: dict[str, Any]) -> LoopOptions:
@@ -145,7 +135,7 @@ def run_optimize(req: OptimizeRequest, console: Console | None = None) -> RunSum
     else:
         if not req.op:
             raise AstraError("optimize needs an OP (or --resume RUN)")
-        op_dir = resolve_op_dir(req.op, req.extracted)
+        op_dir = find_op_dir(req.op, req.extracted)
         opts = req.options
         folder = None
     try:
