@@ -7,8 +7,10 @@ value silently ignored.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from pathlib import Path
+from typing import TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -71,3 +73,22 @@ def write_atomic(path: Path, text: str) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.write_text(text)
     os.replace(tmp, path)
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def read_versioned(path: Path, model: type[M], version: int, error: type[Exception], what: str) -> M:
+    """Read a schema file: valid JSON, the schema version this code knows, then the model; one line for each
+    way it can fail (no pydantic dump), as ``error``. Readers refuse a version they do not know, never guess."""
+    try:
+        raw = json.loads(Path(path).read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise error(f"{path}: not valid JSON ({e})") from None
+    found = raw.get("schema_version") if isinstance(raw, dict) else None
+    if found != version:
+        raise error(f"{path}: schema_version {found!r}, this astra-sglang reads {version}")
+    try:
+        return model.model_validate(raw)
+    except ValidationError as e:
+        raise error(f"{path}: invalid {what}: {validation_reason(e)}") from None

@@ -8,13 +8,12 @@ version they do not know instead of guessing.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Literal
 
 from pydantic import Field
 
-from astra_sglang.contract.base import Model
+from astra_sglang.contract.base import Model, read_versioned
 from astra_sglang.errors import AstraError
 
 SCHEMA_VERSION = 2
@@ -231,17 +230,7 @@ def load_manifest(op_dir: Path) -> Manifest:
     path = Path(op_dir) / MANIFEST_NAME
     if not path.is_file():
         raise ManifestError(f"{op_dir} is not an extracted op folder (no {MANIFEST_NAME}); run `astra-sglang extract`")
-    try:
-        raw = json.loads(path.read_text())
-    except json.JSONDecodeError as e:
-        raise ManifestError(f"{path}: not valid JSON ({e})") from None
-    version = raw.get("schema_version")
-    if version != SCHEMA_VERSION:
-        raise ManifestError(f"{path}: schema_version {version!r}, this astra-sglang reads {SCHEMA_VERSION}")
-    try:
-        return Manifest.model_validate(raw)
-    except Exception as e:  # pydantic.ValidationError; message is already specific
-        raise ManifestError(f"{path}: invalid manifest: {e}") from None
+    return read_versioned(path, Manifest, SCHEMA_VERSION, ManifestError, "manifest")
 
 
 def write_manifest(op_dir: Path, manifest: Manifest) -> Path:

@@ -12,13 +12,12 @@ Pydantic only: the plugin reads this inside every SGLang process without torch b
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, ValidationError
+from pydantic import Field
 
-from astra_sglang.contract.base import Model, sha256_file, validation_reason
+from astra_sglang.contract.base import Model, read_versioned, sha256_file
 from astra_sglang.contract.op import Manifest
 from astra_sglang.contract.result import EvalResult
 
@@ -122,17 +121,7 @@ def load_patch_manifest(patch_dir: Path) -> PatchManifest:
     path = Path(patch_dir) / MANIFEST_NAME
     if not path.is_file():
         raise PatchManifestError(f"{path} is missing")
-    try:
-        raw = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as e:
-        raise PatchManifestError(f"{path}: not readable JSON ({e})") from None
-    version = raw.get("schema_version") if isinstance(raw, dict) else None
-    if version != SCHEMA_VERSION:
-        raise PatchManifestError(f"{path}: schema_version {version!r}, this astra-sglang reads {SCHEMA_VERSION}")
-    try:
-        return PatchManifest.model_validate(raw)
-    except ValidationError as e:
-        raise PatchManifestError(f"{path}: invalid patch manifest: {validation_reason(e)}") from None
+    return read_versioned(path, PatchManifest, SCHEMA_VERSION, PatchManifestError, "patch manifest")
 
 
 def write_patch_manifest(patch_dir: Path, manifest: PatchManifest) -> Path:
