@@ -174,6 +174,21 @@ def max_errors(cand: torch.Tensor, orig: torch.Tensor) -> tuple[float, float]:
     return _errors(cand.to(hp), orig.to(hp))
 
 
+def tolerance_used(out: torch.Tensor, ref: torch.Tensor, tol: Tolerance,
+                   scale: torch.Tensor | None = None) -> tuple[float, float]:
+    """(max |out - ref|, max of |out - ref| / (atol + rtol*|ref|)) over finite elements: how much of its
+    tolerance an implementation uses, the number a contract's validation records (1.0 = at the limit)."""
+    hp = torch.float64 if out.dtype == torch.float64 else torch.float32
+    o = out.to(hp)
+    r = _as_output(ref, out).reshape(o.shape)
+    fin = torch.isfinite(o) & torch.isfinite(r)
+    if not bool(fin.any()):
+        return 0.0, 0.0
+    err = (o - r).abs()[fin]
+    ratio = err / (tol.atol + tol.rtol * _magnitude(r, scale)[fin])
+    return float(err.max()), float(ratio.max())
+
+
 def compare_to_reference(name: str, out: torch.Tensor, ref: torch.Tensor, tol: Tolerance,
                          scale: torch.Tensor | None = None) -> Mismatch | None:
     """The original alone against the float reference (a finding about the extraction, not a candidate)."""

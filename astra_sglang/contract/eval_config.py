@@ -49,6 +49,8 @@ class EvalConfig(Model):
     max_wall_s: float = Field(1800.0, description="hard cap on one candidate's worker")
 
     timing: bool = True
+    max_timed_shapes: int | None = Field(None, description="time only the N largest of the selected shapes "
+                                         "(all of them are still checked): a contract validation times one")
     mode: Literal["cold", "warm"] = "cold"
     protocol: Literal["default", "paper"] = Field("default", description="paper = 20 warm-up, 100 timed")
     warmup: int | None = None

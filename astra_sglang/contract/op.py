@@ -20,7 +20,8 @@ SCHEMA_VERSION = 2
 MANIFEST_NAME = "manifest.json"
 
 SourceKind = Literal["cuda_jit", "triton", "compiled_only", "torch", "other"]
-FileRole = Literal["kernel", "header", "launcher", "baseline_kernel", "baseline_header", "glue", "reference"]
+FileRole = Literal["kernel", "header", "launcher", "baseline_kernel", "baseline_header", "glue", "reference",
+                   "inputs"]
 
 
 
@@ -52,6 +53,11 @@ class TensorArg(Model):
     align_bytes: int = 16
     contiguous: bool = True
     special_values: list[str] = Field(default_factory=list, description="values the op defines, e.g. '+inf'")
+    generated: bool = Field(
+        default=False,
+        description="values come from the op's inputs.py (index and metadata tensors: slot mappings, kv_indptr, "
+        "sorted_token_ids), not from a value distribution: random integers there would test nothing real",
+    )
 
 
 class ScalarArg(Model):
@@ -122,6 +128,26 @@ class Reference(Model):
     forward_native: str | None = Field(default=None, description="SGLang's forward_native target, if any")
 
 
+class Inputs(Model):
+    """Structured inputs: ``path`` defines ``make_inputs(dims, dtype, gen, device) -> {name: tensor}`` for every
+    ``generated`` tensor (e.g. a simulated batch of requests with mixed lengths), and may define
+    ``scalars(dims, dtype) -> {name: value}`` for scalars that follow from the shape (sm_scale, num_kv_splits)."""
+
+    path: str
+    function: str = "make_inputs"
+    scalars_function: str | None = None
+
+
+class ContractProvenance(Model):
+    """Who wrote the contract (signature, reference, shapes, tolerances): a draft is only a proposal until the
+    original kernel agrees with it (contract/validation.py)."""
+
+    kind: Literal["hand-written", "drafted"] = "hand-written"
+    model: str | None = Field(default=None, description="the model that drafted it, for kind='drafted'")
+    attempts: int | None = Field(default=None, description="drafts made before this one was accepted")
+    note: str = ""
+
+
 class Baseline(Model):
     """The kernel SGLang really serves with, where that is not the extracted source (e.g. FlashInfer's)."""
 
@@ -187,6 +213,8 @@ class Manifest(Model):
         description="#include names reached but not copied (system, CUDA, tvm-ffi headers): "
                     "the build host provides them",
     )
+    inputs: Inputs | None = None
+    provenance: ContractProvenance = Field(default_factory=ContractProvenance)
 
     def file(self, role: FileRole) -> list[SourceFile]:
         return [f for f in self.files if f.role == role]

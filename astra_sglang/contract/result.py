@@ -55,6 +55,11 @@ class CorrectnessReport(Model):
     heldout_cases_run: int = 0
     first_failure: FailedCase | None = None
     skipped_cases: int = Field(default=0, description="cases the original itself refuses (not counted as run)")
+    reference_error: dict[str, tuple[float, float]] = Field(
+        default_factory=dict,
+        description="original-only runs: per output, (max |original - reference|, max share of the tolerance "
+        "used) over every case run; the numbers a contract validation records",
+    )
     notes: list[str] = Field(default_factory=list)
 
 

@@ -22,6 +22,7 @@ from astra_sglang.contract.op import (
     CudaExport,
     CudaJitRecipe,
     FileRole,
+    Inputs,
     Manifest,
     Reference,
     ShapeCase,
@@ -223,6 +224,12 @@ def build_manifest(entry: CatalogEntry, root: Path, kept_shapes: list[ShapeCase]
     recipe = _cuda_jit(entry, folder, external, notes) if entry.kind == "cuda_jit" else _triton(entry, folder)
     baselines = list(entry.baselines) + [_flashinfer(b, folder, external) for b in entry.flashinfer_baselines]
     ref = folder.write("reference.py", entry.reference, "reference")
+    inputs = None
+    if entry.inputs is not None:
+        inputs = Inputs(path=folder.write("inputs.py", entry.inputs, "inputs"),
+                        scalars_function="scalars" if entry.inputs_scalars else None)
+    elif any(t.generated for t in entry.signature.tensors):
+        raise AstraError(f"{entry.short_name}: the signature has generated tensors but the entry has no inputs.py")
     obj = resolve_target(entry.entry_point)
     call_sites, skipped = scan_call_sites(obj, entry.entry_point, entry.callsite_modules, entry.serving_sites,
                                             entry.extra_sites)
@@ -252,6 +259,8 @@ def build_manifest(entry: CatalogEntry, root: Path, kept_shapes: list[ShapeCase]
         shapes=shapes,
         notes=[*entry.notes, *notes],
         external_includes=external,
+        inputs=inputs,
+        provenance=entry.provenance,
     )
 
 

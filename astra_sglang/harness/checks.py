@@ -28,6 +28,7 @@ from astra_sglang.checker import (
     compare,
     compare_to_reference,
     scale_key,
+    tolerance_used,
 )
 from astra_sglang.contract.op import Tolerance, signature_names
 from astra_sglang.contract.result import CorrectnessReport, FailedCase, ShapeTiming
@@ -61,7 +62,7 @@ from astra_sglang.harness.protocol import (
 )
 from astra_sglang.harness.suite import shape_of
 from astra_sglang.harness.tensors import ArgSet, torch_dtype
-from astra_sglang.loader.launch import compile_call, load_reference, make_launcher
+from astra_sglang.loader.launch import compile_call, load_inputs, load_reference, make_launcher
 
 Launcher = Callable[[dict[str, Any]], Any]
 WALL_RATIO = 0.6  # a candidate batch reporting under this share of its wall time (less allowances) is suspect
@@ -95,6 +96,7 @@ class Checker:
         self.clock = timing.clock_for(self.device)
         self._orig: dict[str, Launcher] = {}
         self.reference = load_reference(self.op_dir, self.manifest)
+        self.op_inputs = load_inputs(self.op_dir, self.manifest)
         call_names = compile_call(self.manifest.recipe.call, signature_names(self.manifest)).names()
         tensors = self.manifest.signature.tensors
         self.passed = {t.name for t in tensors if t.name in call_names}
@@ -103,6 +105,7 @@ class Checker:
         self.inputs = [t.name for t in tensors if t.role == "input"]
         self.notes: list[str] = []
         self.skipped = 0
+        self.reference_error: dict[str, tuple[float, float]] = {}
         self.deadline = time.monotonic() + max(1.0, self.cfg.max_wall_s - 30.0)
         self._latency_us: float | None = None
 
@@ -178,7 +181,7 @@ class Checker:
         return outs
 
     def _orig_run(self, case: CaseSpec, vals: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        a = ArgSet(self.manifest, case.dims, case.dtype, self.device)
+        a = ArgSet(self.manifest, case.dims, case.dtype, self.device, self.op_inputs)
         a.fill(case.distribution, None, vals)  # type: ignore[arg-type]
         try:
             ret = self._orig_launcher(case.dtype)(a.args())
@@ -191,13 +194,13 @@ class Checker:
         return {n: t.clone() for n, t in outs.items()}
 
     def _reference(self, case: CaseSpec, vals: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        a = ArgSet(self.manifest, case.dims, case.dtype, self.device)
+        a = ArgSet(self.manifest, case.dims, case.dtype, self.device, self.op_inputs)
         a.fill(case.distribution, None, vals)  # type: ignore[arg-type]
         return self.reference(**a.args())
 
     def _values(self, case: CaseSpec, seed: int) -> dict[str, torch.Tensor]:
         gen = torch.Generator(device=self.device).manual_seed(seed)
-        a = ArgSet(self.manifest, case.dims, case.dtype, self.device)
+        a = ArgSet(self.manifest, case.dims, case.dtype, self.device, self.op_inputs)
         a.fill(case.distribution, gen)
         return a.values()
 
@@ -257,7 +260,7 @@ class Checker:
     def _cand_run(self, case: CaseSpec, vals: dict[str, torch.Tensor], label: str, base: int = 0,
                   finite_prefill: bool = False) -> tuple[ArgSet, dict[str, torch.Tensor]]:
         assert self.arena is not None
-        a = ArgSet(self.manifest, case.dims, case.dtype, self.device)
+        a = ArgSet(self.manifest, case.dims, case.dtype, self.device, self.op_inputs)
         a.fill(case.distribution, None, vals)  # type: ignore[arg-type]
         if finite_prefill:
             a.fill_outputs(finite=True)
@@ -304,10 +307,13 @@ class Checker:
             ref = self._reference(case, vals)
             for name in self.compared:
                 if name in ref:
-                    m = compare_to_reference(name, orig[name], ref[name], self.manifest.tolerances[case.dtype],
-                                             ref.get(scale_key(name)))
+                    tol = self.manifest.tolerances[case.dtype]
+                    m = compare_to_reference(name, orig[name], ref[name], tol, ref.get(scale_key(name)))
                     if m is not None:
                         raise self._fail(case, m.reason, f"original: {m.detail}", name, m)
+                    used = tolerance_used(orig[name], ref[name], tol, ref.get(scale_key(name)))
+                    seen = self.reference_error.get(name, (0.0, 0.0))
+                    self.reference_error[name] = (max(seen[0], used[0]), max(seen[1], used[1]))
             return
         try:
             _, first = self._cand_run(case, vals, "first run (before the original)")
@@ -376,14 +382,14 @@ class Checker:
     def _local_sets(self, dims: dict[str, int], dtype: str, n: int, seed: int) -> list[ArgSet]:
         sets = []
         for i in range(n):
-            a = ArgSet(self.manifest, dims, dtype, self.device)
+            a = ArgSet(self.manifest, dims, dtype, self.device, self.op_inputs)
             a.fill("normal", torch.Generator(device=self.device).manual_seed(seed + i))
             sets.append(a)
         return sets
 
     def time_shape(self, dims: dict[str, int], dtype: str, ceiling: float, l2: int) -> TimedShape:
         cfg, clock = self.cfg, self.clock
-        probe = ArgSet(self.manifest, dims, dtype, self.device)
+        probe = ArgSet(self.manifest, dims, dtype, self.device, self.op_inputs)
         bytes_moved = probe.bytes_moved()
         del probe
         cold = cfg.mode == "cold"
@@ -521,7 +527,7 @@ class Checker:
             if g and not graph:
                 continue
             vals = self._values(case, case.seed + 104729 * (k + 1))
-            a = ArgSet(self.manifest, case.dims, case.dtype, self.device)
+            a = ArgSet(self.manifest, case.dims, case.dtype, self.device, self.op_inputs)
             a.fill("normal", None, vals)  # type: ignore[arg-type]
             layout = put(self.arena, a, 0)
             reply, frames = self._ask(Recheck(layout=layout, graph=g), case, f"after timing ({label})")
@@ -554,7 +560,7 @@ class Checker:
             try:
                 launch = make_launcher(self.op_dir, self.manifest, dtype, recipe=b.recipe, arch=self.cfg.arch,
                                        cache_dir=self.cfg.cache_dir)
-                probe = ArgSet(self.manifest, dims, dtype, self.device)
+                probe = ArgSet(self.manifest, dims, dtype, self.device, self.op_inputs)
                 probe.fill("normal", torch.Generator(device=self.device).manual_seed(1))
                 launch(probe.args())
                 self.clock.sync()
@@ -571,7 +577,7 @@ class Checker:
         if b is None:
             return ""
         cfg = self.cfg
-        probe = ArgSet(self.manifest, dims, dtype, self.device)
+        probe = ArgSet(self.manifest, dims, dtype, self.device, self.op_inputs)
         n = timing.rotation_sets(probe.bytes_moved(), l2, cfg.cold_l2_factor, cfg.max_graph_launches,
                                  cfg.mode == "cold")
         arglists = [a.args() for a in self._local_sets(dims, dtype, n, 0)]
@@ -587,7 +593,13 @@ class Checker:
 
     # -- the job -----------------------------------------------------------------------------------------
     def run(self) -> CheckResult:
-        out = CheckResult(device="cpu (TRITON_INTERPRET=1)", notes=self.notes)
+        out = CheckResult(device="cpu (TRITON_INTERPRET=1)")
+        try:
+            return self._run(out)
+        finally:  # the model copies lists it is given: notes added after construction would be lost
+            out.notes = list(self.notes)
+
+    def _run(self, out: CheckResult) -> CheckResult:
         cases = self.job.cases
         dtypes = sorted({c.dtype for c in cases} | set(self.job.timing_dtypes))
         for dt in sorted({c.dtype for c in cases}):
@@ -638,7 +650,8 @@ class Checker:
         except CaseFailure as f:
             failure = f.failure
         out.correctness = CorrectnessReport(ok=failure is None, cases_run=run, heldout_cases_run=heldout,
-                                            first_failure=failure, skipped_cases=self.skipped)
+                                            first_failure=failure, skipped_cases=self.skipped,
+                                            reference_error=dict(self.reference_error))
         # the original alone off its reference is a finding about the extraction: report it, still time it
         finding = self.candidate is None and failure is not None and failure.reason == "reference mismatch"
         if (failure is not None and not finding) or not self.timed or not self.cfg.timing:

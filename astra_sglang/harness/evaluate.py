@@ -31,7 +31,7 @@ from astra_sglang.harness.heldout import heldout_secret
 from astra_sglang.harness.isolation import WorkerOutcome, crash_lines, run_checker
 from astra_sglang.harness.protocol import TIMING_BATCH, CheckJob, TimedShape
 from astra_sglang.harness.screen import screen_report
-from astra_sglang.harness.suite import build_suite, timed_shapes, timing_dtypes
+from astra_sglang.harness.suite import build_suite, largest_numel, timed_shapes, timing_dtypes
 
 _CEILING: dict[str, float] = {}  # device kind -> measured copy ceiling, for the life of this process
 
@@ -182,6 +182,8 @@ def evaluate_many(op_dir: Path, candidates: list[Path | None],
     secret = heldout_secret() if config.include_heldout else None
     cases = build_suite(manifest, config, base_seed, secret)
     shapes = timed_shapes(manifest, config)
+    if config.max_timed_shapes is not None:
+        shapes = sorted(shapes, key=lambda d: largest_numel(manifest, d))[-config.max_timed_shapes:]
     t_dtypes = timing_dtypes(manifest, config)
     dtypes = sorted({c.dtype for c in cases} | set(t_dtypes))
     t0 = time.monotonic()

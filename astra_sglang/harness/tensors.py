@@ -16,6 +16,9 @@ import torch
 from astra_sglang.checker import fill_poison, is_poison
 from astra_sglang.contract.op import Manifest, TensorArg
 from astra_sglang.harness.suite import shape_of
+from astra_sglang.loader.launch import InputsFn, ScalarsFn
+
+OpInputs = tuple[InputsFn | None, ScalarsFn | None]
 
 GUARD_BYTES = 4096  # keeps the view 4 KiB-aligned inside a 512 B-aligned allocation
 
@@ -87,15 +90,23 @@ def _special(s: str) -> float:
 class ArgSet:
     """One set of arguments for the op: guarded tensors by name plus scalars."""
 
-    def __init__(self, manifest: Manifest, dims: dict[str, int], dtype: str, device: str):
+    def __init__(self, manifest: Manifest, dims: dict[str, int], dtype: str, device: str,
+                 inputs: OpInputs = (None, None)):
         self.manifest = manifest
         self.dims = dims
         self.dtype = dtype
         self.device = device
+        self.make_inputs = inputs[0]
         self.tensors: dict[str, Guarded] = {}
         for t in manifest.signature.tensors:
             self.tensors[t.name] = Guarded.alloc(shape_of(t.shape, dims), arg_dtype(t, dtype), device)
         self.scalars: dict[str, Any] = {s.name: s.default for s in manifest.signature.scalars}
+        if inputs[1] is not None:
+            derived = inputs[1](dict(dims), dtype)
+            unknown = sorted(set(derived) - set(self.scalars))
+            if unknown:
+                raise ValueError(f"inputs.py scalars() returned {unknown}, not scalars of the signature")
+            self.scalars.update(derived)
 
     @classmethod
     def from_tensors(cls, manifest: Manifest, dims: dict[str, int], dtype: str, device: str,
@@ -103,6 +114,7 @@ class ArgSet:
         """An argument set over buffers that already exist (e.g. copied out of the shared arena)."""
         a = cls.__new__(cls)
         a.manifest, a.dims, a.dtype, a.device, a.tensors, a.scalars = manifest, dims, dtype, device, tensors, scalars
+        a.make_inputs = None
         return a
 
     def args(self) -> dict[str, Any]:
@@ -111,15 +123,37 @@ class ArgSet:
         return out
 
     def fill(self, dist: str, gen: torch.Generator, values: dict[str, torch.Tensor] | None = None) -> None:
-        """Inputs (and in-place args) get fresh values, or copies of ``values``; outputs get the NaN poison."""
+        """Inputs (and in-place args) get fresh values, or copies of ``values``; outputs get the NaN poison.
+
+        Generated tensors (index and metadata tensors) come from the op's inputs.py, drawn before the others
+        from the same generator, so one seed reproduces the whole argument set."""
+        made = self._generated(gen) if values is None else {}
         for t in self.manifest.signature.tensors:
             g = self.tensors[t.name]
             if t.role == "output":
                 fill_poison(g.view)
             elif values is not None:
                 g.view.copy_(values[t.name])
+            elif t.generated:
+                g.view.copy_(made[t.name])
             else:
                 fill_values(g.view, dist, gen, t.special_values)
+
+    def _generated(self, gen: torch.Generator) -> dict[str, torch.Tensor]:
+        names = [t.name for t in self.manifest.signature.tensors if t.generated and t.role != "output"]
+        if not names:
+            return {}
+        if self.make_inputs is None:
+            raise ValueError(f"{self.manifest.short_name}: {names} are generated but the op has no inputs.py")
+        made = self.make_inputs(dict(self.dims), self.dtype, gen, self.device)
+        for name in names:
+            want = tuple(self.tensors[name].view.shape)
+            got = made.get(name)
+            if not isinstance(got, torch.Tensor) or tuple(got.shape) != want:
+                shape = tuple(got.shape) if isinstance(got, torch.Tensor) else type(got).__name__
+                raise ValueError(f"{self.manifest.short_name}: inputs.py gave {name!r} as {shape}, the signature "
+                                 f"says {want} for {self.dims}")
+        return made
 
     def fill_outputs(self, finite: bool = False) -> None:
         for t in self.manifest.signature.tensors:

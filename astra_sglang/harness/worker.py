@@ -92,6 +92,9 @@ class Worker:
         self.launchers: dict[str, Launcher] = {}
         self.timed: tuple[Any, list[ArgSet], int, bool, Launcher] | None = None
         self.dev: torch.Tensor | None = None
+        from astra_sglang.loader.launch import load_inputs
+
+        self.op_inputs = load_inputs(Path(job.op_dir), job.manifest)  # the op's own generator, not the candidate's
 
     def _launcher(self, dtype: str) -> Launcher:
         if dtype not in self.launchers:
@@ -164,7 +167,7 @@ class Worker:
         launch = self._launcher(req.dtype)
         sets = []
         for i in range(req.n_sets):
-            a = ArgSet(self.manifest, req.dims, req.dtype, self.device)
+            a = ArgSet(self.manifest, req.dims, req.dtype, self.device, self.op_inputs)
             a.fill("normal", torch.Generator(device=self.device).manual_seed(req.seed + i))
             sets.append(a)
         arglists = [a.args() for a in sets] if req.cold else [sets[0].args()] * req.per_replay

@@ -119,3 +119,20 @@ def load_reference(op_dir: Path, manifest: Manifest) -> Callable[..., dict[str, 
     if not path.is_file():
         raise AstraError(f"reference {path} is missing: run `astra-sglang extract` to regenerate the folder")
     return load_function(path, manifest.reference.function, prefix="astra_reference")
+
+
+InputsFn = Callable[[dict[str, int], str, Any, str], dict[str, Any]]
+ScalarsFn = Callable[[dict[str, int], str], dict[str, Any]]
+
+
+def load_inputs(op_dir: Path, manifest: Manifest) -> tuple[InputsFn | None, ScalarsFn | None]:
+    """The op's structured-input generator and shape-derived scalars, or (None, None) when it has none."""
+    spec = manifest.inputs
+    if spec is None:
+        return None, None
+    path = Path(op_dir) / spec.path
+    if not path.is_file():
+        raise AstraError(f"inputs {path} is missing: run `astra-sglang extract` to regenerate the folder")
+    make = load_function(path, spec.function, prefix="astra_inputs")
+    scalars = load_function(path, spec.scalars_function, prefix="astra_inputs") if spec.scalars_function else None
+    return make, scalars

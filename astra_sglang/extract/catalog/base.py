@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from astra_sglang.contract.op import Baseline, CallSite, ShapeCase, Signature, Tolerance
+from astra_sglang.contract.op import Baseline, CallSite, ContractProvenance, ShapeCase, Signature, Tolerance
 
 # Justification of the default tolerances (relative, per dtype). A kernel and a float32 reference that
 # round at different points differ by about one unit in the last place of the stored dtype:
@@ -70,3 +70,7 @@ class CatalogEntry:
     flashinfer_baselines: list[FlashInferBaseline] = field(default_factory=list)
     trace_dims: Callable[[list[tuple[str, list[int]]]], dict[str, int] | None] | None = None
     notes: list[str] = field(default_factory=list)
+    # the text of inputs.py (ours) when the signature has generated tensors: make_inputs(dims, dtype, gen, device)
+    inputs: str | None = None
+    inputs_scalars: bool = False  # inputs.py also defines scalars(dims, dtype)
+    provenance: ContractProvenance = field(default_factory=ContractProvenance)

@@ -1,0 +1,103 @@
+"""``astra-sglang validate-contract OP``: accept (or refuse) an op's contract by running its original kernel
+against the contract's reference on every shape x dtype x distribution, and record the outcome."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from astra_sglang.contract.op import MANIFEST_NAME, find_op_dir
+from astra_sglang.errors import AstraError
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "validate-contract", help="check an op's original kernel against its contract's reference",
+        description="Runs the original kernel of each OP (built stand-alone from its folder) against the "
+                    "contract's reference on every manifest shape, dtype and value distribution (on CPU: a Triton "
+                    "op's test shapes under TRITON_INTERPRET=1), times it on its largest shape on a GPU, and "
+                    "appends the result to OP/validation.json. `optimize` needs a passing record. Exit 1 if any "
+                    "contract disagrees with its kernel: a finding, never a reason to loosen a tolerance.")
+    p.add_argument("ops", metavar="OP", nargs="*", help="extracted op short names or folders")
+    p.add_argument("--all", action="store_true", help="every op folder under --extracted")
+    p.add_argument("--shapes", choices=["auto", "all", "test"], default="auto",
+                   help="auto = all manifest shapes on a GPU, the test shapes on CPU")
+    p.add_argument("--device", choices=["auto", "cuda", "cpu"], default="auto")
+    p.add_argument("--no-record", action="store_true", help="report only; leave validation.json alone")
+    p.add_argument("--table", type=Path, help="also write the results as a markdown table to this file")
+    p.add_argument("--json", type=Path, help="also write the validation records as JSON to this file")
+    p.add_argument("--extracted", type=Path, default=Path("extracted"), help="extracted ops root (default: extracted/)")
+    p.set_defaults(handler=handle)
+
+
+def _folders(args: argparse.Namespace) -> list[Path]:
+    if args.all:
+        root = Path(args.extracted)
+        found = sorted(p for p in root.iterdir() if (p / MANIFEST_NAME).is_file()) if root.is_dir() else []
+        if not found:
+            raise AstraError(f"no extracted op folders under {root}/; run `astra-sglang extract OP` first")
+        return found
+    if not args.ops:
+        raise AstraError("name at least one OP, or pass --all")
+    return [find_op_dir(op, args.extracted) for op in args.ops]
+
+
+def _line(name: str, v: object) -> str:
+    from astra_sglang.contract.validation import ContractValidation
+
+    assert isinstance(v, ContractValidation)
+    worst = max((u for _, u in v.max_error.values()), default=0.0)
+    t = v.timed
+    timed = f"{t.original_us:.1f} us at {t.dims} = {t.pct_copy_ceiling:.0f}% of copy" if t else "not timed"
+    verdict = "PASS" if v.passed else f"FAIL: {v.first_failure}"
+    return (f"{name}: {verdict} | {v.cases_run} cases ({v.cases_skipped} refused by the original) over {v.shapes} "
+            f"shapes x {'/'.join(v.dtypes)} x {len(v.distributions)} distributions on {v.device} | worst error "
+            f"{worst:.2f} of tolerance | {timed}")
+
+
+def markdown_table(rows: list[tuple[str, object]]) -> str:
+    from astra_sglang.contract.validation import ContractValidation
+
+    out = ["| op | result | shapes | dtypes | distributions | cases (refused) | max abs err | max share of tol "
+           "| original on largest shape | % of copy |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for name, v in rows:
+        assert isinstance(v, ContractValidation)
+        err = max((a for a, _ in v.max_error.values()), default=0.0)
+        share = max((u for _, u in v.max_error.values()), default=0.0)
+        t = v.timed
+        timed = f"{t.original_us:.2f} us {t.dims} {t.dtype}" if t else "-"
+        pct = f"{t.pct_copy_ceiling:.0f}%" if t else "-"
+        res = "pass" if v.passed else "FAIL: " + (v.first_failure or "")[:160].replace("|", "/")
+        out.append(f"| {name} | {res} | {v.shapes} | {', '.join(v.dtypes)} | {len(v.distributions)} | "
+                   f"{v.cases_run} ({v.cases_skipped}) | {err:.3g} | {share:.2f} | {timed} | {pct} |")
+    return "\n".join(out) + "\n"
+
+
+def handle(args: argparse.Namespace) -> int:
+    import json
+
+    from astra_sglang.contract.op import load_manifest
+    from astra_sglang.contract.validation import record_validation
+    from astra_sglang.harness.contract_validation import validate_contract, validation_config
+    from astra_sglang.harness.evaluate import resolve_device
+
+    folders = _folders(args)
+    rows: list[tuple[str, object]] = []
+    failed = 0
+    for folder in folders:
+        manifest = load_manifest(folder)
+        device = resolve_device(validation_config(args.device))
+        if device == "cpu" and manifest.source_kind == "cuda_jit":
+            print(f"{manifest.short_name}: skipped: a CUDA kernel needs a GPU to run (validate it on a GPU host)")
+            continue
+        v, _ = validate_contract(folder, validation_config(device, args.shapes))
+        if not args.no_record:
+            record_validation(folder, manifest.op_id, v)
+        failed += not v.passed
+        rows.append((manifest.short_name, v))
+        print(_line(manifest.short_name, v), flush=True)
+    if args.table:
+        args.table.write_text(markdown_table(rows))
+    if args.json:
+        args.json.write_text(json.dumps({n: v.model_dump() for n, v in rows}, indent=2))  # type: ignore[attr-defined]
+    return 1 if failed else 0

@@ -1,0 +1,72 @@
+"""Validating an op's contract: the original kernel against the contract's reference, everywhere it claims.
+
+This is the acceptance test of a contract, drafted or hand-written: the original, built stand-alone from the
+op folder, must agree with the reference on every manifest shape x dtype x value distribution (on CPU, for a
+Triton op, on the small test shapes under the interpreter). A disagreement is a finding, never a reason to
+loosen the tolerance: either the contract is wrong or the kernel is. The same trusted checker process that
+judges candidates runs it (``evaluate`` with no candidate), with the same tolerances.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+from astra_sglang.contract.eval_config import EvalConfig
+from astra_sglang.contract.op import load_manifest
+from astra_sglang.contract.result import EvalResult, FailedCase
+from astra_sglang.contract.validation import ContractValidation, TimedOriginal, manifest_sha256
+from astra_sglang.harness.evaluate import evaluate, resolve_device
+from astra_sglang.harness.suite import check_dtypes, distributions, timed_shapes
+
+
+def describe_failure(f: FailedCase) -> str:
+    """The first failing case in the words an author (or the Contract agent) can act on."""
+    where = f"dims={f.dims} dtype={f.dtype} distribution={f.distribution} seed={f.seed}"
+    err = f" (max abs err {f.max_abs_err:.3g}, max rel err {f.max_rel_err:.3g})" if f.max_abs_err is not None else ""
+    return f"{f.reason} at {where}: {f.detail[:1500]}{err}"
+
+
+def validation_config(device: str, shapes: str = "auto") -> EvalConfig:
+    """All shapes on a GPU (one timed), the test shapes on CPU; every dtype and distribution the op has."""
+    shape_set = ("all" if device == "cuda" else "test") if shapes == "auto" else shapes
+    return EvalConfig(shapes=shape_set, device=device,  # type: ignore[arg-type]
+                      check_all_shapes=True, include_heldout=False, stateful_checks=0,
+                      timing=device == "cuda", max_timed_shapes=1)
+
+
+def validate_contract(op_dir: Path, config: EvalConfig) -> tuple[ContractValidation, EvalResult]:
+    """Run the original against the reference and say what happened; the caller decides whether to record it."""
+    import torch
+    import triton
+
+    op_dir = Path(op_dir)
+    manifest = load_manifest(op_dir)
+    sha = manifest_sha256(op_dir)
+    device = resolve_device(config)
+    res = evaluate(op_dir, None, config)
+    c = res.correctness
+    passed = res.error is None and c is not None and c.ok and c.cases_run > 0
+    failure = None
+    if res.error is not None:
+        failure = res.error
+    elif c is not None and c.first_failure is not None:
+        failure = describe_failure(c.first_failure)
+    elif c is not None and c.cases_run == 0:
+        failure = f"no case ran: the original refused all {c.skipped_cases} (see the notes: {c.notes[:3]})"
+    timed = None
+    if res.timing is not None and res.timing.shapes:
+        row = res.timing.shapes[0]
+        timed = TimedOriginal(dims=row.dims, dtype=row.dtype, original_us=row.original_us,
+                              bytes_moved=row.bytes_moved, pct_copy_ceiling=row.original_pct_ceiling,
+                              ceiling_gbps=res.timing.copy_ceiling_gbps)
+    v = ContractValidation(
+        manifest_sha256=sha, device_kind="cuda" if device == "cuda" else "cpu", device=res.device,
+        date=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), shape_set=config.shapes,
+        shapes=len(timed_shapes(manifest, config)) if config.shapes != "all" else len(manifest.shapes),
+        dtypes=check_dtypes(manifest, config), distributions=distributions(manifest, config),
+        cases_run=c.cases_run if c else 0, cases_skipped=c.skipped_cases if c else 0, passed=passed,
+        max_error=dict(c.reference_error) if c else {}, first_failure=failure, timed=timed,
+        versions={"torch": torch.__version__, "triton": triton.__version__, "sglang": manifest.sglang_version},
+    )
+    return v, res
