@@ -259,6 +259,11 @@ def _fqr_shapes() -> list[ShapeCase]:
         case(["edge", "decode"], "edge: one token", T=1, KH=8, G=4, D=_HEAD_DIM, BS=_FQR_PAGE, X=64, C=8191),
         case(["edge"], "edge: MHA (G = 1), odd token count", T=45, KH=5, G=1, D=_HEAD_DIM, BS=_FQR_PAGE, X=6,
              C=100),
+        # the CPU suite (TRITON_INTERPRET=1 runs one program per (token, q head)): few programs, still a padded
+        # token (T // 4 of them), GQA and MHA, a slot past the first page
+        case(["test"], "CPU: GQA, one padded token", T=4, KH=1, G=2, D=_HEAD_DIM, BS=_FQR_PAGE, X=2, C=3),
+        case(["test"], "CPU: MHA, two KV heads", T=3, KH=2, G=1, D=_HEAD_DIM, BS=_FQR_PAGE, X=2, C=5),
+        case(["test", "decode"], "CPU: one token", T=1, KH=1, G=1, D=_HEAD_DIM, BS=_FQR_PAGE, X=2, C=1),
     ]
     return dedup(cases)
 
