@@ -22,10 +22,11 @@ from astra_sglang.harness.contract_validation import validate_contract, validati
 from astra_sglang.loader.launch import load_inputs, load_reference  # noqa: E402
 
 
-def _write(name: str, out: Path, **change: str):
+def _write(name: str, out: Path, reference: str | None = None) -> Path:
+    """The op's folder under ``out``; with ``reference``, the same contract but that reference."""
     entry = catalog.find(name)
     assert entry is not None
-    return write_op(dataclasses.replace(entry, **change) if change else entry, out).path
+    return write_op(dataclasses.replace(entry, reference=reference) if reference else entry, out).path
 
 
 def _validate(op: Path, dtypes: list[str] | None = None):
@@ -167,3 +168,38 @@ def test_fused_qk_rope_original_agrees_in_bfloat16_on_gpu(tmp_path: Path) -> Non
     v = validate_contract(_write("fused_qk_rope_reshape_and_cache", tmp_path), validation_config("cuda"))[0]
     assert v.passed, v.first_failure
     assert "bfloat16" in v.dtypes
+
+
+def _namespace(text: str) -> dict:
+    ns: dict = {}
+    exec(compile(text, "<contract>", "exec"), ns)  # noqa: S102 - our own catalog text, as inputs.py would hold it
+    return ns
+
+
+def test_decode_attention_contract_matches_torch_sdpa_on_a_mixed_batch() -> None:
+    """Until the Python closure lets `extract` copy decode_attention.py, its contract is held to torch's
+    scaled_dot_product_attention (GQA expanded) on the batches its inputs.py generates."""
+    entry = catalog.find("decode_attention")
+    assert entry is not None and entry.inputs is not None
+    make = _namespace(entry.inputs)
+    reference = _namespace(entry.reference)["reference"]
+    for b, s, nk, g, d in ((1, 1, 1, 1, 16), (3, 9, 2, 1, 32), (5, 40, 2, 4, 64)):
+        dims = {"B": b, "S": s, "NK": nk, "G": g, "D": d, "X": 3, "MS": 8}
+        made = make["make_inputs"](dims, "float32", torch.Generator().manual_seed(b * 100 + s), "cpu")
+        scal = make["scalars"](dims, "float32")
+        indptr, indices = made["kv_indptr"].long(), made["kv_indices"]
+        lens = indptr[1:] - indptr[:-1]
+        assert int(indptr[-1]) == b * s and bool((lens >= 1).all())
+        assert len(set(indices.tolist())) == b * s and bool((indices >= 1).all())
+        assert bool((made["num_kv_splits"] >= 1).all()) and bool((made["num_kv_splits"] <= 8).all())
+        v = torch.randn(b * s + 3, nk, d)
+        ours = reference(v_buffer=v, **made, **scal)["o"]
+        for i in range(b):
+            rows = indices[indptr[i]:indptr[i + 1]]
+            k_i = made["k_buffer"][rows].repeat_interleave(g, 1).transpose(0, 1)  # [NQ, L, D]
+            v_i = v[rows].repeat_interleave(g, 1).transpose(0, 1)
+            want = torch.nn.functional.scaled_dot_product_attention(made["q"][i][:, None, :], k_i, v_i,
+                                                                    scale=scal["sm_scale"])[:, 0, :]
+            torch.testing.assert_close(ours[i].float(), want, atol=1e-5, rtol=1e-5)
+    assert lens.unique().numel() > 1, "the generated batch mixes KV lengths"
+

@@ -10,7 +10,8 @@ from functools import cache
 
 from astra_sglang.extract.catalog.base import CatalogEntry
 
-_MODULES = ("activation", "fused_add_rmsnorm", "merge_state", "softcap", "row_scale", "norm", "kvcache", "rope")
+_MODULES = ("activation", "fused_add_rmsnorm", "merge_state", "softcap", "row_scale", "norm", "kvcache", "rope",
+            "attention")
 
 
 @cache

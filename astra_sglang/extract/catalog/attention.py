@@ -1,0 +1,196 @@
+"""attention: SGLang's Triton decode attention ``decode_attention_fwd`` (split-KV flash decoding over a paged
+KV pool), as the Triton attention backend calls it for a decode batch.
+
+The source imports other SGLang modules (``score_mod``, ``sglang.srt.environ``, ``sglang.srt.utils``), so it is
+extracted only with its Python closure (branch ``closure``); until then ``extract`` refuses it with that reason
+and the contract is checked on CPU against torch's scaled_dot_product_attention (tests/test_contracts_attn.py).
+"""
+
+from __future__ import annotations
+
+from astra_sglang.contract.op import CallSite, Dim, ScalarArg, ShapeCase, Signature, TensorArg
+from astra_sglang.extract.catalog.base import CatalogEntry
+from astra_sglang.extract.shapes import MODELS, TP_SIZES, case, dedup
+
+_MODULE = "sglang.kernels.ops.attention.decode_attention"
+_MAX_KV_SPLITS = 8  # ServerArgs.triton_attention_num_kv_splits default
+_H200_SMS = 132
+
+_DECODE_REFERENCE = '''"""Reference for decode_attention_fwd (astra-sglang, written): per request b and query head h, float64
+softmax(q[b, h] . K^T * sm_scale) V over the request's KV rows kv_indices[kv_indptr[b]:kv_indptr[b+1]], KV head
+h // (NQ // NK). attn_logits / attn_lse are the kernel's split-KV workspace: not part of the function."""
+
+import torch
+
+
+def reference(**args):
+    q, kb, vb = args["q"].double(), args["k_buffer"].double(), args["v_buffer"].double()
+    indptr, indices = args["kv_indptr"].long(), args["kv_indices"].long()
+    group = q.shape[1] // kb.shape[1]
+    out = torch.empty_like(q)
+    scale = torch.empty_like(q)
+    for b in range(q.shape[0]):
+        rows = indices[indptr[b]:indptr[b + 1]]
+        k = kb[rows].repeat_interleave(group, dim=1)  # [L, NQ, D]
+        v = vb[rows].repeat_interleave(group, dim=1)
+        p = torch.softmax(torch.einsum("hd,lhd->hl", q[b], k) * float(args["sm_scale"]), dim=-1)
+        out[b] = torch.einsum("hl,lhd->hd", p, v)
+        scale[b] = torch.einsum("hl,lhd->hd", p, v.abs())  # the size of the terms each output sums
+    return {"o": out, "o:scale": scale}
+'''
+
+# A decode batch: B requests whose KV lengths (>= 1, mixed) add up to B*S, their KV rows a random permutation
+# of pool slots 1.. (slot 0 is SGLang's padded slot), q and K at the magnitudes attention sees after RoPE (unit
+# normal: logits ~ N(0, 1) after sm_scale; a 'wide' q/K would make logits of 1e6, meaningless for attention),
+# and num_kv_splits as the backend's get_num_kv_splits_triton computes it on an H200 (132 SMs).
+_DECODE_INPUTS = '''"""Structured inputs for decode_attention_fwd (astra-sglang, written): a decode batch of mixed lengths."""
+
+import math
+
+import torch
+
+MAX_KV_SPLITS = ''' + str(_MAX_KV_SPLITS) + '''
+SMS = ''' + str(_H200_SMS) + '''
+
+
+def kv_lengths(b, total, gen, device):
+    cuts = (torch.randperm(total - 1, generator=gen, device=device)[: b - 1] + 1).sort().values
+    edges = torch.cat([torch.zeros(1, dtype=torch.int64, device=device), cuts.to(torch.int64),
+                       torch.full((1,), total, dtype=torch.int64, device=device)])
+    return edges[1:] - edges[:-1]
+
+
+def num_kv_splits(lens, num_head, num_kv_head, max_splits=MAX_KV_SPLITS, sms=SMS):
+    """torch restatement of get_num_kv_splits_triton (kernels/ops/attention/metadata.py), num_group = 1."""
+    mx, mn = int(lens.max()), int(lens.min())
+    if mx * 8 < mn * 10:
+        mn = mx
+    splits_1 = min(-(-mx // mn), max_splits)
+    chunk_1 = -(-mx // splits_1)
+    cores = int(sms * max(math.log2(mx / 64.0) if mx > 0 else 0.0, 1.0))
+    group = num_head // num_kv_head
+    grid = len(lens) * num_head if group == 1 else len(lens) * -(-num_head // min(16, group))
+    splits_2 = min(-(-cores // grid), max_splits)
+    chunk_2 = -(-mx // splits_2)
+    return torch.maximum(-(-lens // chunk_1), -(-lens // chunk_2)).to(torch.int32)
+
+
+def make_inputs(dims, dtype, gen, device):
+    b, s, nk, g, d, x = dims["B"], dims["S"], dims["NK"], dims["G"], dims["D"], dims["X"]
+    lens = kv_lengths(b, b * s, gen, device) if b > 1 else torch.full((1,), s, dtype=torch.int64, device=device)
+    indptr = torch.zeros(b + 1, dtype=torch.int32, device=device)
+    indptr[1:] = lens.cumsum(0).to(torch.int32)
+    pool = b * s + x
+    indices = (torch.randperm(pool - 1, generator=gen, device=device) + 1)[: b * s].to(torch.int64)
+    dt = getattr(torch, dtype)
+    q = torch.randn((b, nk * g, d), generator=gen, device=device).to(dt)
+    k = torch.randn((pool, nk, d), generator=gen, device=device).to(dt)
+    return {"q": q, "k_buffer": k, "kv_indptr": indptr, "kv_indices": indices,
+            "num_kv_splits": num_kv_splits(lens, nk * g, nk)}
+
+
+def scalars(dims, dtype):
+    return {"sm_scale": 1.0 / math.sqrt(dims["D"]), "max_kv_splits": dims["MS"]}
+'''
+
+
+def _decode_shapes() -> list[ShapeCase]:
+    seen: dict[tuple[int, int], str] = {}
+    for m in MODELS:
+        for tp in TP_SIZES:
+            if m.heads % tp == 0:
+                nk = max(1, m.kv_heads // tp)
+                seen.setdefault((nk, m.heads // tp // nk), f"{m.name} TP{tp}")
+    batches = ((1, 4096), (8, 2048), (32, 1024), (64, 512), (128, 256), (256, 128))
+    cases = []
+    for i, ((nk, g), src) in enumerate(seen.items()):
+        b, s = batches[i % len(batches)]
+        cases.append(case(["decode"], f"{src}: {b} requests, mean context {s}", B=b, S=s, NK=nk, G=g, D=128,
+                          X=1024, MS=_MAX_KV_SPLITS))
+    cases += [
+        case(["edge", "decode"], "edge: one request, one KV token", B=1, S=1, NK=8, G=4, D=128, X=16,
+             MS=_MAX_KV_SPLITS),
+        case(["edge", "decode"], "edge: long context (32k), GQA 8", B=4, S=32768, NK=8, G=8, D=128, X=64,
+             MS=_MAX_KV_SPLITS),
+        case(["edge", "decode"], "edge: head_dim 64, MHA", B=16, S=700, NK=16, G=1, D=64, X=100,
+             MS=_MAX_KV_SPLITS),
+        case(["test"], "CPU: GQA 2", B=2, S=5, NK=1, G=2, D=16, X=3, MS=_MAX_KV_SPLITS),
+        case(["test"], "CPU: MHA, mixed lengths", B=3, S=9, NK=2, G=1, D=32, X=1, MS=_MAX_KV_SPLITS),
+        case(["test"], "CPU: one request", B=1, S=3, NK=1, G=1, D=16, X=1, MS=_MAX_KV_SPLITS),
+    ]
+    return dedup(cases)
+
+
+DECODE_ATTENTION = CatalogEntry(
+    short_name="decode_attention",
+    op_id="attention.decode_attention_fwd",
+    entry_point=f"{_MODULE}:decode_attention_fwd",
+    kind="triton",
+    signature=Signature(
+        dims=[
+            Dim(name="B", meaning="decode requests (one query token each)"),
+            Dim(name="S", meaning="mean KV length per request (the batch holds B*S KV tokens, lengths mixed)"),
+            Dim(name="NK", meaning="KV heads (after TP)"),
+            Dim(name="G", meaning="query heads per KV head (NQ = NK * G)"),
+            Dim(name="D", meaning="head dim (qk and v)", multiple_of=16),
+            Dim(name="X", meaning="KV pool slots beyond the batch's (pool = B*S + X; slot 0 is padding)"),
+            Dim(name="MS", meaning="max_kv_splits (pinned: the server's triton_attention_num_kv_splits)",
+                min=_MAX_KV_SPLITS, max=_MAX_KV_SPLITS),
+        ],
+        tensors=[
+            TensorArg(name="q", role="input", shape=["B", "NK*G", "D"], dtype="{dtype}", generated=True),
+            TensorArg(name="k_buffer", role="input", shape=["B*S+X", "NK", "D"], dtype="{dtype}", generated=True),
+            TensorArg(name="v_buffer", role="input", shape=["B*S+X", "NK", "D"], dtype="{dtype}"),
+            TensorArg(name="o", role="output", shape=["B", "NK*G", "D"], dtype="{dtype}"),
+            TensorArg(name="kv_indptr", role="input", shape=["B+1"], dtype="int32", align_bytes=4, generated=True),
+            TensorArg(name="kv_indices", role="input", shape=["B*S"], dtype="int64", align_bytes=8,
+                      generated=True),
+            # the kernel's split-KV workspace (stage 1 writes, stage 2 reads); outputs only because the contract
+            # has no scratch role: a candidate must not be compared on them (see notes)
+            TensorArg(name="attn_logits", role="output", shape=["B", "NK*G", "MS", "D"], dtype="float32"),
+            TensorArg(name="attn_lse", role="output", shape=["B", "NK*G", "MS"], dtype="float32", align_bytes=4),
+            TensorArg(name="num_kv_splits", role="input", shape=["B"], dtype="int32", align_bytes=4,
+                      generated=True),
+        ],
+        scalars=[
+            ScalarArg(name="max_kv_splits", type="int", default=_MAX_KV_SPLITS, meaning="attn_logits.shape[2]"),
+            ScalarArg(name="sm_scale", type="float", default=0.08838834764831845, meaning="1/sqrt(D)"),
+        ],
+        dtypes=["bfloat16", "float16"],
+        relations=[
+            "o[b, h] = softmax(q[b, h] . K_b^T * sm_scale) V_b, K_b/V_b = k_buffer/v_buffer[kv_indices[kv_indptr[b]:"
+            "kv_indptr[b+1]], h // G]",
+            "1 <= num_kv_splits[b] <= max_kv_splits; k_scale = v_scale = 1.0 (bf16/fp16 KV cache)",
+        ],
+        returns=[],
+    ),
+    reference=_DECODE_REFERENCE,
+    inputs=_DECODE_INPUTS,
+    inputs_scalars=True,
+    shapes=_decode_shapes,
+    call=["q", "k_buffer", "v_buffer", "o", "kv_indptr", "kv_indices", "attn_logits", "attn_lse", "num_kv_splits",
+          "max_kv_splits", "sm_scale", "1.0", "1.0"],
+    wrapper=f"{_MODULE}:decode_attention_fwd",
+    callsite_modules=(_MODULE,),
+    serving_sites={f"{_MODULE}:decode_attention_fwd": "the definition"},
+    extra_sites=[
+        CallSite(
+            module="sglang.srt.layers.attention.triton_backend", attr="decode_attention_fwd", binds="caller",
+            target=None, same_function=True, reached_by_serving=True,
+            note="read from source: TritonAttnBackend.__init__ imports it lazily and keeps "
+            "torch.compiler.disable(decode_attention_fwd) as self.decode_attention_fwd; forward_decode calls it "
+            "for every decode batch with --attention-backend triton (kv_group_num == 1: the normal kernels, "
+            "else the grouped ones); a REPLACE must rebind before the backend is built",
+        ),
+    ],
+    notes=[
+        "Triton kernels _fwd_kernel_stage1 (MHA) / _fwd_grouped_kernel_stage1 (GQA) on grid (B, heads, "
+        "max_kv_splits) then _fwd_kernel_stage2 on (B, NQ); page_size 1, no logit cap, sinks, score_mod or "
+        "Lean path (CUDA)",
+        "attn_logits/attn_lse are workspace: validation compares only o (the reference returns only o); before "
+        "`optimize` the contract needs a scratch role so a candidate with another split plan is not compared "
+        "on them",
+    ],
+)
+
+ENTRIES = [DECODE_ATTENTION]
