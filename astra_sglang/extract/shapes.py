@@ -50,6 +50,17 @@ def model_widths(width: Callable[[ModelConfig, int], int | None]) -> list[tuple[
     return list(seen.items())
 
 
+def head_pairs() -> list[tuple[int, int, str]]:
+    """(query heads, KV heads) per TP rank over every model and TP size that splits the query heads evenly,
+    each with the first model/TP that gives it (KV heads below the TP size are replicated: one per rank)."""
+    seen: dict[tuple[int, int], str] = {}
+    for model in MODELS:
+        for tp in TP_SIZES:
+            if model.heads % tp == 0:
+                seen.setdefault((model.heads // tp, max(1, model.kv_heads // tp)), f"{model.name} TP{tp}")
+    return [(q, k, src) for (q, k), src in seen.items()]
+
+
 def decode_prefill(widths: Iterable[tuple[dict[str, int], str]]) -> list[ShapeCase]:
     """One decode and one prefill case per width, T rotating through DECODE_T / PREFILL_T."""
     cases: list[ShapeCase] = []

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from astra_sglang.contract.op import CallSite, Dim, ScalarArg, ShapeCase, Signature, TensorArg
 from astra_sglang.extract.catalog.base import CatalogEntry
-from astra_sglang.extract.shapes import MODELS, TP_SIZES, case, dedup
+from astra_sglang.extract.shapes import case, dedup, head_pairs
 
 _MODULE = "sglang.kernels.ops.attention.decode_attention"
 _MAX_KV_SPLITS = 8  # ServerArgs.triton_attention_num_kv_splits default
@@ -95,17 +95,11 @@ def scalars(dims, dtype):
 
 
 def _decode_shapes() -> list[ShapeCase]:
-    seen: dict[tuple[int, int], str] = {}
-    for m in MODELS:
-        for tp in TP_SIZES:
-            if m.heads % tp == 0:
-                nk = max(1, m.kv_heads // tp)
-                seen.setdefault((nk, m.heads // tp // nk), f"{m.name} TP{tp}")
     batches = ((1, 4096), (8, 2048), (32, 1024), (64, 512), (128, 256), (256, 128))
     cases = []
-    for i, ((nk, g), src) in enumerate(seen.items()):
+    for i, (nq, nk, src) in enumerate(head_pairs()):
         b, s = batches[i % len(batches)]
-        cases.append(case(["decode"], f"{src}: {b} requests, mean context {s}", B=b, S=s, NK=nk, G=g, D=128,
+        cases.append(case(["decode"], f"{src}: {b} requests, mean context {s}", B=b, S=s, NK=nk, G=nq // nk, D=128,
                           X=1024, MS=_MAX_KV_SPLITS))
     cases += [
         case(["edge", "decode"], "edge: one request, one KV token", B=1, S=1, NK=8, G=4, D=128, X=16,

@@ -22,7 +22,7 @@ from astra_sglang.contract.op import (
     TensorArg,
 )
 from astra_sglang.extract.catalog.base import CatalogEntry
-from astra_sglang.extract.shapes import DECODE_T, MODELS, PREFILL_T, TP_SIZES, case, dedup
+from astra_sglang.extract.shapes import DECODE_T, PREFILL_T, case, dedup, head_pairs
 
 _ROPE_MODULE = "sglang.kernels.ops.attention.rope"
 _HEAD_DIM = 128
@@ -66,16 +66,6 @@ def neox(h, cos, sin):
 '''
 
 
-def _head_pairs() -> list[tuple[int, int, str]]:
-    """(query heads, KV heads) per TP rank of every model, first model/TP that gives each pair."""
-    seen: dict[tuple[int, int], str] = {}
-    for m in MODELS:
-        for tp in TP_SIZES:
-            if m.heads % tp == 0:
-                seen.setdefault((m.heads // tp, max(1, m.kv_heads // tp)), f"{m.name} TP{tp}")
-    return [(q, k, src) for (q, k), src in seen.items()]
-
-
 # -- the default CUDA path: JIT FusedRopeKernel::run ---------------------------------------------------------
 
 _FUSED_ROPE_REFERENCE = '''"""Reference for fused_rope (astra-sglang, written): NeoX RoPE of q and k in place, float64.
@@ -108,7 +98,7 @@ def make_inputs(dims, dtype, gen, device):
 
 def _fused_rope_shapes() -> list[ShapeCase]:
     cases: list[ShapeCase] = []
-    for i, (nq, nk, src) in enumerate(_head_pairs()):
+    for i, (nq, nk, src) in enumerate(head_pairs()):
         t_dec, t_pre = DECODE_T[i % len(DECODE_T)], PREFILL_T[i % len(PREFILL_T)]
         cases.append(case(["decode"], f"{src} decode", T=t_dec, NQ=nq, NK=nk, D=_HEAD_DIM, C=4096))
         if t_pre * (nq + nk) * _HEAD_DIM <= MAX_ELEMS:
@@ -248,7 +238,7 @@ def make_inputs(dims, dtype, gen, device):
 
 def _fqr_shapes() -> list[ShapeCase]:
     cases: list[ShapeCase] = []
-    for i, (nq, nk, src) in enumerate(_head_pairs()):
+    for i, (nq, nk, src) in enumerate(head_pairs()):
         for tag, ts in (("decode", DECODE_T), ("prefill", PREFILL_T)):
             t = ts[i % len(ts)]
             dims = {"T": t, "KH": nk, "G": nq // nk, "D": _HEAD_DIM, "BS": _FQR_PAGE, "X": t // _FQR_PAGE + 2,
