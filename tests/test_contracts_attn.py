@@ -203,3 +203,33 @@ def test_decode_attention_contract_matches_torch_sdpa_on_a_mixed_batch() -> None
             torch.testing.assert_close(ours[i].float(), want, atol=1e-5, rtol=1e-5)
     assert lens.unique().numel() > 1, "the generated batch mixes KV lengths"
 
+
+
+def test_extend_attention_contract_matches_torch_sdpa_on_a_mixed_batch() -> None:
+    """extend_attention's contract against torch SDPA with an explicit mask: every cached prefix row visible,
+    the request's own new tokens causally; max_len_extend from scalars() is the batch's real maximum."""
+    entry = catalog.find("extend_attention")
+    assert entry is not None and entry.inputs is not None
+    make = _namespace(entry.inputs)
+    reference = _namespace(entry.reference)["reference"]
+    for b, l_, r, nk, g, d in ((1, 1, 1, 1, 1, 16), (3, 5, 4, 2, 1, 32), (4, 6, 7, 2, 4, 64)):
+        dims = {"B": b, "L": l_, "R": r, "NK": nk, "G": g, "D": d, "X": 2}
+        made = make["make_inputs"](dims, "float32", torch.Generator().manual_seed(b * 10 + l_), "cpu")
+        scal = make["scalars"](dims, "float32")
+        qo, kv, indices = made["qo_indptr"].long(), made["kv_indptr"].long(), made["kv_indices"]
+        ext, pre = qo[1:] - qo[:-1], kv[1:] - kv[:-1]
+        assert int(qo[-1]) == b * l_ and int(kv[-1]) == b * r and bool((ext >= 1).all()) and bool((pre >= 0).all())
+        assert int(ext.max()) == scal["max_len_extend"]
+        assert len(set(indices.tolist())) == b * r and bool((indices >= 1).all())
+        v_ext, v_buf = torch.randn(b * l_, nk, d), torch.randn(b * r + 2, nk, d)
+        ours = reference(v_extend=v_ext, v_buffer=v_buf, **made, **scal)["o_extend"]
+        for i in range(b):
+            rows, lo, hi = indices[kv[i]:kv[i + 1]], int(qo[i]), int(qo[i + 1])
+            k = torch.cat((made["k_buffer"][rows], made["k_extend"][lo:hi])).repeat_interleave(g, 1).transpose(0, 1)
+            v = torch.cat((v_buf[rows], v_ext[lo:hi])).repeat_interleave(g, 1).transpose(0, 1)
+            n, e = rows.numel(), hi - lo
+            mask = torch.cat((torch.ones(e, n, dtype=torch.bool), torch.ones(e, e, dtype=torch.bool).tril()), 1)
+            want = torch.nn.functional.scaled_dot_product_attention(made["q_extend"][lo:hi].transpose(0, 1), k, v,
+                                                                    attn_mask=mask, scale=scal["sm_scale"])
+            torch.testing.assert_close(ours[lo:hi].float(), want.transpose(0, 1), atol=1e-5, rtol=1e-5)
+    assert ext.unique().numel() > 1, "the generated batch mixes extend lengths"
