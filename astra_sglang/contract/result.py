@@ -66,7 +66,8 @@ class CorrectnessReport(Model):
 class ShapeTiming(Model):
     dims: dict[str, int]
     dtype: str
-    original_us: float
+    original_us: float = Field(description="the extracted original's time; where it refuses the shape "
+                               "(original_refused), the time of the kernel SGLang serves there, the one comparison")
     candidate_us: float | None = None
     spread_pct: float = Field(description="relative spread (IQR/median, max of both sides) of the timed samples")
     speedup: float | None = None
@@ -81,6 +82,13 @@ class ShapeTiming(Model):
     samples: int | None = Field(default=None, description="timed replays per side")
     baseline_name: str | None = Field(default=None, description="the library kernel SGLang serves with here")
     baseline_us: float | None = Field(default=None, description="its time, interleaved with the others")
+    original_refused: bool = Field(default=False, description="the extracted original refuses this shape: "
+                                   "checked and timed against the kernel SGLang serves here instead")
+    served_by: str | None = Field(default=None, description="what SGLang serves this shape with: 'original' or "
+                                  "a baseline's name; None where the op manifest does not say")
+    served_us: float | None = Field(default=None, description="that kernel's time here")
+    served_speedup: float | None = Field(default=None, description="served_us / candidate_us: the speedup a user "
+                                         "of SGLang would see on this shape")
 
 
 class TimingReport(Model):
@@ -88,7 +96,10 @@ class TimingReport(Model):
     method: str = Field(description="e.g. 'cuda-graph replay, 20 warm-up, 100 timed, ABAB interleaved'")
     copy_ceiling_gbps: float
     shapes: list[ShapeTiming]
-    geomean_speedup: float | None = None
+    geomean_speedup: float | None = Field(default=None, description="the headline: over shapes, of served_speedup "
+                                          "where the op states what SGLang serves, else of speedup (vs original)")
+    geomean_vs_original: float | None = Field(default=None, description="of speedup over the shapes the original "
+                                              "runs (where the headline is vs served)")
     suspect: list[str] = Field(default_factory=list, description="why a number is not trusted (above ceiling...)")
 
 

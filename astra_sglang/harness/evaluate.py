@@ -24,6 +24,7 @@ from astra_sglang.contract.result import (
     CorrectnessReport,
     EvalResult,
     FailedCase,
+    ShapeTiming,
     TimingReport,
 )
 from astra_sglang.errors import AstraError
@@ -139,16 +140,20 @@ def _build_screened(op_dir: Path, manifest: Manifest, candidates: list[Path | No
     raise AstraError(f"{manifest.short_name}: source kind {manifest.source_kind!r} cannot be evaluated")
 
 
-def build_baselines(op_dir: Path, manifest: Manifest, dtypes: list[str], config: EvalConfig) -> list[str]:
-    """Names of the CUDA baselines that build for the timed dtypes (a failure only drops the baseline)."""
+def build_baselines(op_dir: Path, manifest: Manifest, dtypes: list[str], config: EvalConfig,
+                    cuda: bool = True) -> list[str]:
+    """Names of the baselines to time: the CUDA ones that build for the timed dtypes (a failure only drops the
+    baseline; only with ``cuda``), and SGLang's eager torch code, which needs no build."""
     if not config.time_baselines:
         return []
-    from astra_sglang.contract.op import CudaJitRecipe
+    from astra_sglang.contract.op import CudaJitRecipe, TorchRecipe
     from astra_sglang.loader.cuda_build import CudaBuildSpec, build_batch
 
     names = []
     for b in manifest.baselines:
-        if not isinstance(b.recipe, CudaJitRecipe):
+        if isinstance(b.recipe, TorchRecipe):
+            names.append(b.name)
+        if not isinstance(b.recipe, CudaJitRecipe) or not cuda:
             continue
         try:
             specs = [CudaBuildSpec.from_recipe(op_dir, manifest, dt, recipe=b.recipe, cache_dir=config.cache_dir,
@@ -188,7 +193,7 @@ def evaluate_many(op_dir: Path, candidates: list[Path | None],
     dtypes = sorted({c.dtype for c in cases} | set(t_dtypes))
     t0 = time.monotonic()
     builds = build_all(op_dir, manifest, candidates, dtypes, config)
-    baselines = build_baselines(op_dir, manifest, t_dtypes, config) if device == "cuda" and config.timing else []
+    baselines = build_baselines(op_dir, manifest, t_dtypes, config, cuda=device == "cuda") if config.timing else []
     build_wall = time.monotonic() - t0
     warmup, rep = config.timing_protocol()
     results: list[EvalResult] = []
@@ -270,12 +275,19 @@ def _timing_report(rows: list[TimedShape], ceiling: float, config: EvalConfig, h
     shapes = [row.row for row in rows]
     suspect = [f"{row.row.dims} {row.row.dtype}: {row.suspect_reason}" for row in rows if row.suspect_reason]
     # a suspect number is never a win: it counts at most 1.0 in the geometric mean
-    speedups = [min(s.speedup, 1.0) if s.verdict == "suspect" else s.speedup for s in shapes if s.speedup]
-    geo = math.exp(sum(math.log(s) for s in speedups) / len(speedups)) if speedups and has_cand else None
+    vs_orig = _geomean([s.speedup for s in shapes if not s.original_refused], shapes, has_cand)
+    served = any(s.served_by for s in shapes)  # the op states what SGLang serves: that is the headline
+    geo = _geomean([s.served_speedup for s in shapes], shapes, has_cand) if served else vs_orig
     methods = sorted({row.method for row in rows})
     rot = f"inputs rotated over > {config.cold_l2_factor:g}x L2" if config.mode == "cold" else "same buffers (warm L2)"
     interleave = (f"ABBA-interleaved with the original in batches of {TIMING_BATCH}, candidate in its own process, "
                   "each batch checked against the wall clock, ") if has_cand else ""
     method = f"{' / '.join(methods)}, {warmup} warm-up, {rep} timed per side, {interleave}{rot}; medians"
     return TimingReport(mode=config.mode, method=method, copy_ceiling_gbps=ceiling, shapes=shapes,
-                        geomean_speedup=geo, suspect=suspect)
+                        geomean_speedup=geo, geomean_vs_original=vs_orig if served else None, suspect=suspect)
+
+
+def _geomean(speedups: list[float | None], shapes: list[ShapeTiming], has_cand: bool) -> float | None:
+    """Of the shapes' speedups (one per shape, None = not timed there); a suspect shape counts at most 1.0."""
+    vals = [min(v, 1.0) if s.verdict == "suspect" else v for v, s in zip(speedups, shapes) if v]
+    return math.exp(sum(math.log(v) for v in vals) / len(vals)) if vals and has_cand else None
