@@ -118,6 +118,50 @@ def test_broken_candidates_are_rejected_and_correct_ones_pass(name, restored_op,
     assert all(v["geomean_speedup"] is not None for v in hand_written), hand_written
 
 
+def _geomean(values: list[float]) -> float:
+    import math
+
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
+def test_fused_add_rmsnorm_is_timed_against_flashinfer_on_all_four_paper_shapes(restored_op, measurements):
+    """SGLang serves fused_add_rmsnorm with FlashInfer's kernel (sgl_kernel) at every shape: the original alone
+    and the hand-written candidate are timed against it on the four paper shapes, the two the JIT original
+    refuses (H = 11008, 14336) included; the candidate is checked there against FlashInfer's kernel, and a
+    candidate wrong only there is rejected. The headline is the geomean of the ratios vs FlashInfer."""
+    op = restored_op("fused_add_rmsnorm")
+    cands = [None, CANDS / "fused_add_rmsnorm" / "hand_written.cuh",
+             CANDS / "fused_add_rmsnorm" / "broken" / "wrong_above_8192.cuh"]
+    cfg = EvalConfig(shapes="paper", timing_dtypes=["bfloat16"], include_heldout=True, timeout_s=30)
+    alone, hand, wrong = evaluate_many(op, cands, cfg)
+    f = wrong.correctness.first_failure if wrong.correctness else None
+    measurements("h200_served_fused_add_rmsnorm", {
+        "original": {"ok": alone.ok, "error": alone.error, "shapes": _shape_rows(alone)},
+        "hand_written": {"ok": hand.ok, "error": hand.error, "geomean_vs_served": hand.geomean_speedup,
+                         "geomean_vs_original": hand.timing.geomean_vs_original if hand.timing else None,
+                         "shapes": _shape_rows(hand)},
+        "wrong_above_8192": {"ok": wrong.ok, "failure": f.model_dump(mode="json") if f else None}})
+    refused = {(128, 11008), (512, 14336)}
+    for r in (alone, hand):
+        assert r.ok and r.timing, r.model_dump_json(indent=1)
+        rows = {(s.dims["T"], s.dims["H"]): s for s in r.timing.shapes}
+        assert set(rows) == {(256, 4096), (1024, 4096), *refused}, rows.keys()
+        for key, s in rows.items():
+            assert s.served_by == "flashinfer_fused_add_rmsnorm" and s.served_us, s
+            assert s.original_refused == (key in refused), s
+            if key in refused:   # FlashInfer's kernel is what the candidate is held against there
+                assert s.baseline_name == s.served_by and s.served_us == s.original_us, s
+            else:                # the JIT original and FlashInfer's kernel, interleaved
+                assert s.baseline_name == s.served_by and s.served_us == s.baseline_us, s
+            assert s.original_pct_ceiling < 105 and s.served_us * 1e-6 * 4.8e12 > s.bytes_moved * 0.95, s
+    rows = hand.timing.shapes
+    assert hand.correctness.skipped_cases == 0          # H > 8192 checked, not skipped
+    assert all(s.served_speedup for s in rows)
+    capped = [min(s.served_speedup, 1.0) if s.verdict == "suspect" else s.served_speedup for s in rows]
+    assert hand.geomean_speedup == pytest.approx(_geomean(capped))
+    assert not wrong.ok and f is not None and f.reason == "mismatch" and f.dims.get("H", 0) > 8192, f
+
+
 # ------------------------------------------------------------------------------------------ the patches
 
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from astra_sglang.contract.base import sha256_file
 from astra_sglang.contract.eval_config import EvalConfig
-from astra_sglang.contract.op import Manifest, ManifestError, load_manifest
+from astra_sglang.contract.op import Manifest, ManifestError, load_manifest, states_serving
 from astra_sglang.contract.result import (
     BuildReport,
     CorrectnessReport,
@@ -193,7 +193,10 @@ def evaluate_many(op_dir: Path, candidates: list[Path | None],
     dtypes = sorted({c.dtype for c in cases} | set(t_dtypes))
     t0 = time.monotonic()
     builds = build_all(op_dir, manifest, candidates, dtypes, config)
-    baselines = build_baselines(op_dir, manifest, t_dtypes, config, cuda=device == "cuda") if config.timing else []
+    # where the manifest says what SGLang serves, a candidate is also checked against it (every checked dtype)
+    serving = states_serving(manifest)
+    baselines = build_baselines(op_dir, manifest, dtypes if serving else t_dtypes, config,
+                                cuda=device == "cuda") if config.timing or serving else []
     build_wall = time.monotonic() - t0
     warmup, rep = config.timing_protocol()
     results: list[EvalResult] = []
