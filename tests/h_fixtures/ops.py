@@ -137,6 +137,9 @@ def make_h_gather(dst: Path, inputs: str | None = None) -> Path:
                     "float32": Tolerance(atol=0.0, rtol=0.0)},
         shapes=[ShapeCase(dims={"N": 3, "S": 8, "D": 5}, tags=["test"], source="fixture"),
                 ShapeCase(dims={"N": 8, "S": 8, "D": 16}, tags=["test"], source="fixture")],
+    )
+    write_manifest(op, m)
+    return op
 
 
 H_NORM_MAX_H = 64  # the h_norm original refuses wider rows; the manifest says SGLang serves them eagerly
