@@ -33,6 +33,7 @@ COMMANDS: dict[str, str] = {
     "patches": "patches_cmd",
     "serve": "serve_cmd",
     "doctor": "doctor_cmd",
+    "tune": "tune_cmd",
 }
 EXIT_INTERRUPTED = 130
 EXIT_TERMINATED = 143  # 128 + SIGTERM, what a shell reports for a process SIGTERM ended

@@ -98,7 +98,7 @@ def main(argv: list[str]) -> None:
         if job.variants:
             from astra_sglang.harness.sweep_checks import SweepChecker
 
-            assert arena is not None
+            assert arena is not None and worker is not None
             sweep = SweepChecker(job, progress, worker, start_worker, arena)
             result = sweep.run()
         else:

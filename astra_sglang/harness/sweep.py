@@ -130,10 +130,12 @@ def _buckets(c: SweepConfig) -> dict[str, tuple[dict[str, int], float, float, fl
                 _geo([s.speedup for s in v]), max(s.spread_pct for s in v)) for k, v in grouped.items()}
 
 
-def choose(configs: list[SweepConfig], min_change_pct: float) -> tuple[list[SweepChoice], bool, int | None]:
+def choose(configs: list[SweepConfig], min_change_pct: float,
+           collapse: bool = True) -> tuple[list[SweepChoice], bool, int | None]:
     """Per shape bucket the fastest correct config (by speedup over the original timed beside it); one config
     for all when one is within noise (max(spread, min_change_pct)) of the best on every bucket. Returns
-    (choices, single, index of the single config or None). Untimed (CPU): the first correct config."""
+    (choices, single, index of the single config or None); ``collapse`` False: always the per-bucket best.
+    Untimed (CPU): the first correct config."""
     ok = [i for i, c in enumerate(configs) if c.ok]
     if not ok:
         return [], True, None
@@ -149,7 +151,7 @@ def choose(configs: list[SweepConfig], min_change_pct: float) -> tuple[list[Swee
         tol = max(b[4], timed[i][k][4], min_change_pct) / 100.0
         return timed[i][k][3] >= b[3] / (1.0 + tol)
 
-    everywhere = [i for i in timed if all(close(i, k) for k in keys)]
+    everywhere = [i for i in timed if all(close(i, k) for k in keys)] if collapse else []
     single = max(everywhere, key=lambda i: _geo([timed[i][k][3] for k in keys])) if everywhere else None
     pick = {k: single if single is not None else best[k] for k in keys}
     choices = [SweepChoice(dims=timed[pick[k]][k][0], config=configs[pick[k]].config, original_us=timed[pick[k]][k][1],
@@ -186,7 +188,7 @@ def tune_candidate(op_dir: Path, manifest: Manifest, candidate: Path, space: Tun
     choices, single, index = choose(results, config.min_change_pct)
     untimed = not any(r.shapes for r in results)
     report = SweepReport(parameters=space.params, configs=results, choice=choices, single=single,
-                         quick_cases=n_quick, method=_method(config, dev, untimed),
+                         quick_cases=n_quick, method=sweep_method(config, dev, untimed),
                          note=CPU_NOTE if device != "cuda" else "")
     if index is None and not choices:
         report.wall_s = time.monotonic() - t0
@@ -200,7 +202,7 @@ def tune_candidate(op_dir: Path, manifest: Manifest, candidate: Path, space: Tun
     return report
 
 
-def _method(config: EvalConfig, device: str, untimed: bool) -> str:
+def sweep_method(config: EvalConfig, device: str, untimed: bool) -> str:
     if untimed:
         return "quick check only (no timing on this device)"
     warmup, rep = config.timing_protocol()

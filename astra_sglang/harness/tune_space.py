@@ -39,7 +39,7 @@ class TuneSpace:
         return [dict(zip(names, values)) for values in itertools.product(*self.params.values())]
 
 
-def _literal(node: ast.AST, what: str) -> TuneValue:
+def _literal(node: ast.expr, what: str) -> TuneValue:
     try:
         value = ast.literal_eval(node)
     except (ValueError, SyntaxError):
