@@ -83,7 +83,7 @@ def test_a_malformed_space_is_one_error_naming_the_rule(text, says):
 @pytest.fixture(scope="module")
 def swept(merge_op, tmp_path_factory):
     cand = tmp_path_factory.mktemp("tunable") / "candidate.py"
-    shutil.copy(MS / "broken" / "tunable_skips_rows.py", cand)
+    shutil.copy(MS / "tunable" / "one_wrong_config.py", cand)
     return cand, evaluate(merge_op, cand, SIM)
 
 
@@ -124,7 +124,7 @@ def test_the_choice_is_frozen_into_the_saved_source_which_passed_the_full_evalua
 
 def test_a_dispatch_table_picks_the_nearest_bucket_and_its_source_passes_a_full_evaluation(merge_op, tmp_path,
                                                                                            monkeypatch):
-    text = (MS / "broken" / "tunable_skips_rows.py").read_text()
+    text = (MS / "tunable" / "one_wrong_config.py").read_text()
     space = find_space(text)
     assert space is not None
     table = [({"T": 1, "NH": 1, "D": 1}, {"ROWS": 1, "num_warps": 2}),
