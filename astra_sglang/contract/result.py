@@ -6,6 +6,7 @@ schema without importing torch.
 
 from __future__ import annotations
 
+import math
 from typing import Literal
 
 from pydantic import Field
@@ -103,6 +104,87 @@ class TimingReport(Model):
     suspect: list[str] = Field(default_factory=list, description="why a number is not trusted (above ceiling...)")
 
 
+TuneValue = int | float | bool | str
+
+
+class SweepShape(Model):
+    """One config at one timed shape, timed ABBA against the original in the sweep's single worker."""
+
+    dims: dict[str, int]
+    dtype: str
+    original_us: float
+    candidate_us: float
+    speedup: float
+    spread_pct: float
+
+
+class SweepConfig(Model):
+    """One point of the space: dropped (``failure``) or timed on every timed shape."""
+
+    config: dict[str, TuneValue]
+    ok: bool
+    failure: str | None = Field(default=None, description="why it was dropped: the screen, the quick check, "
+                                "a launch error, the after-timing check")
+    shapes: list[SweepShape] = Field(default_factory=list)
+
+
+class SweepChoice(Model):
+    """The config chosen for one shape bucket (a timed shape; calls pick the nearest bucket by dims)."""
+
+    dims: dict[str, int]
+    config: dict[str, TuneValue]
+    original_us: float = Field(description="geometric mean over the timed dtypes")
+    candidate_us: float
+    speedup: float
+
+
+class SweepReport(Model):
+    """What a sweep measured and what it froze (docs/harness.md, "Tunable candidates")."""
+
+    parameters: dict[str, list[TuneValue]]
+    configs: list[SweepConfig]
+    choice: list[SweepChoice]
+    single: bool = Field(description="one config is within noise of the best on every shape: no dispatch by shape")
+    quick_cases: int = Field(0, description="cases of the quick check every config ran before timing")
+    method: str = ""
+    note: str = Field("", description="e.g. CPU: host timers, the choice is arbitrary among correct configs")
+    frozen_path: str | None = Field(default=None, description="the frozen source (no TUNE, a TUNED table): what "
+                                    "was fully evaluated and what is shipped")
+    frozen_sha256: str | None = None
+    frozen_source: str | None = None
+    wall_s: float = 0.0
+
+
+class BaselineShape(Model):
+    dims: dict[str, int]
+    dtype: str
+    original_us: float
+    best_config: dict[str, TuneValue]
+    best_us: float
+    speedup: float
+
+
+class SweepBaseline(Model):
+    """``astra-sglang tune OP``: the original's own launch parameters swept; the bar a candidate must beat."""
+
+    schema_version: int = 1
+    op_id: str
+    sglang_version: str
+    device: str
+    parameters: dict[str, list[TuneValue]] = Field(description="what was swept, e.g. 'merge_state_kernel.num_warps'")
+    original_config: dict[str, str] = Field(description="the original's own value of each parameter (source text)")
+    shapes: list[BaselineShape]
+    configs: list[SweepConfig]
+    method: str = ""
+    note: str = ""
+    wall_s: float = 0.0
+
+    @property
+    def geomean_speedup(self) -> float | None:
+        s = [x.speedup for x in self.shapes if x.speedup > 0]
+        return math.exp(sum(math.log(v) for v in s) / len(s)) if s else None
+
+
 class EvalResult(Model):
     """Everything known about one candidate (or the original alone when ``candidate`` is None)."""
 
@@ -116,6 +198,8 @@ class EvalResult(Model):
     timing: TimingReport | None = None
     error: str | None = Field(default=None, description="why evaluation stopped (build failed, worker died, ...)")
     wall_s: float = 0.0
+    sweep: SweepReport | None = Field(default=None, description="a tunable candidate (TUNE): its sweep and the "
+                                      "frozen source the rest of this result evaluated")
 
     @property
     def ok(self) -> bool:

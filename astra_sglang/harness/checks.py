@@ -402,7 +402,9 @@ class Checker:
             sets.append(a)
         return sets
 
-    def time_shape(self, dims: dict[str, int], dtype: str, ceiling: float, l2: int) -> TimedShape:
+    def time_shape(self, dims: dict[str, int], dtype: str, ceiling: float, l2: int,
+                   wall_check: bool = True) -> TimedShape:
+        """``wall_check`` off only in a sweep, whose chosen source is timed again with it (sweep_checks.py)."""
         cfg, clock = self.cfg, self.clock
         probe = ArgSet(self.manifest, dims, dtype, self.device, self.op_inputs)
         bytes_moved = probe.bytes_moved()
@@ -470,7 +472,7 @@ class Checker:
                 else:
                     us["candidate"] += self._time_candidate(case, k)[0]
         wall_reason = None
-        if self.candidate is not None:
+        if self.candidate is not None and wall_check:
             # one long batch per side (>= WALL_BATCH_US of the original) held against this process's clock
             k = int(min(4000, max(1, WALL_BATCH_US / max(statistics.median(us["original"]) * per_replay, 1.0))))
             t0 = time.perf_counter()

@@ -25,6 +25,7 @@ from astra_sglang.contract.result import (
     EvalResult,
     FailedCase,
     ShapeTiming,
+    SweepReport,
     TimingReport,
 )
 from astra_sglang.errors import AstraError
@@ -184,6 +185,10 @@ def evaluate_many(op_dir: Path, candidates: list[Path | None],
         if c is not None and not c.is_file():
             raise AstraError(f"candidate {c} does not exist")
     base_seed = config.seed if config.seed is not None else random.SystemRandom().getrandbits(48)
+    submitted = list(candidates)
+    sweeps = _tune_all(op_dir, manifest, candidates, config, device, base_seed)
+    candidates = [Path(s.frozen_path) if isinstance(s, SweepReport) and s.frozen_path else c
+                  for c, s in zip(candidates, sweeps)]
     secret = heldout_secret() if config.include_heldout else None
     cases = build_suite(manifest, config, base_seed, secret)
     shapes = timed_shapes(manifest, config)
@@ -200,12 +205,26 @@ def evaluate_many(op_dir: Path, candidates: list[Path | None],
     build_wall = time.monotonic() - t0
     warmup, rep = config.timing_protocol()
     results: list[EvalResult] = []
-    for cand, build in zip(candidates, builds):
+    for cand, build, given, sweep in zip(candidates, builds, submitted, sweeps):
         start = time.monotonic()
-        res = EvalResult(op_id=manifest.op_id, candidate=str(cand) if cand else None,
-                         candidate_sha256=sha256_file(cand) if cand else None,
+        res = EvalResult(op_id=manifest.op_id, candidate=str(given) if given else None,
+                         candidate_sha256=sha256_file(given) if given else None,
                          device="cpu (TRITON_INTERPRET=1)" if device == "cpu" else "cuda",
-                         sglang_version=manifest.sglang_version, build=build)
+                         sglang_version=manifest.sglang_version, build=build,
+                         sweep=sweep if isinstance(sweep, SweepReport) else None)
+        if isinstance(sweep, str):  # a malformed TUNE: the candidate does not build
+            res.build, res.error = BuildReport(ok=False, log=sweep), f"build failed: {sweep}"
+            results.append(res)
+            continue
+        if res.sweep is not None and res.sweep.frozen_path is None:
+            first = next((c.failure for c in res.sweep.configs if c.failure), "") or ""
+            res.error = f"tune: none of the {len(res.sweep.configs)} configs passed (first: {first[:300]})"
+            res.correctness = CorrectnessReport(ok=False, first_failure=FailedCase(reason="tune", detail=first))
+            res.wall_s = res.sweep.wall_s
+            results.append(res)
+            continue
+        if res.sweep is not None:
+            res.wall_s += res.sweep.wall_s
         if not build.ok:
             res.error = "build failed: " + (build.log.strip().splitlines() or ["(no compiler output)"])[-1][:300]
             res.wall_s = build.seconds
@@ -220,9 +239,33 @@ def evaluate_many(op_dir: Path, candidates: list[Path | None],
         # the checker waits timeout_s on a silent candidate before it reports the hang itself
         outcome = run_checker(job, timeout_s=config.timeout_s + 60.0, max_wall_s=config.max_wall_s)
         _fill(res, outcome, config, device)
-        res.wall_s = time.monotonic() - start + (build.seconds if len(candidates) == 1 else build_wall / len(candidates))
+        res.wall_s += time.monotonic() - start + (build.seconds if len(candidates) == 1 else build_wall / len(candidates))
         results.append(res)
     return results
+
+
+def _tune_all(op_dir: Path, manifest: Manifest, candidates: list[Path | None], config: EvalConfig, device: str,
+              seed: int) -> list[SweepReport | str | None]:
+    """Per candidate: its sweep (a Triton candidate declaring TUNE; ``frozen_path`` None when no config passed),
+    the one line saying why its TUNE is malformed, or None (nothing to tune)."""
+    from astra_sglang.harness.sweep import declared_space, tune_candidate
+    from astra_sglang.harness.tune_space import TuneError
+
+    out: list[SweepReport | str | None] = []
+    for cand in candidates:
+        if cand is None or manifest.source_kind != "triton" or cand.suffix != ".py":
+            out.append(None)
+            continue
+        try:
+            space = declared_space(cand)
+        except TuneError as e:
+            out.append(f"tune: {e}")
+            continue
+        if space is None:
+            out.append(None)
+            continue
+        out.append(tune_candidate(op_dir, manifest, cand, space, config, device, seed))
+    return out
 
 
 def _progress_case(outcome: WorkerOutcome) -> dict[str, Any]:

@@ -40,6 +40,16 @@ def summary_lines(r: EvalResult) -> list[str]:
             lines.append(f"NOT CORRECT [{f.reason}] at {where}{errs}: {f.detail}")
     if r.error and (c is None or c.ok):
         lines.append(f"error: {r.error}")
+    if r.sweep is not None:
+        sw = r.sweep
+        dropped = [c for c in sw.configs if not c.ok]
+        lines.append(f"tuned: {len(sw.configs)} configs swept in {sw.wall_s:.1f} s, {len(dropped)} dropped"
+                     + (f" (first: {dropped[0].config}: {(dropped[0].failure or '')[:150]})" if dropped else ""))
+        chosen = "one config everywhere" if sw.single else f"{len(sw.choice)} shape buckets"
+        lines.append(f"frozen ({chosen}): {sw.frozen_path}; the rows below evaluate that frozen source")
+        lines += [f"  {_dims(c.dims)}: {c.config} {c.speedup:.3f}x in the sweep" for c in sw.choice[:12]]
+        if sw.note:
+            lines.append(sw.note)
     if r.timing is None and r.device.startswith("cpu"):
         lines.append("timing skipped: no CUDA GPU (correctness only, under TRITON_INTERPRET=1)")
     lines.append(f"wall time {r.wall_s:.1f} s")

@@ -26,7 +26,7 @@ from astra_sglang.contract.op import (
 )
 from astra_sglang.contract.result import BuildReport, EvalResult
 from astra_sglang.errors import AstraError
-from astra_sglang.loop.records import CheckReport, EvalSpec, QueueRequest
+from astra_sglang.loop.records import CheckReport, EvalSpec, QueueRequest, TuneOutcome
 from astra_sglang.loop.runfolder import atomic_write, now_iso
 from astra_sglang.loop.static_check import check_source
 
@@ -100,6 +100,17 @@ class Evaluator(ABC):
     @abstractmethod
     def check(self, candidate: Path, spec: EvalSpec) -> CheckReport: ...
 
+    def sweep_baseline(self, spec: EvalSpec) -> TuneOutcome:
+        """The original's launch parameters swept (``astra-sglang tune``); an op folder's tune_baseline.json
+        when this evaluator cannot time."""
+        from astra_sglang.harness.tune_baseline import BASELINE_NAME, read_baseline
+
+        found = read_baseline(self.op_dir)
+        if found is not None:
+            return TuneOutcome(baseline=found)
+        return TuneOutcome(error=f"missing: no timing here and no {self.op_dir / BASELINE_NAME} (run `astra-sglang "
+                                 f"tune {self.manifest.short_name}` on a GPU host)")
+
     def static(self, candidate: Path) -> CheckReport | None:
         problem = check_source(Path(candidate).read_text(), self.op_dir, self.manifest)
         return CheckReport(built=False, how="static", log=problem) if problem else None
@@ -147,6 +158,23 @@ class LocalEvaluator(Evaluator):
 
     def evaluate(self, label: str, candidate: Path | None, spec: EvalSpec) -> EvalResult:
         return self._run(candidate, spec, timing=True)
+
+    def sweep_baseline(self, spec: EvalSpec) -> TuneOutcome:
+        from astra_sglang.harness.evaluate import resolve_device
+
+        config = to_eval_config(spec)
+        if resolve_device(config) != "cuda":
+            return super().sweep_baseline(spec)
+        path = self.cache_dir / f"tune-{spec_key(spec)}.json" if self.cache_dir is not None else None
+        if path is not None and path.is_file():
+            try:
+                return TuneOutcome.model_validate_json(path.read_text())
+            except ValueError:
+                pass
+        outcome = run_tune(self.op_dir, config)
+        if path is not None:
+            atomic_write(path, outcome.model_dump_json(indent=1))
+        return outcome
 
     def check(self, candidate: Path, spec: EvalSpec) -> CheckReport:
         static = self.static(candidate)
@@ -223,6 +251,26 @@ class QueueEvaluator(Evaluator):
                 raise EvalPending(self.queue_dir, [request.item_id])
             time.sleep(min(self.poll_s, max(0.05, deadline - time.monotonic())))
 
+    def sweep_baseline(self, spec: EvalSpec) -> TuneOutcome:
+        """A ``tune`` item for the GPU host (answered by ``evaluate QUEUE`` with baseline.json); a CPU-sized
+        spec (shapes=test) has nothing to time: the op folder's file or a line saying it is missing."""
+        if spec.shapes == "test" or spec.device == "cpu":
+            return super().sweep_baseline(spec)
+        item_id = f"{self.run_id}--r000-tune"
+        item_dir = self.queue_dir / item_id
+        request = QueueRequest(item_id=item_id, run_id=self.run_id, label="r000-tune", op=self.manifest.short_name,
+                               op_id=self.manifest.op_id, spec=spec, created=now_iso(), note=self.note, job="tune")
+        if not (item_dir / REQUEST_NAME).is_file():
+            atomic_write(item_dir / REQUEST_NAME, request.model_dump_json(indent=1))
+        deadline = time.monotonic() + self.wait_s
+        while True:
+            outcome = read_tune_outcome(item_dir)
+            if outcome is not None:
+                return outcome
+            if time.monotonic() >= deadline:
+                raise EvalPending(self.queue_dir, [item_id])
+            time.sleep(min(self.poll_s, max(0.05, deadline - time.monotonic())))
+
     def check(self, candidate: Path, spec: EvalSpec) -> CheckReport:
         static = self.static(candidate)
         if static is not None:
@@ -261,12 +309,34 @@ def _compile_only(op_dir: Path, manifest: Manifest, candidate: Path) -> CheckRep
         return CheckReport(built=True, how="static", log=f"compile-only check unavailable here ({type(e).__name__}: {e})")
 
 
-def list_queue(queue_dir: Path) -> list[tuple[Path, QueueRequest, EvalResult | None]]:
-    out = []
+TUNE_RESULT_NAME = "baseline.json"
+
+
+def run_tune(op_dir: Path, config: EvalConfig) -> TuneOutcome:
+    from astra_sglang.harness.tune_baseline import sweep_baseline
+
+    try:
+        return TuneOutcome(baseline=sweep_baseline(op_dir, config))
+    except AstraError as e:  # e.g. an op whose source exposes nothing to sweep: said, never fatal to the run
+        return TuneOutcome(error=str(e))
+
+
+def read_tune_outcome(item_dir: Path) -> TuneOutcome | None:
+    try:
+        return TuneOutcome.model_validate_json((item_dir / TUNE_RESULT_NAME).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def list_queue(queue_dir: Path) -> list[tuple[Path, QueueRequest, EvalResult | TuneOutcome | None]]:
+    out: list[tuple[Path, QueueRequest, EvalResult | TuneOutcome | None]] = []
     for path in sorted(Path(queue_dir).glob(f"*/{REQUEST_NAME}")):
         try:
             request = QueueRequest.model_validate_json(path.read_text())
         except ValueError:
+            continue
+        if request.job == "tune":
+            out.append((path.parent, request, read_tune_outcome(path.parent)))
             continue
         result_path = path.parent / RESULT_NAME
         result = None
@@ -296,6 +366,9 @@ def process_queue(queue_dir: Path, extracted_root: Path, device: str | None = No
         candidate = item_dir / request.candidate_file if request.candidate_file else None
         if progress is not None:
             progress(request)
+        if request.job == "tune":
+            atomic_write(item_dir / TUNE_RESULT_NAME, run_tune(op_dir, to_eval_config(spec)).model_dump_json(indent=1))
+            continue
         result = evaluate(op_dir, candidate, to_eval_config(spec))
         atomic_write(item_dir / RESULT_NAME, result.model_dump_json(indent=1))
         done.append((request.item_id, result))

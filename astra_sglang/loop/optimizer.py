@@ -53,6 +53,7 @@ from astra_sglang.loop.records import (
     StepRecord,
     SuiteStep,
     TranscriptEntry,
+    TuneOutcome,
     WinnerInfo,
 )
 from astra_sglang.loop.runfolder import RunFolder, atomic_write, now_iso
@@ -129,19 +130,41 @@ class Optimizer:
         if done is not None:
             return done
         self.view.update(0, "harness", "measuring the original")
-        result = self.evaluate(0, "r000-original", None)
+        try:
+            result = self.evaluate(0, "r000-original", None)
+        except EvalPending as e:  # queue the sweep baseline in the same trip to the GPU host
+            try:
+                self.sweep_baseline_step()
+            except EvalPending as t:
+                raise EvalPending(e.queue_dir, e.items + t.items) from None
+            raise
+        tune = self.sweep_baseline_step() if result.ok else None
         record = RoundRecord(round=0, status="ok" if result.ok else "failed", source=self.original.read_text(),
                              candidate_sha256=sha256_text(self.original.read_text()), correct=result.ok,
                              first_failure=views.failure_text(result) if not result.ok else None,
                              geomean_speedup=result.geomean_speedup, timing_source=_timing_source(result),
                              times=views.shape_times(result), wall_s=result.wall_s, label=self.opts.label,
-                             changes="the original SGLang kernel")
+                             changes="the original SGLang kernel", sweep_baseline=tune)
         self.folder.finish_round(record)
         self.view.round_done(record)
         if not result.ok:
             raise AstraError(f"the original kernel failed its own evaluation ({views.failure_text(result)}); "
                              f"nothing to optimize against; see {self.folder.step_path(0, 'result')}")
         return record
+
+    def sweep_baseline_step(self) -> TuneOutcome:
+        """The original with its own launch parameters retuned per shape (``astra-sglang tune``), measured
+        through this run's evaluator (the queue too): the bar a winner must beat after the original."""
+        cached = self.folder.load_step(0, "tune", TuneOutcome)
+        if cached is not None:
+            return cached
+        self.view.update(0, "harness", "sweeping the original's launch parameters")
+        outcome = self.evaluator.sweep_baseline(self.spec)
+        self.folder.save_step(0, "tune", outcome)
+        geo = outcome.baseline.geomean_speedup if outcome.baseline else None
+        self.view.event(f"sweep baseline: {geo:.3f}x over the original" if geo else
+                        f"sweep baseline: {outcome.error or 'no timed shapes (checks only on this device)'}")
+        return outcome
 
     # ----------------------------------------------------------------------------------- round 1..R
     async def one_round(self, i: int) -> RoundRecord:
@@ -342,12 +365,13 @@ class Optimizer:
                                    "mode": self.meta.mode, "label": self.opts.label, "winner": winner.model_dump()}
         if winner.round is not None:
             rec = next(r for r in records if r.round == winner.round)
-            atomic_write(best / self.original.name, rec.source or "")
+            sweep = self.result_of(winner.round).sweep  # a tunable candidate ships its frozen source
+            atomic_write(best / self.original.name, (sweep.frozen_source if sweep else None) or rec.source or "")
             atomic_write(best / "result.json", self.result_of(winner.round).model_dump_json(indent=1))
             held = self.folder.load_step(winner.round, "heldout", EvalResult)
             if held is not None:
                 atomic_write(best / "heldout.json", held.model_dump_json(indent=1))
-            summary["source_sha256"] = rec.candidate_sha256
+            summary["source_sha256"] = (sweep.frozen_sha256 if sweep else None) or rec.candidate_sha256
             summary["evidence"] = ["result.json (test shapes)", "heldout.json (held-out shapes)"]
         atomic_write(best / "summary.json", json.dumps(summary, indent=1) + "\n")
 

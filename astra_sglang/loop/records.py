@@ -18,7 +18,7 @@ from astra_sglang.agents.schemas import (
     SuiteProposal,
 )
 from astra_sglang.contract.base import Model
-from astra_sglang.contract.result import EvalResult, ShapeTiming
+from astra_sglang.contract.result import EvalResult, ShapeTiming, SweepBaseline
 
 SCHEMA_VERSION = 1
 
@@ -52,6 +52,15 @@ class QueueRequest(Model):
     spec: EvalSpec
     created: str
     note: str | None = None
+    job: Literal["evaluate", "tune"] = Field("evaluate", description="tune: `sweep_baseline` of the op's original "
+                                             "(no candidate); its answer is <item>/baseline.json (TuneOutcome)")
+
+
+class TuneOutcome(Model):
+    """The sweep baseline of the op's original (``astra-sglang tune``), or why there is none."""
+
+    baseline: SweepBaseline | None = None
+    error: str | None = None
 
 
 class LoopOptions(Model):
@@ -212,6 +221,8 @@ class RoundRecord(Model):
     timing_source: str | None = Field(default=None, description="device and method the times come from")
     timing_suspect: list[str] = Field(default_factory=list)
     times: list[ShapeTiming] = Field(default_factory=list)
+    sweep_baseline: TuneOutcome | None = Field(default=None, description="round 0: the original with its own "
+                                               "launch parameters retuned per shape (the bar after the original)")
     diagnosis: Diagnosis | None = None
     diagnosis_text: str | None = None
     plan: OptimizationPlan | None = None

@@ -120,7 +120,7 @@ def run_optimize(req: OptimizeRequest, console: Console | None = None) -> RunSum
     from astra_sglang.agents.recording import ModelAuthFailed, RecordingModel
     from astra_sglang.loop.optimizer import Optimizer
     from astra_sglang.loop.plot import plot_run
-    from astra_sglang.loop.view import LiveView, final_table
+    from astra_sglang.loop.view import LiveView, final_table, shape_table
 
     if console is None:
         console = Console(stderr=req.json)  # with --json, stdout carries only the summary
@@ -190,6 +190,9 @@ def run_optimize(req: OptimizeRequest, console: Console | None = None) -> RunSum
 
     records = folder.records()
     console.print(final_table(records, winner, title, opts.label))
+    shapes = shape_table(records, winner)
+    if shapes is not None:
+        console.print(shapes)
     console.print(f"run log: {folder.path / 'log.jsonl'}; best: {folder.best_dir}", highlight=False)
     png = plot_run(records, winner, title, folder.path / "speedup.png", opts.label)
     if png is not None:
