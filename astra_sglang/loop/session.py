@@ -54,7 +54,8 @@ def _apply_overrides(opts: LoopOptions, overrides: dict[str, Any]) -> LoopOption
     """On --resume only settings that do not change what was already done may change."""
     model_keys = {"model", "base_url", "api_key_env", "request_timeout_s", "file_timeout_s", "trace"}
     model_update = {k: v for k, v in overrides.items() if k in model_keys and v is not None}
-    top = {k: v for k, v in overrides.items() if k in {"rounds", "eval_wait_s"} and v is not None}
+    top = {k: v for k, v in overrides.items()
+           if k in {"rounds", "eval_wait_s", "patience", "stop_at_bound_margin"} and v is not None}
     if "rounds" in top and top["rounds"] < opts.rounds:
         raise AstraError(f"--rounds {top['rounds']} on resume: the run already plans {opts.rounds}; rounds can be "
                          f"added, not removed")
