@@ -313,13 +313,15 @@ def _compile_only(op_dir: Path, manifest: Manifest, candidate: Path) -> CheckRep
         report: BuildReport = built.report
         if not report.ok:
             return CheckReport(built=False, how="compile-only", log=report.log[-6000:],
-                               ran=f"built with nvcc for {arch} ({dtype}): the build FAILED; not run: no GPU here")
+                               ran=f"built with nvcc for {arch} ({dtype}): the build FAILED (compiler output below); "
+                                   f"not run: no GPU here")
         return CheckReport(built=True, how="compile-only", ran=f"built with nvcc for {arch} ({dtype}): "
                            f"{_resources(report)}; not run: no GPU here (correctness is checked when the "
                            f"round is evaluated)")
     except AstraError as e:
         return CheckReport(built=False, how="compile-only", log=str(e)[-6000:],
-                           ran=f"tried to build with nvcc for {arch}: it failed; not run: no GPU here")
+                           ran=f"built with nvcc for {arch}: the build FAILED (compiler output below); "
+                               f"not run: no GPU here")
     except Exception as e:  # toolchain missing etc.: say so, let the queue decide
         why = f"{type(e).__name__}: {e}"
         return CheckReport(built=True, how="static", log=f"compile-only check unavailable here ({why})",
