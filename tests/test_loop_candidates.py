@@ -281,3 +281,31 @@ def test_check_of_a_cuda_candidate_on_a_cpu_host_is_an_nvcc_build_with_the_ptxas
     assert "not run: no GPU here" in ok.text()
     bad = q.check(REPO / "tests/candidates/fused_add_rmsnorm/broken/compile_error.cuh", EvalSpec())
     assert not bad.built and "build FAILED" in bad.text() and "error" in bad.log
+
+
+def test_single_agent_with_two_candidates_runs_two_single_agents(op_dir: Path, tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch):
+    from loop_support import single_reply
+
+    from astra_sglang.cli.main import main
+
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.setenv("ASTRA_TEST_KEY", API_KEY)
+    by_index = {"0": candidate("r4.py"), "1": candidate("r2.py")}
+    s = Script()
+    s.add("single", final(suite_reply(extra_invalid=False)))  # the suite job comes first, alone
+    s.default("single", lambda body: final(single_reply(by_index[_first_user(body).split("## candidate\n")[1][0]])))
+    runs = tmp_path / "runs"
+    with FakeOpenAIServer(s, api_key=API_KEY) as srv:
+        rc = main(optimize_args(op_dir, runs, srv.url, "--single-agent", "--candidates", "2", "--rounds", "1",
+                                "--label", LABEL))
+        bodies = [r.body for r in srv.requests if r.role == "single"][1:]
+    assert rc == 0
+    assert len(bodies) == 2 and all("several candidates at once" in b["messages"][0]["content"] for b in bodies)
+    assert sorted(_first_user(b).split("## candidates in round\n")[1][0] for b in bodies) == ["2", "2"]
+    run = only_run(runs)
+    meta = json.loads((run / "run.json").read_text())
+    assert meta["mode"] == "single-agent" and meta["options"]["candidates"] == 2
+    (r1,) = [r for r in _jsonl(run / "log.jsonl") if r["round"] == 1]
+    assert [(c["candidate"], c["status"]) for c in r1["candidates"]] == [(0, "ok"), (1, "incorrect")]
+    assert r1["candidate"] == 0 and r1["diagnosis_text"] == "memory-bound"
