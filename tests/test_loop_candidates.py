@@ -134,7 +134,7 @@ def test_four_candidates_a_round_broken_and_wrong_never_win_patience_stops(op_di
         assert second.returncode == 3, second.stdout + second.stderr
         assert "waiting for 3 evaluation(s)" in second.stdout
         assert sorted(_answer_queue(queue, op_dir)) == ["r001-c1", "r001-c2", "r001-c3"]
-        stop, seen = threading.Event(), []
+        stop, seen = threading.Event(), list[str]()
         host = threading.Thread(target=_gpu_host, args=(queue, op_dir, stop, seen), daemon=True)
         host.start()
         try:
@@ -170,7 +170,7 @@ def test_four_candidates_a_round_broken_and_wrong_never_win_patience_stops(op_di
     assert "round 1 candidate 3" in third.stdout
 
     # The four coding agents asked at once: their first requests came within one reply's delay (1 s).
-    firsts = {}
+    firsts: dict[str, float] = {}
     for r in coding:
         firsts.setdefault(next(t for t in sources if f'"{t}"' in _first_user(r.body)), r.t)
     spread = max(firsts[t] for t in ("dir-A", "dir-B", "dir-C", "dir-D")) - min(
@@ -201,6 +201,8 @@ def test_four_candidates_a_round_broken_and_wrong_never_win_patience_stops(op_di
 
 
 def test_resume_killed_in_a_four_candidate_round_repeats_no_finished_model_call(op_dir: Path, tmp_path: Path):
+    """Killed with three candidates finished and the fourth between its turns: its check_candidate turn was
+    answered, its final answer was not. The resume asks the model for that final answer and nothing else."""
     runs = tmp_path / "runs"
     run = runs / "merge_state" / "kill-k"
     sources = {"dir-A": candidate("r4.py"), "dir-B": candidate("r5.py"), "dir-C": candidate("r3.py"),
@@ -209,7 +211,8 @@ def test_resume_killed_in_a_four_candidate_round_repeats_no_finished_model_call(
     first.add("testing", final(suite_reply()))
     first.add("profiling", final(diagnosis_reply()))
     first.add("planning", final(plan_set("dir-A", "dir-B", "dir-C", "dir-D")))
-    first.default("coding", coder(sources, delays={"dir-D": 120.0}))  # killed while waiting for this one
+    # dir-D checks first (answered), then its final answer never comes: killed while waiting for it
+    first.default("coding", coder(sources, check_first=("dir-D",), delays={"dir-D": 120.0}))
     args = optimize_args(op_dir, runs, "URL", "--rounds", "1", "--candidates", "4", "--run-id", "kill-k",
                          "--request-timeout-s", "300", "--label", LABEL)
     with FakeOpenAIServer(first, api_key=API_KEY) as srv:
@@ -219,7 +222,7 @@ def test_resume_killed_in_a_four_candidate_round_repeats_no_finished_model_call(
         try:
             deadline = time.monotonic() + 300
             done = lambda: all((run / f"rounds/r001/c{j}/code.json").is_file() for j in range(3))  # noqa: E731
-            while not (done() and srv.roles().count("coding") == 4):
+            while not (done() and srv.roles().count("coding") == 5):
                 assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
                 assert time.monotonic() < deadline, "timed out waiting for three finished candidates"
                 time.sleep(0.2)
@@ -227,25 +230,28 @@ def test_resume_killed_in_a_four_candidate_round_repeats_no_finished_model_call(
             proc.kill()  # SIGKILL: no cleanup
             proc.wait()
         before = srv.roles()
-    assert sorted(before) == sorted(["testing", "profiling", "planning"] + ["coding"] * 4)
+    assert sorted(before) == sorted(["testing", "profiling", "planning"] + ["coding"] * 5)
     assert not (run / "rounds/r001/c3/code.json").exists()
+    assert len(list((run / "calls").glob("*-coding.c3.json"))) == 1  # the answered tool-call turn
     kept = {j: (run / f"rounds/r001/c{j}/code.json").read_bytes() for j in range(3)}
 
     second = Script()
-    second.default("coding", coder({"dir-D": sources["dir-D"]}))  # any other request gets an HTTP 500
+    # any request but dir-D's final answer gets an HTTP 500 or a second tool call the test would see
+    second.default("coding", coder({"dir-D": sources["dir-D"]}, check_first=("dir-D",)))
     with FakeOpenAIServer(second, api_key=API_KEY) as srv2:
         done_run = run_cli(["optimize", "--resume", "kill-k", "--runs-dir", str(runs), "--base-url", srv2.url,
                             "--no-live"], env=loop_env())
         after = srv2.roles()
         bodies = [r.body for r in srv2.requests if r.role == "coding"]
     assert done_run.returncode == 0, done_run.stdout + done_run.stderr
-    assert after == ["coding"] and '"dir-D"' in _first_user(bodies[0])  # only the call that never finished
+    assert after == ["coding"]  # only the call that never finished
+    assert '"dir-D"' in _first_user(bodies[0]) and any(m["role"] == "tool" for m in bodies[0]["messages"])
     assert {j: (run / f"rounds/r001/c{j}/code.json").read_bytes() for j in range(3)} == kept
     log = _jsonl(run / "log.jsonl")
     assert [(c["candidate"], c["status"]) for c in log[1]["candidates"]] == [(j, "ok") for j in range(4)]
-    calls = sorted(p.name for p in (run / "calls").glob("*coding*"))
-    # one record per finished call: the one in flight at the kill was never answered, so never recorded
-    assert sorted(c.split("-coding-")[1] for c in calls) == [f"coding.c{j}.json" for j in range(4)]
+    # one record per answered call: the one in flight at the kill was never answered, so never recorded
+    calls = sorted(p.name.split("-coding-")[1] for p in (run / "calls").glob("*-coding-*"))
+    assert calls == ["coding.c0.json", "coding.c1.json", "coding.c2.json", "coding.c3.json", "coding.c3.json"]
 
 
 def test_check_on_a_cpu_host_runs_the_triton_interpreter_and_says_so(op_dir: Path, tmp_path: Path,

@@ -118,7 +118,7 @@ def run_optimize(req: OptimizeRequest, console: Console | None = None) -> RunSum
     """The summary's exit code: 0 when some round produced a correct candidate, 1 when none did, 3 while
     waiting for the queue; a setup problem raises AstraError (exit 2)."""
     from astra_sglang.agents.models import build_model, configure_tracing, preflight
-    from astra_sglang.agents.recording import ModelAuthFailed, RecordingModel
+    from astra_sglang.agents.recording import ModelAuthFailed, RecordingModel, load_answered
     from astra_sglang.loop.optimizer import Optimizer
     from astra_sglang.loop.plot import plot_run
     from astra_sglang.loop.view import LiveView, final_table
@@ -162,7 +162,7 @@ def run_optimize(req: OptimizeRequest, console: Console | None = None) -> RunSum
 
     evaluator = make_evaluator(opts, op_dir, folder, meta.run_id)
     configure_tracing(opts.model)
-    model = RecordingModel(build_model(opts.model), folder, opts.retry)
+    model = RecordingModel(build_model(opts.model), folder, opts.retry, replay=load_answered(folder.path / "calls"))
     title = f"astra optimize {manifest.short_name} ({meta.mode}, {opts.model.model})"
     winner: WinnerInfo | None = None
     try:
