@@ -21,6 +21,7 @@ from loop_support import (
     API_KEY,
     PY,
     REPO,
+    answer_queue,
     candidate,
     code_reply,
     diagnosis_reply,
@@ -31,12 +32,9 @@ from loop_support import (
     run_cli,
     suite_reply,
 )
-from test_loop_queue import inject_timing
 
-from astra_sglang.harness.evaluate import evaluate
-from astra_sglang.loop.evaluator import RESULT_NAME, QueueEvaluator, list_queue, to_eval_config
+from astra_sglang.loop.evaluator import QueueEvaluator
 from astra_sglang.loop.records import EvalSpec
-from astra_sglang.loop.runfolder import atomic_write
 
 pytestmark = pytest.mark.timeout(600)
 LABEL = "SCRIPTED candidates (tests/candidates/merge_state/scripted), not found by a model"
@@ -83,22 +81,9 @@ SPEEDUPS = {"r000-original": 1.0, "r001-c1": 5.0, "r001-c2": 1.5, "r001-c3": 1.8
             "r002-c0": 0.7}
 
 
-def _answer_queue(queue: Path, op_dir: Path) -> list[str]:
-    """What `astra-sglang evaluate QUEUE` does on the GPU host, plus the marked injected timing."""
-    seen = []
-    for item_dir, request, result in list_queue(queue):
-        if result is not None:
-            continue
-        cand = item_dir / request.candidate_file if request.candidate_file else None
-        res = evaluate(op_dir, cand, to_eval_config(request.spec))
-        atomic_write(item_dir / RESULT_NAME, inject_timing(res, SPEEDUPS[request.label]).model_dump_json())
-        seen.append(request.label)
-    return seen
-
-
 def _gpu_host(queue: Path, op_dir: Path, stop: threading.Event, seen: list[str]) -> None:
     while not stop.is_set():
-        seen += _answer_queue(queue, op_dir)
+        seen += answer_queue(queue, op_dir, SPEEDUPS)
         time.sleep(0.2)
 
 
@@ -127,13 +112,13 @@ def test_four_candidates_a_round_broken_and_wrong_never_win_patience_stops(op_di
                              "--label", LABEL)
         first = run_cli(args, env)
         assert first.returncode == 3, first.stdout + first.stderr  # waiting for the original
-        assert _answer_queue(queue, op_dir) == ["r000-original"]
+        assert answer_queue(queue, op_dir, SPEEDUPS) == ["r000-original"]
         resume = ["optimize", "--resume", "k4", "--runs-dir", str(runs), "--no-live"]
         second = run_cli(resume, env)
         # Round 1's three buildable candidates went to the queue together: one stop, not three.
         assert second.returncode == 3, second.stdout + second.stderr
         assert "waiting for 3 evaluation(s)" in second.stdout
-        assert sorted(_answer_queue(queue, op_dir)) == ["r001-c1", "r001-c2", "r001-c3"]
+        assert sorted(answer_queue(queue, op_dir, SPEEDUPS)) == ["r001-c1", "r001-c2", "r001-c3"]
         stop, seen = threading.Event(), list[str]()
         host = threading.Thread(target=_gpu_host, args=(queue, op_dir, stop, seen), daemon=True)
         host.start()

@@ -57,3 +57,24 @@ def test_repeated_or_missing_directions_are_refused_and_extra_ones_dropped():
     assert [p.suggestions[0].title for p in kept] == ["A", "B"] and problem is None
     kept, problem = distinct_plans([_plan("BLOCK 256"), _plan("BLOCK 512")], 2)
     assert len(kept) == 2 and problem is None  # other numbers are another candidate
+
+
+def test_a_one_candidate_run_writes_its_records_in_the_old_form():
+    """--candidates 1 (the default) leaves the new fields out, so its run folder reads as before the change."""
+    import json
+
+    from astra_sglang.loop.records import CheckReport, LoopOptions, StepRecord, WinnerInfo
+
+    rec = json.loads(RoundRecord(round=1, status="ok").model_dump_json())
+    assert not {"candidate", "base_candidate", "candidates", "plan_note"} & set(rec) and "base_round" in rec
+    assert not {"candidates", "patience", "stop_at_bound_margin"} & set(json.loads(LoopOptions().model_dump_json()))
+    step = json.loads(StepRecord(round=1, step="coding", agent="coding", started="t", wall_s=1.0,
+                                 status="ok").model_dump_json())
+    assert list(step) == ["round", "step", "agent", "attempt", "started", "wall_s", "tokens", "status", "error"]
+    assert "candidate" not in WinnerInfo(round=1, reason="r").model_dump() and "ran" not in CheckReport(
+        built=True, how="static").model_dump()
+    # ...and reads back what K > 1 wrote
+    k = RoundRecord(round=2, status="ok", candidate=1, candidates=[RoundRecord(round=2, status="ok", candidate=1)])
+    again = RoundRecord.model_validate_json(k.model_dump_json())
+    assert again.candidate == 1 and again.entries()[0].candidate == 1
+    assert LoopOptions.model_validate_json(LoopOptions(candidates=4, patience=2).model_dump_json()).candidates == 4
