@@ -30,6 +30,7 @@ COMMANDS: dict[str, str] = {
     "bench": "bench_cmd",
     "optimize": "optimize_cmd",
     "evaluate": "evaluate_cmd",
+    "report": "report_cmd",
     "patches": "patches_cmd",
     "serve": "serve_cmd",
     "doctor": "doctor_cmd",

@@ -87,7 +87,8 @@ def final_table(records: list[RoundRecord], winner: WinnerInfo | None, title: st
                 label: str | None = None) -> Table:
     caption = None
     if winner is not None:
-        caption = (f"winner: round {winner.round}, {winner.geomean_speedup:.3f}x geomean, held-out "
+        which = f"round {winner.round}" + (f" candidate {winner.candidate}" if winner.candidate is not None else "")
+        caption = (f"winner: {which}, {winner.geomean_speedup:.3f}x geomean, held-out "
                    f"{'confirmed' if winner.heldout_ok else 'not confirmed'}" if winner.round is not None
                    else f"no winner: {winner.reason}")
         if winner.timing_source:
@@ -102,6 +103,8 @@ def final_table(records: list[RoundRecord], winner: WinnerInfo | None, title: st
         table.add_column(col, justify="right" if col in ("round", "base", "geomean speedup", "fixes", "wall s") else "left")
     for r in records:
         note = r.first_failure or r.error or r.changes or ""
+        if r.candidates:  # K candidates: the row is the round's best; say what the others did
+            note = f"c{r.candidate} of " + "/".join(c.status for c in r.candidates) + ": " + note
         style = "bold green" if winner is not None and winner.round == r.round else None
         table.add_row(str(r.round), "-" if r.base_round is None else str(r.base_round), r.status,
                       {True: "yes", False: "NO", None: "-"}[r.correct], _fmt(r.geomean_speedup), str(r.fix_attempts),
