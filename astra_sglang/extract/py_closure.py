@@ -34,8 +34,10 @@ RUNTIME_STATE: dict[str, str] = {
     "sglang.kernels.jit.utils.compile": "SGLang's CUDA JIT builder (it finds its sources in the installed sglang)",
 }
 
-# Imports inside functions are followed in kernel code only: a runtime helper's lazy imports (device probes,
-# distributed fallbacks) would drag in the server for paths a kernel never takes.
+# Imports inside functions are followed in kernel code, and in a runtime helper only within its own package
+# (``srt.utils.custom_op`` -> ``srt.utils.common``: ``register_custom_op`` imports ``direct_register_custom_op``
+# as it decorates): a helper's other lazy imports (device probes, distributed fallbacks, server config) would drag
+# in the server for paths a kernel never takes.
 KERNEL_PACKAGE = "sglang.kernels."
 
 _BUILTINS = frozenset(dir(builtins))
@@ -74,6 +76,7 @@ class _Stmt:
     uses: set[str]
     imports: list[_Import]  # every import inside the statement (for a top-level import: its aliases)
     is_import: bool
+    touches: set[str]  # names it mutates in place: kept with them
 
 
 @dataclass
@@ -139,6 +142,7 @@ class _Scanner(ast.NodeVisitor):
         self.imports: list[_Import] = []
         self.uses: set[str] = set()
         self.lazy = self.optional = self.type_checking = self.conditional = False
+        self.class_depth = 0
 
     def _site(self, node: ast.stmt) -> Site:
         return Site(self.module, node.lineno, self.lazy, self.optional, self.conditional and not self.lazy)
@@ -174,10 +178,11 @@ class _Scanner(ast.NodeVisitor):
             if node.returns is not None:
                 self.visit(node.returns)
         outer, self.lazy = self.lazy, True
+        depth, self.class_depth = self.class_depth, 0
         body = node.body if isinstance(node.body, list) else [node.body]
         for stmt in body:
             self.visit(stmt)
-        self.lazy = outer
+        self.lazy, self.class_depth = outer, depth
 
     visit_FunctionDef = visit_AsyncFunctionDef = visit_Lambda = _function  # type: ignore[assignment]
 
@@ -185,8 +190,13 @@ class _Scanner(ast.NodeVisitor):
         self.visit(node.target)
         if node.value is not None:
             self.visit(node.value)
-        if not self.skip_annotations:
+        if not self.skip_annotations or self.class_depth:  # class fields: dataclasses/msgspec read them
             self.visit(node.annotation)
+
+    def visit_ClassDef(self, node: ast.ClassDef) -> None:
+        self.class_depth += 1
+        self.generic_visit(node)
+        self.class_depth -= 1
 
     def visit_If(self, node: ast.If) -> None:
         self.visit(node.test)
@@ -227,7 +237,9 @@ def _defines(node: ast.stmt) -> set[str]:
         return {node.name}
     if isinstance(node, ast.Assign):
         return set().union(*[_targets(t) for t in node.targets])
-    if isinstance(node, (ast.AnnAssign, ast.AugAssign)):
+    if isinstance(node, ast.AnnAssign):  # a bare `x: T` binds nothing (a module __getattr__ may answer x)
+        return _targets(node.target) if node.value is not None else set()
+    if isinstance(node, ast.AugAssign):
         return _targets(node.target)
     if isinstance(node, ast.Import):
         return {a.asname or a.name.split(".")[0] for a in node.names}
@@ -248,6 +260,24 @@ def _defines(node: ast.stmt) -> set[str]:
     return found
 
 
+def _root_name(node: ast.expr) -> str | None:
+    while isinstance(node, (ast.Attribute, ast.Subscript, ast.Call)):
+        node = node.func if isinstance(node, ast.Call) else node.value
+    return node.id if isinstance(node, ast.Name) else None
+
+
+def _touches(node: ast.stmt) -> set[str]:
+    """Top-level names a statement mutates without binding (``Cls.CUDA = Cls(...)``, ``REGISTRY.add(x)``)."""
+    targets: list[ast.expr] = []
+    if isinstance(node, ast.Assign):
+        targets = [t for t in node.targets if isinstance(t, (ast.Attribute, ast.Subscript))]
+    elif isinstance(node, (ast.AugAssign, ast.AnnAssign)) and isinstance(node.target, (ast.Attribute, ast.Subscript)):
+        targets = [node.target]
+    elif isinstance(node, ast.Expr) and isinstance(node.value, ast.Call) and isinstance(node.value.func, ast.Attribute):
+        targets = [node.value.func.value]
+    return {n for n in (_root_name(t) for t in targets) if n is not None}
+
+
 @cache
 def _statements(module: str, path: Path) -> tuple[_Stmt, ...]:
     tree = ast.parse(path.read_text(), filename=str(path))
@@ -258,7 +288,8 @@ def _statements(module: str, path: Path) -> tuple[_Stmt, ...]:
         scanner = _Scanner(module, path.name == "__init__.py", future_annotations)
         scanner.visit(node)
         is_import = isinstance(node, (ast.Import, ast.ImportFrom))
-        out.append(_Stmt(i, node.lineno, node, _defines(node), scanner.uses, scanner.imports, is_import))
+        out.append(_Stmt(i, node.lineno, node, _defines(node), scanner.uses, scanner.imports, is_import,
+                         _touches(node)))
     return tuple(out)
 
 
@@ -307,7 +338,7 @@ def _prune(module: str, path: Path, wanted: frozenset[str] | None) -> _Pruned:
         name = sorted(need - done)[0]
         done.add(name)
         defs = [s for s in stmts if name in s.defines]
-        for s in defs:
+        for s in defs + [s for s in stmts if name in s.touches and not s.is_import]:
             if s.is_import:
                 subset.setdefault(s.index, set()).add(name)
             else:
@@ -350,6 +381,11 @@ class _State:
     left_out: dict[Site, str] = field(default_factory=dict)  # conditional imports whose closure is refused
 
 
+def _same_package(importer: str, target: str) -> bool:
+    package = importer.rsplit(".", 1)[0]
+    return package.count(".") >= 2 and target.startswith(package + ".")
+
+
 def _runtime_state(module: str) -> str | None:
     for prefix, what in RUNTIME_STATE.items():
         if module == prefix or module.startswith(prefix + "."):
@@ -362,9 +398,11 @@ def _edges(imp: _Import) -> list[tuple[str, frozenset[str] | None]]:
     if imp.name is None:
         return [(imp.module, None)]
     sub = f"{imp.module}.{imp.name}"
-    if module_path(sub) is not None and imp.name not in _top_names(imp.module):
-        return [(sub, None)]
-    return [(imp.module, frozenset({imp.name}))]
+    if module_path(sub) is None:
+        return [(imp.module, frozenset({imp.name}))]
+    if imp.site.module == imp.module or imp.name not in _top_names(imp.module):
+        return [(sub, None)]  # `from . import sub` in the package itself, or a plain submodule
+    return [(sub, None), (imp.module, frozenset({imp.name}))]
 
 
 def _close(state: _State, start: list[_Import]) -> str | None:
@@ -396,7 +434,7 @@ def _close(state: _State, start: list[_Import]) -> str | None:
                        "does not define it"
             state.plans[target] = pruned.plan
             for e in pruned.imports:
-                if e.site.lazy and not target.startswith(KERNEL_PACKAGE):
+                if e.site.lazy and not target.startswith(KERNEL_PACKAGE) and not _same_package(target, e.module):
                     if e.module.split(".")[0] == "sglang" and e.site not in state.unfollowed:
                         state.unfollowed.append(e.site)
                 else:
@@ -413,8 +451,8 @@ def _close_deferred(state: _State, missing: list[str]) -> _State:
         if imp in tried:
             continue
         tried.add(imp)
-        trial = copy.deepcopy(state)
-        trial.deferred = []
+        trial = _State(dict(state.wanted), dict(state.plans), [], list(state.external), list(state.unfollowed),
+                       dict(state.left_out))
         refusal = _close(trial, [imp])
         if refusal is None:
             trial.deferred = state.deferred + trial.deferred
