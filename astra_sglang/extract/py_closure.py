@@ -217,8 +217,8 @@ class _Scanner(ast.NodeVisitor):
         for stmt in node.body:
             self.visit(stmt)
         self.optional = outer
-        for stmt in [*node.handlers, *node.orelse, *node.finalbody]:
-            self.visit(stmt)
+        for other in [*node.handlers, *node.orelse, *node.finalbody]:
+            self.visit(other)
 
 
 def _targets(node: ast.expr) -> set[str]:
@@ -333,7 +333,7 @@ def _prune(module: str, path: Path, wanted: frozenset[str] | None) -> _Pruned:
     kept: set[int] = {s.index for s in stmts if _always_kept(s)}
     subset: dict[int, set[str]] = {}
     star_needs: dict[tuple[int, str], set[str]] = {}
-    need, done, missing = set(wanted), set(), set()
+    need, done, missing = set(wanted), set[str](), set[str]()
     while need - done:
         name = sorted(need - done)[0]
         done.add(name)

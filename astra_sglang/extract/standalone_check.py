@@ -29,7 +29,8 @@ def check_load(op_ids: list[str], timeout: float = 900.0) -> dict[str, tuple[boo
     """op id -> (loads stand-alone, why not), for Triton ops; one subprocess for all of them."""
     results: dict[str, tuple[bool, str]] = {}
     with tempfile.TemporaryDirectory(prefix="astra-check-load-") as tmp:
-        jobs, by_source = [], {}
+        jobs: list[dict[str, object]] = []
+        by_source: dict[tuple[str | None, str | None], list[str]] = {}
         for i, op in enumerate(op_ids):
             dest = Path(tmp) / f"op{i}"
             done = vendor_triton_sources(op, dest)
@@ -56,7 +57,7 @@ def check_load(op_ids: list[str], timeout: float = 900.0) -> dict[str, tuple[boo
             last = (proc.stderr.strip().splitlines() or ["?"])[-1] if proc else f"timed out after {timeout:.0f} s"
             if not probed:
                 raise AstraError(f"the stand-alone load check failed: {last}")
-        for key, ops in by_source.items():
+        for ops in by_source.values():
             ok, why = probed.get(ops[0], (False, "the probe process stopped before this op"))
             for op in ops:
                 results[op] = (bool(ok), str(why))
