@@ -80,7 +80,8 @@ def _bound(alias: ast.alias, from_import: bool) -> str:
 
 
 class _PrivateImports(ast.NodeTransformer):
-    """``sglang.x`` imports -> ``<package>.x``; a bare ``import sglang.x`` also binds the local name ``sglang``."""
+    """``sglang.x`` imports -> ``<package>.x``; a bare (unaliased) import of ``sglang.x`` also binds the local name
+    ``sglang`` (in that module only, never in sys.modules)."""
 
     def __init__(self, package: str) -> None:
         self.package = package

@@ -1,4 +1,4 @@
-"""Import vendored Triton closures in a process where ``import sglang`` fails, and say which load.
+"""Import vendored Triton closures in a process where importing SGLang fails, and say which load.
 
 Run as ``python -m astra_sglang.loader.standalone_probe JOBS.json RESULTS.json`` by ``extract --check-load``
 and the tests: one process for many ops keeps it fast, and the finder installed first proves that nothing
