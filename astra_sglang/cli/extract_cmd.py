@@ -20,6 +20,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--list", action="store_true", help="list every kernel of the installed SGLang")
     p.add_argument("--json", action="store_true", help="with --list: JSON for machines")
     p.add_argument("--extractable", action="store_true", help="with --list: only the ops that can be extracted")
+    p.add_argument("--check-load", action="store_true",
+                   help="with --list: import every Triton op's vendored closure in a process without SGLang "
+                        "(minutes) instead of the static answer")
     p.add_argument("--add-trace", type=Path, metavar="TRACE_JSON",
                    help="add shapes from a fused-op trace (get_fused_op_trace() as JSON) to the OP folders in --out")
     p.add_argument("--restore", action="store_true",
@@ -27,10 +30,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=run)
 
 
-def _list(as_json: bool, only_extractable: bool) -> int:
+def _list(as_json: bool, only_extractable: bool, check_load: bool = False) -> int:
     from astra_sglang.extract.discovery import list_ops
 
     infos = list_ops()
+    if check_load:
+        from astra_sglang.extract.standalone_check import apply_check
+
+        apply_check(infos)
     if only_extractable:
         infos = [i for i in infos if i.extractable]
     if as_json:
@@ -38,20 +45,23 @@ def _list(as_json: bool, only_extractable: bool) -> int:
         return 0
     from astra_sglang.cli.output import Table, console
 
-    table = Table(title=f"SGLang kernels ({len(infos)} ops, {sum(i.extractable for i in infos)} extractable)")
-    for col in ("op", "backends", "source", "torch ref", "extract"):
+    loadable = sum(bool(i.standalone) for i in infos)
+    table = Table(title=f"SGLang kernels ({len(infos)} ops, {sum(i.extractable for i in infos)} extractable, "
+                        f"{loadable} loadable stand-alone{' (checked)' if check_load else ''})")
+    for col in ("op", "backends", "source", "torch ref", "stand-alone", "extract"):
         table.add_column(col, overflow="fold")
     for i in infos:
         src = i.source_kind + (f" {', '.join(i.sources)}" if i.sources else "")
         verdict = f"yes -> {i.short_name}" if i.extractable else f"no: {i.reason}"
-        table.add_row(i.op_id, ",".join(i.backends), src, "yes" if i.torch_reference else "", verdict)
+        alone = "" if i.standalone is None else "yes" if i.standalone else f"no: {i.standalone_reason}"
+        table.add_row(i.op_id, ",".join(i.backends), src, "yes" if i.torch_reference else "", alone, verdict)
     console().print(table)
     return 0
 
 
 def run(args: argparse.Namespace) -> int:
     if args.list:
-        return _list(args.json, args.extractable)
+        return _list(args.json, args.extractable, args.check_load)
     if args.restore:
         from astra_sglang.extract.restore import restore_all
 

@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from astra_sglang.contract.base import Model, read_versioned
+from astra_sglang.contract.base import Model, read_versioned, sha256_bytes
 from astra_sglang.errors import AstraError
 
 SCHEMA_VERSION = 2
@@ -103,12 +103,41 @@ class CudaJitRecipe(Model):
     arch: str = "sm_90a"
 
 
+class PyModule(Model):
+    """One SGLang module of a Triton source's Python closure, run from the folder under a private package name."""
+
+    name: str = Field(description="the SGLang module name, 'sglang.srt.environ'")
+    path: str = Field(description="its copy in the folder, relative, POSIX separators (pinned in files)")
+    keep_lines: list[int] | None = Field(
+        default=None, description="first lines of the top-level statements that run; None: the whole module")
+    import_subset: dict[int, list[str]] = Field(
+        default_factory=dict, description="top-level import statement line -> the only names it binds")
+    left_out: dict[int, str] = Field(
+        default_factory=dict, description="import line under a module-level if -> why its names are placeholders")
+
+
+class PyClosure(Model):
+    """The SGLang-internal modules a Triton source imports, so it runs with no SGLang installed."""
+
+    modules: list[PyModule] = Field(description="the recipe's source first")
+    lazy_missing: list[str] = Field(
+        default_factory=list, description="imports inside functions (or guarded by try) left out, with why")
+
+    def package_name(self, op_dir: Path, root_file: Path) -> str:
+        """The private package the closure runs under: one per folder, closure and root content, so candidates
+        and two folders in one process never share module state."""
+        key = f"{Path(op_dir).resolve()}\0{self.model_dump_json()}\0".encode() + Path(root_file).read_bytes()
+        return f"astra_vendored_{sha256_bytes(key)[:16]}"
+
+
 class TritonRecipe(Model):
     kind: Literal["triton"] = "triton"
     source: str = Field(description="relative path of the .py holding the @triton.jit kernels and the wrapper")
     wrapper: str = Field(description="the Python launch wrapper's name")
     kernels: list[str]
     call: list[str] = Field(description="arguments of the wrapper call: signature names or Python literals")
+    closure: PyClosure | None = Field(
+        default=None, description="set when the source imports SGLang: the vendored modules it needs")
 
 
 Recipe = CudaJitRecipe | TritonRecipe

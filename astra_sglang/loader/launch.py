@@ -107,7 +107,8 @@ def make_launcher(
         if kernel_source is None and not isinstance(r, TritonRecipe):
             raise AstraError(f"{manifest.short_name}: a Triton kernel for a {r.kind} op needs its source")
         source = Path(kernel_source) if kernel_source is not None else Path(op_dir) / r.source  # type: ignore[union-attr]
-        fn = load_triton_wrapper(source, entry)
+        closure = r.closure if isinstance(r, TritonRecipe) else None
+        fn = load_triton_wrapper(source, entry, closure=closure, op_dir=Path(op_dir))
     resolve = compile_call(call, signature_names(manifest))
 
     def launch(args: dict[str, Any]) -> Any:
