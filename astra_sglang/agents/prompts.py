@@ -5,7 +5,7 @@ from __future__ import annotations
 from functools import cache
 from importlib import resources
 
-ROLES = ("testing", "profiling", "planning", "coding", "single")
+ROLES = ("testing", "profiling", "planning", "coding", "single", "contract")
 
 
 @cache
