@@ -100,7 +100,11 @@ def to_entry(draft: DraftContract, target: DraftTarget, provenance: ContractProv
         short_name=draft.short_name, op_id=target.op_id, entry_point=target.entry_point, kind=target.kind,
         signature=draft.signature, reference=draft.reference, shapes=lambda: list(shapes), call=list(draft.call),
         tolerances=dict(draft.tolerances), forward_native=draft.forward_native,
-        serving_sites=dict(draft.serving_sites), notes=list(draft.notes), inputs=draft.inputs,
+        serving_sites=dict(draft.serving_sites), inputs=draft.inputs,
+        # the call-site scan imports the callers' modules; what the draft says each passes stays in the notes
+        callsite_modules=tuple(sorted({m for m in (s.partition(":")[0] for s in draft.serving_sites)
+                                       if m.startswith("sglang.")})),
+        notes=[*draft.notes, *(f"serving call site {site}: {note}" for site, note in draft.serving_sites.items())],
         inputs_scalars=draft.inputs_scalars, provenance=provenance)
     if target.kind == "triton":
         if not draft.wrapper:
