@@ -195,3 +195,51 @@ def test_optimize_refuses_an_unvalidated_contract(key, tmp_path: Path, capsys) -
     line = _error_line(capsys)
     assert "row_argmax: its contract is not validated" in line and "astra-sglang validate-contract row_argmax" in line
     assert not (tmp_path / "runs").exists()
+
+
+def _inputs_draft() -> dict:
+    d = ds.correct_draft()
+    d["signature"]["tensors"][0]["generated"] = True
+    d["inputs"] = ("import torch\n\n\ndef make_inputs(dims, dtype, gen, device):\n"
+                   "    return {'x': torch.randn(dims['R'], dims['V'] + 1, generator=gen, device=device)}\n")
+    return d
+
+
+@pytest.mark.parametrize("draft, wanted", [
+    (ds.changed(shapes=[*ds.correct_draft()["shapes"], {"dims": {"R": 5000, "V": 7}, "tags": ["edge"],
+                                                        "source": "too many rows"}]),
+     "shape 17 (too many rows): R=5000 is outside its dim's constraints (min 1, max 4096, multiple_of 1)"),
+    (ds.changed(shapes=[{"dims": {"R": 2}, "tags": ["edge"], "source": "no vocab"}]),
+     "shape 0 (no vocab) gives dims ['R'], the signature declares ['R', 'V']"),
+    (ds.with_reference("def reference(x, **_):\n    return {'index': x.argmax(-1)}\n"),
+     "the reference does not return ['out'] at dims={'R': 1, 'V': 1} dtype=float32 (it returned ['index'])"),
+    (ds.with_reference("def reference(x, **_):\n    return {'out': x.argmax(-1, keepdim=True)}\n"),
+     "the reference returns 'out' as (1, 1) at dims={'R': 1, 'V': 1} dtype=float32; the signature says (1,)"),
+    (_inputs_draft(), "make_inputs at dims={'R': 1, 'V': 1} dtype=float32: row_argmax: inputs.py gave 'x' as "
+                      "(1, 2), the signature says (1, 1) for {'R': 1, 'V': 1}"),
+    (ds.changed(tolerances={}), "dtypes ['float32'] have no tolerance"),
+])
+def test_a_scripted_draft_that_contradicts_itself_gets_the_exact_reason(tmp_path: Path, draft: dict,
+                                                                         wanted: str) -> None:
+    from astra_sglang.contract.op import ContractProvenance
+    from astra_sglang.extract.draft import DraftContract, draft_target, to_entry
+    from astra_sglang.extract.extractor import write_op
+    from astra_sglang.harness.contract_check import contract_problems
+
+    entry = to_entry(DraftContract.model_validate(draft), draft_target(ds.OP), ContractProvenance(kind="drafted"))
+    folder = write_op(entry, tmp_path).path
+    problems = contract_problems(folder, load_manifest(folder))
+    assert wanted in problems, problems
+    assert contract_problems(folder, load_manifest(folder)) == problems  # no state: the same answer twice
+
+
+def test_the_scripted_correct_draft_has_no_problems(tmp_path: Path) -> None:
+    from astra_sglang.contract.op import ContractProvenance
+    from astra_sglang.extract.draft import DraftContract, draft_target, to_entry
+    from astra_sglang.extract.extractor import write_op
+    from astra_sglang.harness.contract_check import contract_problems
+
+    entry = to_entry(DraftContract.model_validate(ds.correct_draft()), draft_target(ds.OP),
+                     ContractProvenance(kind="drafted"))
+    folder = write_op(entry, tmp_path).path
+    assert contract_problems(folder, load_manifest(folder)) == []
