@@ -75,3 +75,58 @@ def changed(**fields: Any) -> dict[str, Any]:
     d = copy.deepcopy(correct_draft())
     d.update(fields)
     return d
+
+
+# ------------------------------------------------------------- a CUDA JIT op: diffusion.bias_residual_add
+
+CUDA_OP = "diffusion.bias_residual_add"
+
+CUDA_REFERENCE = '''import torch
+
+
+def reference(y, bias, h, channels, spatial, **_):
+    # aten's eager chain on bf16: (y + bias) rounds to bf16, then + h rounds again
+    v = y.view(-1, channels, spatial).float() + bias.float().view(1, -1, 1)
+    out = v.to(y.dtype).float() + h.view(-1, channels, spatial).float()
+    return {"out": out.to(y.dtype).view(-1)}
+'''
+
+CUDA_INPUTS = '''def make_inputs(dims, dtype, gen, device):
+    return {}
+
+
+def scalars(dims, dtype):
+    return {"channels": dims["C"], "spatial": dims["S"]}
+'''
+
+
+def cuda_draft() -> dict[str, Any]:
+    flat = ["N*C*S"]
+    return {
+        "short_name": "bias_residual_add",
+        "signature": {
+            "dims": [{"name": "N", "meaning": "batch", "min": 1},
+                     {"name": "C", "meaning": "channels", "min": 1},
+                     {"name": "S", "meaning": "spatial size (frames x height x width)", "min": 8,
+                      "multiple_of": 8}],
+            "tensors": [{"name": "out", "role": "output", "shape": flat, "dtype": "{dtype}"},
+                        {"name": "y", "role": "input", "shape": flat, "dtype": "{dtype}"},
+                        {"name": "h", "role": "input", "shape": flat, "dtype": "{dtype}"},
+                        {"name": "bias", "role": "input", "shape": ["C"], "dtype": "{dtype}"}],
+            "scalars": [{"name": "channels", "type": "int", "default": 1},
+                        {"name": "spatial", "type": "int", "default": 8}],
+            "dtypes": ["bfloat16"],
+            "returns": [],
+        },
+        "call": ["out", "y", "h", "bias", "channels", "spatial"],
+        "builder": "sglang.kernels.ops.diffusion.norm.bias_residual_add_jit:_jit_module",
+        "builder_args": {"bfloat16": [False]},
+        "entry_export": "run",
+        "reference": CUDA_REFERENCE,
+        "inputs": CUDA_INPUTS,
+        "inputs_scalars": True,
+        "shapes": [{"dims": {"N": 1, "C": c, "S": s}, "tags": ["prefill"], "source": f"diffusion VAE C={c}"}
+                   for c in (128, 256, 512) for s in (64 * 64, 128 * 128)],
+        "tolerances": {"bfloat16": {"atol": 1.6e-2, "rtol": 1.6e-2}},
+        "notes": ["NCHW contiguous layout (channels_inner=False)"],
+    }

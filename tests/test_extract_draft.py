@@ -27,9 +27,9 @@ def key(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ASTRA_DRAFT_KEY", KEY)
 
 
-def _argv(tmp: Path, url: str, *more: str, op: str = ds.OP) -> list[str]:
+def _argv(tmp: Path, url: str, *more: str, op: str = ds.OP, device: str = "cpu") -> list[str]:
     return ["extract", op, "--draft", "--out", str(tmp / "out"), "--drafts-dir", str(tmp / "drafts"),
-            "--model", "o4-mini", "--base-url", url, "--api-key-env", "ASTRA_DRAFT_KEY", "--device", "cpu",
+            "--model", "o4-mini", "--base-url", url, "--api-key-env", "ASTRA_DRAFT_KEY", "--device", device,
             "--retry-backoff-s", "0.01", "--request-timeout-s", "30", *more]
 
 
@@ -243,3 +243,36 @@ def test_the_scripted_correct_draft_has_no_problems(tmp_path: Path) -> None:
                      ContractProvenance(kind="drafted"))
     folder = write_op(entry, tmp_path).path
     assert contract_problems(folder, load_manifest(folder)) == []
+
+
+@pytest.mark.nvcc
+def test_scripted_cuda_draft_on_cpu_is_built_and_left_pending(key, tmp_path: Path, capsys) -> None:
+    """No GPU: the original is built with nvcc only; the folder is written without a passing validation, so
+    optimize refuses it until validate-contract passes on a GPU host."""
+    script = Script().add("contract", final(ds.cuda_draft()))
+    with FakeOpenAIServer(script, api_key=KEY) as srv:
+        assert main(_argv(tmp_path, srv.url, op=ds.CUDA_OP)) == 0
+    err = capsys.readouterr().err
+    assert "GPU validation pending" in err and "validate-contract bias_residual_add" in err
+    folder = tmp_path / "out" / "bias_residual_add"
+    m = load_manifest(folder)
+    assert m.provenance.kind == "drafted" and m.recipe.kind == "cuda_jit" and m.inputs is not None
+    assert not (folder / "validation.json").exists()
+    assert json.loads((_only_log(tmp_path) / "draft.json").read_text())["status"] == "pending_gpu"
+    with pytest.raises(Exception, match="validate-contract bias_residual_add"):
+        require_validated(folder, m.short_name)
+
+
+@pytest.mark.gpu
+def test_scripted_drafts_validate_on_every_shape_on_the_gpu(key, tmp_path: Path) -> None:
+    """On the H200: the Triton draft is validated on all its shapes (timed on the largest), the CUDA one is
+    validated too instead of left pending."""
+    script = Script().add("contract", final(ds.correct_draft()), final(ds.cuda_draft()))
+    with FakeOpenAIServer(script, api_key=KEY) as srv:
+        assert main(_argv(tmp_path, srv.url, device="cuda")) == 0
+        assert main(_argv(tmp_path, srv.url, op=ds.CUDA_OP, device="cuda")) == 0
+    for name in ("row_argmax", "bias_residual_add"):
+        folder = tmp_path / "out" / name
+        v = require_validated(folder, name)
+        assert v.device_kind == "cuda" and v.shape_set == "all" and v.shapes == len(load_manifest(folder).shapes)
+        assert v.timed is not None
