@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from astra_sglang.cli.args import non_negative_float, non_negative_int
+from astra_sglang.cli.args import at_most_16, fraction, non_negative_float, non_negative_int, positive_int
 from astra_sglang.cli.model_args import add_model_arguments, model_options, model_overrides, retry_policy
 from astra_sglang.loop.records import EvalSpec, LoopOptions
 
@@ -25,6 +25,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--resume", metavar="RUN", help="continue a run (its folder or run id) without repeating finished steps")
     p.add_argument("--rounds", type=non_negative_int, default=None, help="optimization rounds R (default 5; on resume: extend)")
     p.add_argument("--single-agent", action="store_true", help="one agent with the same tools does all four jobs")
+    p.add_argument("--candidates", type=at_most_16, default=1, metavar="K",
+                   help="K distinct directions a round: K plans, K coding agents at once, K candidates evaluated "
+                        "together (default 1, the paper's loop; with --single-agent: K single agents)")
+    p.add_argument("--patience", type=positive_int, default=None, metavar="N",
+                   help="stop after N rounds without a gain in the best speedup")
+    p.add_argument("--stop-at-bound-margin", type=fraction, default=None, metavar="M",
+                   help="stop once the best runs within M (e.g. 0.03) of the copy bound on the timed shapes")
     add_model_arguments(p)
     p.add_argument("--max-fix-attempts", type=non_negative_int, default=3, help="build-error fix attempts per round (default 3)")
     p.add_argument("--shapes", default="paper", help="harness shape set timed and checked (default paper; test = tiny CPU suite)")
@@ -54,8 +61,10 @@ def handle(args: argparse.Namespace) -> int:
         retry=retry_policy(args),
         eval_queue=str(Path(args.eval_queue).resolve()) if args.eval_queue else None,
         eval_wait_s=args.eval_wait_s or 0.0,
-        eval=EvalSpec(shapes=args.shapes, device=args.device, mode=args.mode), ncu=args.ncu, label=args.label)
-    overrides = {**model_overrides(args), "rounds": args.rounds, "eval_wait_s": args.eval_wait_s}
+        eval=EvalSpec(shapes=args.shapes, device=args.device, mode=args.mode), ncu=args.ncu, label=args.label,
+        candidates=args.candidates, patience=args.patience, stop_at_bound_margin=args.stop_at_bound_margin)
+    overrides = {**model_overrides(args), "rounds": args.rounds, "eval_wait_s": args.eval_wait_s,
+                 "patience": args.patience, "stop_at_bound_margin": args.stop_at_bound_margin}
     req = OptimizeRequest(op=args.op, options=options, extracted=args.extracted, runs_dir=args.runs_dir,
                           run_id=args.run_id, resume=args.resume, overrides=overrides,
                           live=False if args.no_live else None, json=args.json)
