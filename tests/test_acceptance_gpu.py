@@ -309,6 +309,7 @@ def test_scripted_four_candidate_round_on_the_gpu_and_its_report(restored_op, me
     from astra_sglang.cli.main import main
 
     op = restored_op("merge_state")
+    _validated_here(op)
     scripted = CANDS / "merge_state" / "scripted"
     files = {"k-r1": "r1.py", "k-r2": "r2.py", "k-r4": "r4.py", "k-r5": "r5.py"}
 
