@@ -31,15 +31,38 @@ def candidate(name: str) -> str:
 
 
 def merge_state_dir(tmp_root: Path) -> Path:
-    """extracted/merge_state when it is there with its SGLang source, else a fresh extract into tmp_root."""
+    """A validated copy of extracted/merge_state (a fresh extract when the repo folder lacks its SGLang source).
+
+    `optimize` refuses a contract the original kernel never agreed with, so the fixture validates it first,
+    on CPU under the interpreter, exactly as `validate-contract --device cpu` does; the copy keeps the
+    repository's folder free of test records."""
     repo_op = REPO / "extracted" / "merge_state"
     if (repo_op / "manifest.json").is_file() and any((repo_op / "src").rglob("merge_state.py")):
-        return repo_op
+        return validated_copy(repo_op, tmp_root)
     out = tmp_root / "extracted"
     if not (out / "merge_state" / "manifest.json").is_file():
         subprocess.run([PY, "-m", "astra_sglang", "extract", "merge_state", "--out", str(out)], check=True,
                        cwd=REPO, capture_output=True, text=True)
-    return out / "merge_state"
+    return validated_copy(out / "merge_state", tmp_root)
+
+
+def validated_copy(op_dir: Path, tmp_root: Path) -> Path:
+    """``op_dir`` copied under ``tmp_root/validated/`` with a passing CPU validation record (made once)."""
+    import shutil
+
+    from astra_sglang.contract.op import load_manifest
+    from astra_sglang.contract.validation import current_validation, record_validation
+    from astra_sglang.harness.contract_validation import validate_contract, validation_config
+
+    dest = tmp_root / "validated" / op_dir.name
+    if (dest / "manifest.json").is_file() and current_validation(dest) is not None:
+        return dest
+    shutil.rmtree(dest, ignore_errors=True)
+    shutil.copytree(op_dir, dest, ignore=shutil.ignore_patterns("build", "__pycache__", "validation.json"))
+    v, _ = validate_contract(dest, validation_config("cpu"))
+    assert v.passed, f"{op_dir.name} does not validate on CPU: {v.first_failure}"
+    record_validation(dest, load_manifest(dest).op_id, v)
+    return dest
 
 
 # ------------------------------------------------------------------------------------ scripted replies

@@ -229,6 +229,20 @@ def _scripted_responder(scripted_dir: Path, plan: dict[str, Any]):
     return reply
 
 
+def _validated_here(op: Path) -> None:
+    """`optimize` refuses a contract without a passing validation: record one on this GPU (in the op folder,
+    as `validate-contract` does) unless the folder already has one for its manifest."""
+    from astra_sglang.contract.op import load_manifest
+    from astra_sglang.contract.validation import current_validation, record_validation
+    from astra_sglang.harness.contract_validation import validate_contract, validation_config
+
+    if current_validation(op) is not None:
+        return
+    v, _ = validate_contract(op, validation_config("cuda"))
+    record_validation(op, load_manifest(op).op_id, v)
+    assert v.passed, f"{op.name}: the contract disagrees with its original: {v.first_failure}"
+
+
 @pytest.mark.parametrize("name", PAPER_OPS)
 def test_scripted_run_verdicts_and_winner(name, restored_op, measurements, tmp_path, monkeypatch):
     """The real loop on the GPU (agents SDK, HTTP, tool calls, harness build/check/time, held-out, winner),
@@ -240,6 +254,7 @@ def test_scripted_run_verdicts_and_winner(name, restored_op, measurements, tmp_p
     from astra_sglang.cli.main import main
 
     op = restored_op(name)
+    _validated_here(op)
     scripted = CANDS / name / "scripted"
     plan = json.loads((scripted / "scripted.json").read_text())
     runs = Path(os.environ.get("ASTRA_SGLANG_SCRIPTED_RUNS") or tmp_path / "runs")
@@ -297,6 +312,7 @@ def test_scripted_four_candidate_round_on_the_gpu_and_its_report(restored_op, me
     from astra_sglang.cli.main import main
 
     op = restored_op("merge_state")
+    _validated_here(op)
     scripted = CANDS / "merge_state" / "scripted"
     files = {"k-r1": "r1.py", "k-r2": "r2.py", "k-r4": "r4.py", "k-r5": "r5.py"}
 

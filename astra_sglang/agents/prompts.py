@@ -5,7 +5,7 @@ from __future__ import annotations
 from functools import cache
 from importlib import resources
 
-ROLES = ("testing", "profiling", "planning", "coding", "single")
+ROLES = ("testing", "profiling", "planning", "coding", "single", "contract")
 ADDENDA = ("planning_set", "single_set")  # appended to a role's prompt when a round codes K > 1 candidates
 
 

@@ -15,6 +15,7 @@ from typing import Any
 from rich.console import Console
 
 from astra_sglang.contract.op import ManifestError, find_op_dir, load_manifest
+from astra_sglang.contract.validation import require_validated
 from astra_sglang.errors import AstraError
 from astra_sglang.loop.evaluator import (
     EvalPending,
@@ -143,6 +144,7 @@ def run_optimize(req: OptimizeRequest, console: Console | None = None) -> RunSum
         manifest = load_manifest(op_dir)
     except ManifestError as e:
         raise AstraError(str(e)) from None
+    require_validated(op_dir, manifest.short_name)  # a contract the original never agreed with is no target
     require_timing_device(opts)
 
     note = asyncio.run(preflight(opts.model))  # before any work: a bad key or server is one clear error
