@@ -22,15 +22,24 @@ from astra_sglang.harness.tensors import ArgSet
 FP8 = torch.float8_e4m3fn
 
 
-@pytest.fixture(scope="module")
-def op(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    entry = catalog.find("quantization.sgl_per_token_quant_fp8")
+def _extract(name: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    entry = catalog.find(name)
     assert entry is not None
     return write_op(entry, tmp_path_factory.mktemp("quant")).path
 
 
+@pytest.fixture(scope="module")
+def op(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _extract("quantization.sgl_per_token_quant_fp8", tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def group_op(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _extract("quantization.per_token_group_quant", tmp_path_factory)
+
+
 def _reference(op: Path):
-    spec = importlib.util.spec_from_file_location("ptq_reference", op / "reference.py")
+    spec = importlib.util.spec_from_file_location(f"ref_{op.name}", op / "reference.py")
     assert spec is not None and spec.loader is not None
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
@@ -112,4 +121,48 @@ def test_per_token_quant_fp8_contract_validates_on_the_gpu(op: Path) -> None:
     from astra_sglang.harness.contract_validation import validate_contract, validation_config
 
     v, _ = validate_contract(op, validation_config("cuda"))
+    assert v.passed, v.first_failure
+
+
+def _group_kernel(x: torch.Tensor) -> dict[str, torch.Tensor]:
+    """PerTokenGroupQuantFlatKernel's float32 arithmetic: q = sat(x * (448 / amax)), s = amax * (1 / 448)."""
+    t, h = x.shape
+    g = x.float().reshape(t, h // 128, 128)
+    amax = g.abs().amax(-1, keepdim=True).clamp_min(1e-10)
+    q = (g * (torch.tensor(448.0) / amax)).clamp(-448, 448).reshape(t, h).to(FP8)
+    return {"output_q": q, "output_s": (amax * torch.tensor(1 / 448.0, dtype=torch.float32)).reshape(t, h // 128)}
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float32"])
+@pytest.mark.parametrize("wide", [False, True])
+def test_group_reference_agrees_with_the_kernels_arithmetic(group_op: Path, dtype: str, wide: bool) -> None:
+    tol = load_manifest(group_op).tolerances[dtype]
+    x = _inputs(getattr(torch, dtype), t=16, h=7168, wide=wide)
+    x[2, :128] = 0  # an all-zero group: amax floored at 1e-10, q 0
+    ref, out = _reference(group_op)(input=x), _group_kernel(x)
+    for name in ("output_q", "output_s"):
+        assert compare_to_reference(name, out[name], ref[name], tol) is None, name
+
+
+def test_group_reference_rejects_a_per_row_scale(group_op: Path) -> None:
+    tol = load_manifest(group_op).tolerances["bfloat16"]
+    x = _inputs(torch.bfloat16, t=8, h=1024, wide=True)
+    ref = _reference(group_op)(input=x)
+    per_row = _kernel(x)  # one scale per row instead of per 128-group
+    assert compare_to_reference("output_q", per_row["output_q"], ref["output_q"], tol) is not None
+
+
+@pytest.mark.nvcc
+def test_per_token_group_quant_original_compiles_for_sm90a(group_op: Path) -> None:
+    from astra_sglang.loader.cuda_build import build_cuda_module
+
+    built = build_cuda_module(group_op, load_manifest(group_op), "bfloat16", load=False)
+    assert built.report.ok and built.report.resources
+
+
+@pytest.mark.gpu
+def test_per_token_group_quant_contract_validates_on_the_gpu(group_op: Path) -> None:
+    from astra_sglang.harness.contract_validation import validate_contract, validation_config
+
+    v, _ = validate_contract(group_op, validation_config("cuda"))
     assert v.passed, v.first_failure
