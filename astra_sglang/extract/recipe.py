@@ -15,6 +15,7 @@ from typing import Any
 
 from astra_sglang.errors import AstraError
 
+
 def _sm90_arch() -> Any:
     from sglang.kernels.jit.utils.arch import make_jit_cuda_arch
 

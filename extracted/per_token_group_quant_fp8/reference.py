@@ -1,4 +1,4 @@
-"""Reference for per_token_group_quant (astra-sglang, written): float32 absmax scaling per 1x128 group.
+"""Reference for per_token_group_quant (astra-sglang, written): per 1x128 group absmax scaling.
 
 amax = max(max |x| over the group, 1e-10); scale = amax / 448 (row-major [T, H/128]);
 q = clamp(x * 448 / amax, -448, 448), rounded to fp8 by the checker (round to nearest even, saturating)."""
