@@ -158,20 +158,3 @@ def test_every_manifest_shape_has_capacity_for_its_routing(op: Path) -> None:
         args = _args(op, s.dims, seed=1)
         ref = reference(**args)
         assert int(ref["num_tokens_post_pad"][0]) <= args["sorted_token_ids"].numel()
-
-
-@pytest.mark.nvcc
-def test_moe_align_original_compiles_for_sm90a(op: Path) -> None:
-    from astra_sglang.loader.cuda_build import build_cuda_module
-
-    built = build_cuda_module(op, load_manifest(op), "int32", load=False)
-    assert built.report.ok and built.report.resources
-
-
-@pytest.mark.gpu
-def test_moe_align_contract_validates_on_the_gpu(op: Path) -> None:
-    from astra_sglang.harness.contract_validation import validate_contract, validation_config
-
-    v, _ = validate_contract(op, validation_config("cuda"))
-    assert v.passed, v.first_failure
-    assert v.max_error["sorted_token_ids"] == (0.0, 0.0)

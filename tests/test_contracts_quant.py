@@ -108,22 +108,6 @@ def test_recipe_is_the_sm90_build(op: Path) -> None:
     assert r.template_args == {"bfloat16": "bf16_t", "float16": "fp16_t", "float32": "fp32_t"}  # type: ignore[union-attr]
 
 
-@pytest.mark.nvcc
-def test_per_token_quant_fp8_original_compiles_for_sm90a(op: Path) -> None:
-    from astra_sglang.loader.cuda_build import build_cuda_module
-
-    built = build_cuda_module(op, load_manifest(op), "bfloat16", load=False)
-    assert built.report.ok and built.report.resources
-
-
-@pytest.mark.gpu
-def test_per_token_quant_fp8_contract_validates_on_the_gpu(op: Path) -> None:
-    from astra_sglang.harness.contract_validation import validate_contract, validation_config
-
-    v, _ = validate_contract(op, validation_config("cuda"))
-    assert v.passed, v.first_failure
-
-
 def _group_kernel(x: torch.Tensor) -> dict[str, torch.Tensor]:
     """PerTokenGroupQuantFlatKernel's float32 arithmetic: q = sat(x * (448 / amax)), s = amax * (1 / 448)."""
     t, h = x.shape
@@ -150,19 +134,3 @@ def test_group_reference_rejects_a_per_row_scale(group_op: Path) -> None:
     ref = _reference(group_op)(input=x)
     per_row = _kernel(x)  # one scale per row instead of per 128-group
     assert compare_to_reference("output_q", per_row["output_q"], ref["output_q"], tol) is not None
-
-
-@pytest.mark.nvcc
-def test_per_token_group_quant_original_compiles_for_sm90a(group_op: Path) -> None:
-    from astra_sglang.loader.cuda_build import build_cuda_module
-
-    built = build_cuda_module(group_op, load_manifest(group_op), "bfloat16", load=False)
-    assert built.report.ok and built.report.resources
-
-
-@pytest.mark.gpu
-def test_per_token_group_quant_contract_validates_on_the_gpu(group_op: Path) -> None:
-    from astra_sglang.harness.contract_validation import validate_contract, validation_config
-
-    v, _ = validate_contract(group_op, validation_config("cuda"))
-    assert v.passed, v.first_failure
