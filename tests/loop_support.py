@@ -17,9 +17,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from astra_sglang.contract.result import EvalResult, ShapeTiming, TimingReport
+
 REPO = Path(__file__).resolve().parents[1]
 SCRIPTED = REPO / "tests" / "candidates" / "merge_state" / "scripted"
 API_KEY = "sk-astra-test-7f3a9c1e5b2d"  # fake; the tests grep run folders for it
+INJECTED = "INJECTED BY TEST: no GPU on this host, not a measurement"
 PY = sys.executable
 
 
@@ -123,3 +126,33 @@ def answer_files(directory: Path, answer: Callable[[dict], dict], stop: threadin
             tmp.write_text(json.dumps(body))
             tmp.rename(req.with_name(req.name.replace(".request.json", ".response.json")))
         time.sleep(0.05)
+
+
+# ------------------------------------------------------------------------------- playing the GPU host
+
+def inject_timing(result: EvalResult, speedup: float) -> EvalResult:
+    shape = ShapeTiming(dims={"T": 5, "NH": 3, "D": 64}, dtype="bfloat16", original_us=10.0,
+                        candidate_us=10.0 / speedup, spread_pct=0.0, speedup=speedup,
+                        verdict="faster" if speedup > 1 else ("slower" if speedup < 1 else "no change"),
+                        bytes_moved=1, original_gbps=0.0, candidate_gbps=0.0, original_pct_ceiling=0.0,
+                        candidate_pct_ceiling=0.0)
+    timing = TimingReport(method=INJECTED, copy_ceiling_gbps=1.0, shapes=[shape], geomean_speedup=speedup)
+    return result.model_copy(update={"timing": timing, "device": f"{result.device} + {INJECTED}"})
+
+
+def answer_queue(queue: Path, op_dir: Path, speedups: dict[str, float]) -> list[str]:
+    """What `astra-sglang evaluate QUEUE` does on the GPU host (the real harness verdict), plus a timing that
+    was NOT measured, marked INJECTED, one atomic write per item. Returns the labels it answered."""
+    from astra_sglang.harness.evaluate import evaluate
+    from astra_sglang.loop.evaluator import RESULT_NAME, list_queue, to_eval_config
+    from astra_sglang.loop.runfolder import atomic_write
+
+    seen = []
+    for item_dir, request, result in list_queue(queue):
+        if result is not None:
+            continue
+        cand = item_dir / request.candidate_file if request.candidate_file else None
+        res = evaluate(op_dir, cand, to_eval_config(request.spec))
+        atomic_write(item_dir / RESULT_NAME, inject_timing(res, speedups[request.label]).model_dump_json())
+        seen.append(request.label)
+    return seen

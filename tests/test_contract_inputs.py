@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from h_fixtures.ops import make_h_gather
 
 from astra_sglang.contract.eval_config import EvalConfig
 from astra_sglang.contract.op import load_manifest
@@ -15,7 +16,6 @@ from astra_sglang.harness.contract_validation import validate_contract, validati
 from astra_sglang.harness.evaluate import evaluate
 from astra_sglang.harness.tensors import ArgSet
 from astra_sglang.loader.launch import load_inputs
-from h_fixtures.ops import make_h_gather
 
 
 @pytest.fixture(autouse=True)
@@ -72,7 +72,8 @@ def test_validation_passes_is_recorded_and_a_changed_manifest_invalidates_it(tmp
 
 def test_a_reference_that_disagrees_with_the_kernel_fails_validation_with_the_case(tmp_path: Path) -> None:
     op = make_h_gather(tmp_path)
-    (op / "reference.py").write_text("def reference(**args):\n    return {'out': args['table'].float()[:args['index'].numel()]}\n")
+    wrong = "def reference(**args):\n    return {'out': args['table'].float()[:args['index'].numel()]}\n"
+    (op / "reference.py").write_text(wrong)  # the first rows, not the indexed ones
     v, _ = validate_contract(op, validation_config("cpu"))
     assert not v.passed
     assert v.first_failure is not None and "reference mismatch" in v.first_failure and "dims=" in v.first_failure

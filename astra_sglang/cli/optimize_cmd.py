@@ -9,9 +9,12 @@ from pathlib import Path
 from astra_sglang.agents.config import ModelOptions, RetryPolicy
 from astra_sglang.cli.args import (
     at_least_two,
+    at_most_16,
+    fraction,
     non_negative_float,
     non_negative_int,
     positive_float,
+    positive_int,
 )
 from astra_sglang.loop.records import EvalSpec, LoopOptions
 
@@ -30,6 +33,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--resume", metavar="RUN", help="continue a run (its folder or run id) without repeating finished steps")
     p.add_argument("--rounds", type=non_negative_int, default=None, help="optimization rounds R (default 5; on resume: extend)")
     p.add_argument("--single-agent", action="store_true", help="one agent with the same tools does all four jobs")
+    p.add_argument("--candidates", type=at_most_16, default=1, metavar="K",
+                   help="K distinct directions a round: K plans, K coding agents at once, K candidates evaluated "
+                        "together (default 1, the paper's loop; with --single-agent: K single agents)")
+    p.add_argument("--patience", type=positive_int, default=None, metavar="N",
+                   help="stop after N rounds without a gain in the best speedup")
+    p.add_argument("--stop-at-bound-margin", type=fraction, default=None, metavar="M",
+                   help="stop once the best runs within M (e.g. 0.03) of the copy bound on the timed shapes")
     p.add_argument("--model", default=None,
                    help="model name on an OpenAI-compatible server (default o4-mini), litellm/PROVIDER/NAME, or file:DIR")
     p.add_argument("--base-url", default=None, help="OpenAI-compatible server URL (e.g. http://127.0.0.1:30000/v1)")
@@ -71,10 +81,12 @@ def handle(args: argparse.Namespace) -> int:
         retry=RetryPolicy(retries=args.retries, backoff_s=args.retry_backoff_s),
         eval_queue=str(Path(args.eval_queue).resolve()) if args.eval_queue else None,
         eval_wait_s=args.eval_wait_s or 0.0,
-        eval=EvalSpec(shapes=args.shapes, device=args.device, mode=args.mode), ncu=args.ncu, label=args.label)
+        eval=EvalSpec(shapes=args.shapes, device=args.device, mode=args.mode), ncu=args.ncu, label=args.label,
+        candidates=args.candidates, patience=args.patience, stop_at_bound_margin=args.stop_at_bound_margin)
     overrides = {"model": args.model, "base_url": args.base_url, "api_key_env": args.api_key_env,
                  "request_timeout_s": args.request_timeout_s, "file_timeout_s": args.file_timeout_s,
-                 "trace": True if args.trace else None, "rounds": args.rounds, "eval_wait_s": args.eval_wait_s}
+                 "trace": True if args.trace else None, "rounds": args.rounds, "eval_wait_s": args.eval_wait_s,
+                 "patience": args.patience, "stop_at_bound_margin": args.stop_at_bound_margin}
     req = OptimizeRequest(op=args.op, options=options, extracted=args.extracted, runs_dir=args.runs_dir,
                           run_id=args.run_id, resume=args.resume, overrides=overrides,
                           live=False if args.no_live else None, json=args.json)

@@ -9,7 +9,7 @@ version they do not know instead of guessing.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field
 
@@ -148,15 +148,60 @@ class ContractProvenance(Model):
     note: str = ""
 
 
+class TorchRecipe(Model):
+    """A baseline that is plain torch code (SGLang's eager fallback, e.g. ``forward_native``), timed as is."""
+
+    kind: Literal["torch"] = "torch"
+    source: str = Field(description="relative path of the .py that defines the function")
+    function: str
+    call: list[str] = Field(description="arguments of the call: signature names or Python literals")
+
+
+class DimBound(Model):
+    """Bounds one dim must meet for a serving rule; a bound left None is not tested."""
+
+    min: int | None = None
+    max: int | None = None
+    multiple_of: int | None = None
+    not_multiple_of: int | None = Field(default=None, description="SGLang's 'else' branch of a divisibility test")
+
+    def holds(self, value: int) -> bool:
+        return ((self.min is None or value >= self.min) and (self.max is None or value <= self.max)
+                and (self.multiple_of is None or value % self.multiple_of == 0)
+                and (self.not_multiple_of is None or value % self.not_multiple_of != 0))
+
+
+class ServeRule(Model):
+    """One branch of SGLang's dispatch, restated as data: every stated condition holds (an empty rule: always)."""
+
+    dims: dict[str, DimBound] = Field(default_factory=dict)
+    dtypes: list[str] = Field(default_factory=list, description="empty = any dtype of the op")
+    scalars: dict[str, float | int | bool | str] = Field(default_factory=dict,
+                                                         description="scalar values the branch requires")
+    source: str = Field(default="", description="where SGLang decides it, 'path/in/sglang.py:line'")
+
+    def holds(self, dims: dict[str, int], dtype: str, scalars: dict[str, Any]) -> bool:
+        return (all(name in dims and b.holds(dims[name]) for name, b in self.dims.items())
+                and (not self.dtypes or dtype in self.dtypes)
+                and all(name in scalars and scalars[name] == v for name, v in self.scalars.items()))
+
+
 class Baseline(Model):
     """The kernel SGLang really serves with, where that is not the extracted source (e.g. FlashInfer's)."""
 
     name: str
     description: str
     when: str = Field(description="the serving condition under which SGLang dispatches here")
-    recipe: Recipe | None = None
+    recipe: Recipe | TorchRecipe | None = None
     same_function: bool = Field(description="False when semantics differ (e.g. base-2 vs base-e LSE)")
     note: str = ""
+    serves: list[ServeRule] = Field(
+        default_factory=list,
+        description="SGLang dispatches here when any rule holds (checked in order over the baselines; where no "
+        "baseline's rule holds, SGLang serves the extracted original). Empty = not stated: `when` alone")
+    returns: list[str] | None = Field(
+        default=None, description="outputs it returns as new tensors, in order, instead of writing the buffers "
+        "(SGLang's eager fallback is not in place); None = it writes the signature's buffers like the op")
 
 
 class CallSite(Model):
@@ -218,6 +263,29 @@ class Manifest(Model):
 
     def file(self, role: FileRole) -> list[SourceFile]:
         return [f for f in self.files if f.role == role]
+
+
+ORIGINAL = "original"  # what ``served_by`` names when SGLang serves the extracted kernel itself
+
+
+def states_serving(manifest: Manifest) -> bool:
+    """Whether the manifest says, per shape, which kernel SGLang serves (some baseline has rules)."""
+    return any(b.serves for b in manifest.baselines)
+
+
+def served_baseline(manifest: Manifest, dims: dict[str, int], dtype: str,
+                    scalars: dict[str, Any] | None = None) -> Baseline | None:
+    """The baseline SGLang dispatches to for this call, or None when it serves the extracted original.
+
+    Only meaningful where ``states_serving``; the first baseline with a rule that holds wins, as SGLang's
+    if/else chain does.
+    """
+    if scalars is None:
+        scalars = {s.name: s.default for s in manifest.signature.scalars}
+    for b in manifest.baselines:
+        if any(rule.holds(dims, dtype, scalars) for rule in b.serves):
+            return b
+    return None
 
 
 def signature_names(manifest: Manifest) -> list[str]:

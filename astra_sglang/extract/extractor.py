@@ -205,7 +205,7 @@ def _flashinfer(base: FlashInferBaseline, folder: _Folder, external: list[str]) 
         arch=ARCH,
     )
     return Baseline(name=base.name, description=base.description, when=base.when, recipe=recipe,
-                    same_function=base.same_function, note=base.note)
+                    same_function=base.same_function, note=base.note, serves=list(base.serves))
 
 
 def _kept_traced(old_dir: Path, op_id: str) -> list[ShapeCase]:

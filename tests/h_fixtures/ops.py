@@ -2,6 +2,8 @@
 
 ``h_scale``: a CUDA JIT op (our .cuh) for compile-only tests on CPU. ``h_merge``: a Triton op with
 merge_state's signature (our kernel) for harness tests under TRITON_INTERPRET=1 before/without extract.
+``h_norm``: fused_add_rmsnorm's signature with an original that refuses H > 64 and an eager torch baseline the
+manifest says SGLang serves there (``Baseline.serves``), for the served-kernel checks and timing on CPU.
 """
 
 from __future__ import annotations
@@ -11,18 +13,22 @@ import shutil
 from pathlib import Path
 
 from astra_sglang.contract.op import (
+    Baseline,
     CudaExport,
     CudaJitRecipe,
     Dim,
+    DimBound,
     Inputs,
     Manifest,
     Reference,
     ScalarArg,
+    ServeRule,
     ShapeCase,
     Signature,
     SourceFile,
     TensorArg,
     Tolerance,
+    TorchRecipe,
     TritonRecipe,
     write_manifest,
 )
@@ -131,6 +137,42 @@ def make_h_gather(dst: Path, inputs: str | None = None) -> Path:
                     "float32": Tolerance(atol=0.0, rtol=0.0)},
         shapes=[ShapeCase(dims={"N": 3, "S": 8, "D": 5}, tags=["test"], source="fixture"),
                 ShapeCase(dims={"N": 8, "S": 8, "D": 16}, tags=["test"], source="fixture")],
+    )
+    write_manifest(op, m)
+    return op
+
+
+H_NORM_MAX_H = 64  # the h_norm original refuses wider rows; the manifest says SGLang serves them eagerly
+
+
+def make_h_norm(dst: Path) -> Path:
+    op = dst / "h_norm"
+    shutil.copytree(HERE / "h_norm", op)
+    call = ["input", "residual", "weight", "eps"]
+    eager = Baseline(
+        name="h_norm_eager", description="eager torch in the shape of RMSNorm.forward_native",
+        when=f"H > {H_NORM_MAX_H}", recipe=TorchRecipe(source="served_eager.py", function="forward_native",
+                                                      call=call),
+        same_function=True, serves=[ServeRule(dims={"H": DimBound(min=H_NORM_MAX_H + 1)}, source="fixture")],
+        returns=["input", "residual"])
+    m = Manifest(
+        op_id="test.h_norm", short_name="h_norm", sglang_version="none", source_kind="triton",
+        entry_point="tests:h_norm",
+        files=_files(op, [("h_norm.py", "kernel"), ("served_eager.py", "baseline_kernel"), ("reference.py", "reference")]),
+        recipe=TritonRecipe(source="h_norm.py", wrapper="h_norm", kernels=[], call=call),
+        signature=Signature(
+            dims=[Dim(name="T", meaning="tokens"), Dim(name="H", meaning="hidden", multiple_of=8)],
+            tensors=[TensorArg(name="input", role="inplace", shape=["T", "H"], dtype="{dtype}"),
+                     TensorArg(name="residual", role="inplace", shape=["T", "H"], dtype="{dtype}"),
+                     TensorArg(name="weight", role="input", shape=["H"], dtype="{dtype}")],
+            scalars=[ScalarArg(name="eps", type="float", default=1e-6)],
+            dtypes=["bfloat16", "float16"], returns=[]),
+        reference=Reference(path="reference.py", origin="written"),
+        tolerances={"bfloat16": Tolerance(atol=1.6e-2, rtol=1.6e-2), "float16": Tolerance(atol=2e-3, rtol=2e-3)},
+        baselines=[eager],
+        shapes=[ShapeCase(dims={"T": 3, "H": 16}, tags=["test"], source="fixture"),
+                ShapeCase(dims={"T": 5, "H": 72}, tags=["test"], source="fixture: the original refuses it"),
+                ShapeCase(dims={"T": 2, "H": 128}, tags=["test"], source="fixture: the original refuses it")],
     )
     write_manifest(op, m)
     return op
