@@ -28,6 +28,7 @@ from astra_sglang.checker import (
     compare,
     compare_to_reference,
     scale_key,
+    segments_key,
     tolerance_used,
 )
 from astra_sglang.contract.op import (
@@ -225,7 +226,8 @@ class Checker:
         if case.distribution == "tiny":  # values ~1e-3: an absolute tolerance made for values ~1 would accept 0
             tol = Tolerance(atol=tol.atol * 1e-3, rtol=tol.rtol)
         for name in self.compared:
-            m = compare(name, outs[name], orig[name], ref.get(name), tol, ref.get(scale_key(name)))
+            m = compare(name, outs[name], orig[name], ref.get(name), tol, ref.get(scale_key(name)),
+                        ref.get(segments_key(name)))
             if m is not None:
                 return name, m
         return None
@@ -323,10 +325,11 @@ class Checker:
             for name in self.compared:
                 if name in ref:
                     tol = self.manifest.tolerances[case.dtype]
-                    m = compare_to_reference(name, orig[name], ref[name], tol, ref.get(scale_key(name)))
+                    side = (ref.get(scale_key(name)), ref.get(segments_key(name)))
+                    m = compare_to_reference(name, orig[name], ref[name], tol, *side)
                     if m is not None:
                         raise self._fail(case, m.reason, f"original: {m.detail}", name, m)
-                    used = tolerance_used(orig[name], ref[name], tol, ref.get(scale_key(name)))
+                    used = tolerance_used(orig[name], ref[name], tol, *side)
                     seen = self.reference_error.get(name, (0.0, 0.0))
                     self.reference_error[name] = (max(seen[0], used[0]), max(seen[1], used[1]))
             return
