@@ -10,7 +10,7 @@ from functools import cache
 
 from astra_sglang.extract.catalog.base import CatalogEntry
 
-_MODULES = ("activation", "fused_add_rmsnorm", "merge_state", "softcap", "row_scale", "norm")
+_MODULES = ("activation", "fused_add_rmsnorm", "merge_state", "softcap", "row_scale", "norm", "last_loc", "row_argmax", "ragged_layout")
 
 
 @cache
