@@ -10,7 +10,8 @@ from functools import cache
 
 from astra_sglang.extract.catalog.base import CatalogEntry
 
-_MODULES = ("activation", "fused_add_rmsnorm", "merge_state", "softcap", "row_scale", "norm", "last_loc", "row_argmax", "ragged_layout")
+_MODULES = ("activation", "fused_add_rmsnorm", "merge_state", "softcap", "row_scale", "norm", "last_loc", "row_argmax", "ragged_layout",
+            "fill_padded_rows", "pack_verify_mask", "spec_decode", "lora_moe_align")
 
 
 @cache
