@@ -55,9 +55,9 @@ def _shapes() -> list[ShapeCase]:
     # B requests of a batch; R spare pool rows (SGLang's pool has max_running_requests rows); C the
     # context length of the pool (the model's max context).
     cases = []
-    for i, t in enumerate(DECODE_T):
+    for t in DECODE_T:
         cases.append(case(["decode"], f"decode batch of {t} in a 4096-context pool", B=t, R=64, C=4096))
-    for i, t in enumerate(PREFILL_T[:3]):
+    for t in PREFILL_T[:3]:
         cases.append(case(["prefill"], f"extend batch of {t // 64} requests, 8192 context", B=t // 64, R=32,
                           C=8192))
     cases += [

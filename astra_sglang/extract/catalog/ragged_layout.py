@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from astra_sglang.contract.op import Dim, ScalarArg, ShapeCase, Signature, TensorArg, Tolerance
 from astra_sglang.extract.catalog.base import CatalogEntry, exact_tolerances
-from astra_sglang.extract.shapes import DECODE_T, case, dedup
+from astra_sglang.extract.shapes import case, dedup
 
 _POS = "sglang.kernels.ops.attention.position"
 _PAD = "sglang.kernels.ops.attention.pad"
