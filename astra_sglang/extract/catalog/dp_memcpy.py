@@ -8,8 +8,8 @@ scatter back) is the same kernel with the offset on the source side.
 
 from __future__ import annotations
 
-from astra_sglang.contract.op import Dim, ShapeCase, Signature, TensorArg, Tolerance
-from astra_sglang.extract.catalog.base import CatalogEntry
+from astra_sglang.contract.op import Dim, ShapeCase, Signature, TensorArg
+from astra_sglang.extract.catalog.base import CatalogEntry, exact_tolerances
 from astra_sglang.extract.shapes import DECODE_T, MODELS, PREFILL_T, case, dedup
 
 _MODULE = "sglang.kernels.ops.memory.memcpy_triton"
@@ -61,7 +61,7 @@ def reference(**args):
     shapes=_shapes,
     call=["dst", "src", "0", "offset", "sz", "False"],
     wrapper=f"{_MODULE}:memcpy_triton",
-    tolerances={d: Tolerance(atol=0.0, rtol=0.0) for d in _DTYPES},
+    tolerances=exact_tolerances(_DTYPES),
     forward_native="sglang.srt.layers.dp_attention:memcpy_cpu",
     callsite_modules=(_MODULE,),
     serving_sites={"sglang.srt.layers.dp_attention:memcpy_triton": "dp_attention.memcpy on GPU: _dp_gather "

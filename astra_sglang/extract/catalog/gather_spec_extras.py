@@ -7,8 +7,8 @@ EAGLE) its last hidden state in buffers of req_pool_size rows; the next batch ga
 
 from __future__ import annotations
 
-from astra_sglang.contract.op import Dim, ShapeCase, Signature, TensorArg, Tolerance
-from astra_sglang.extract.catalog.base import CatalogEntry
+from astra_sglang.contract.op import Dim, ShapeCase, Signature, TensorArg
+from astra_sglang.extract.catalog.base import CatalogEntry, exact_tolerances
 from astra_sglang.extract.shapes import DECODE_T, MODELS, case, dedup
 
 _MODULE = "sglang.kernels.ops.speculative.gather_spec_extras"
@@ -60,7 +60,7 @@ def reference(**args):
     shapes=_shapes,
     call=["indices", "topk_p_buf", "topk_index_buf", "output_tokens_buf", "hidden_states_buf"],
     wrapper=f"{_MODULE}:gather_spec_extras",
-    tolerances={d: Tolerance(atol=0.0, rtol=0.0) for d in _DTYPES},
+    tolerances=exact_tolerances(_DTYPES),
     callsite_modules=(_MODULE, "sglang.srt.managers.overlap_utils"),
     serving_sites={"sglang.srt.managers.overlap_utils:gather_spec_extras": "overlap scheduler: a batch's "
                    "draft extras (EAGLE with hidden states: the 4-buffer launch)"},

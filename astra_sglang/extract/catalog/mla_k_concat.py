@@ -7,8 +7,8 @@ no-rope part and the one rope part shared by every head; head counts that are no
 
 from __future__ import annotations
 
-from astra_sglang.contract.op import Dim, ShapeCase, Signature, TensorArg, Tolerance
-from astra_sglang.extract.catalog.base import CatalogEntry
+from astra_sglang.contract.op import Dim, ShapeCase, Signature, TensorArg
+from astra_sglang.extract.catalog.base import CatalogEntry, exact_tolerances
 from astra_sglang.extract.shapes import DECODE_T, PREFILL_T, case, dedup
 
 _MODULE = "sglang.kernels.ops.attention.mla_qk_prep"
@@ -62,7 +62,7 @@ def reference(**args):
     shapes=_shapes,
     call=["k", "k_nope", "k_rope"],
     wrapper=f"{_MODULE}:concat_and_cast_mha_k_triton",
-    tolerances={d: Tolerance(atol=0.0, rtol=0.0) for d in _DTYPES},
+    tolerances=exact_tolerances(_DTYPES),
     callsite_modules=(_MODULE,),
     serving_sites={
         "sglang.srt.models.deepseek_common.attention_forward_methods.forward_mha:concat_and_cast_mha_k_triton":

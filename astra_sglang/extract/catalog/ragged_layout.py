@@ -8,7 +8,7 @@ stream [sum(lens), H, D] into a padded [B, M, H, D] block and the attention outp
 
 from __future__ import annotations
 
-from astra_sglang.contract.op import Dim, ScalarArg, ShapeCase, Signature, TensorArg, Tolerance
+from astra_sglang.contract.op import Dim, ScalarArg, ShapeCase, Signature, TensorArg
 from astra_sglang.extract.catalog.base import CatalogEntry, exact_tolerances
 from astra_sglang.extract.shapes import case, dedup
 
@@ -89,7 +89,7 @@ def reference(**args):
 
 _COPY_DTYPES = ["bfloat16", "float16", "float32"]
 # A copy moves bits: any difference is a wrong element, so tolerance 0 for every dtype.
-_COPY_TOL = {d: Tolerance(atol=0.0, rtol=0.0) for d in _COPY_DTYPES}
+_COPY_TOL = exact_tolerances(_COPY_DTYPES)
 
 
 def _position_shapes() -> list[ShapeCase]:
