@@ -100,3 +100,14 @@ def test_ragged_batches_are_valid_for_any_legal_dims(out: Path, dims: dict[str, 
     assert cu[0] == 0 and torch.equal(cu[1:], torch.cumsum(lens, 0))
     if dims["B"] > 1 and dims["S"] > 1 and dims["E"] > 0:  # with S = 1 every length must be 1
         assert int(lens.max()) > int(lens.min()), "mixed lengths expected"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ALL_OPS)
+def test_original_kernel_agrees_with_its_contract_on_gpu(restored_op, name: str) -> None:
+    # every manifest shape (the CPU run covers only tiny ones; e.g. row_argmax's rows > 64 path runs only here)
+    from astra_sglang.harness.contract_validation import validate_contract, validation_config
+
+    v, _ = validate_contract(restored_op(name), validation_config("cuda"))
+    assert v.passed, v.first_failure
+    assert v.cases_run > 0
