@@ -83,3 +83,8 @@ class CatalogEntry:
     inputs: str | None = None
     inputs_scalars: bool = False  # inputs.py also defines scalars(dims, dtype)
     provenance: ContractProvenance = field(default_factory=ContractProvenance)
+
+
+def exact_tolerances(dtypes: list[str]) -> dict[str, Tolerance]:
+    """Index and metadata ops copy or count integers: any difference is a wrong index, so tolerance 0."""
+    return {d: Tolerance(atol=0.0, rtol=0.0) for d in dtypes}
