@@ -165,3 +165,11 @@ def measurements() -> Callable[[str, Any], Path]:
         return path
 
     return write
+
+
+@pytest.fixture(scope="session")
+def validated_merge_state(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A copy of extracted/merge_state with a passing CPU validation: what `optimize` needs to start."""
+    from loop_support import merge_state_dir
+
+    return merge_state_dir(tmp_path_factory.getbasetemp())

@@ -17,9 +17,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from astra_sglang.contract.result import EvalResult, ShapeTiming, TimingReport
+
 REPO = Path(__file__).resolve().parents[1]
 SCRIPTED = REPO / "tests" / "candidates" / "merge_state" / "scripted"
 API_KEY = "sk-astra-test-7f3a9c1e5b2d"  # fake; the tests grep run folders for it
+INJECTED = "INJECTED BY TEST: no GPU on this host, not a measurement"
 PY = sys.executable
 
 
@@ -28,15 +31,38 @@ def candidate(name: str) -> str:
 
 
 def merge_state_dir(tmp_root: Path) -> Path:
-    """extracted/merge_state when it is there with its SGLang source, else a fresh extract into tmp_root."""
+    """A validated copy of extracted/merge_state (a fresh extract when the repo folder lacks its SGLang source).
+
+    `optimize` refuses a contract the original kernel never agreed with, so the fixture validates it first,
+    on CPU under the interpreter, exactly as `validate-contract --device cpu` does; the copy keeps the
+    repository's folder free of test records."""
     repo_op = REPO / "extracted" / "merge_state"
     if (repo_op / "manifest.json").is_file() and any((repo_op / "src").rglob("merge_state.py")):
-        return repo_op
+        return validated_copy(repo_op, tmp_root)
     out = tmp_root / "extracted"
     if not (out / "merge_state" / "manifest.json").is_file():
         subprocess.run([PY, "-m", "astra_sglang", "extract", "merge_state", "--out", str(out)], check=True,
                        cwd=REPO, capture_output=True, text=True)
-    return out / "merge_state"
+    return validated_copy(out / "merge_state", tmp_root)
+
+
+def validated_copy(op_dir: Path, tmp_root: Path) -> Path:
+    """``op_dir`` copied under ``tmp_root/validated/`` with a passing CPU validation record (made once)."""
+    import shutil
+
+    from astra_sglang.contract.op import load_manifest
+    from astra_sglang.contract.validation import current_validation, record_validation
+    from astra_sglang.harness.contract_validation import validate_contract, validation_config
+
+    dest = tmp_root / "validated" / op_dir.name
+    if (dest / "manifest.json").is_file() and current_validation(dest) is not None:
+        return dest
+    shutil.rmtree(dest, ignore_errors=True)
+    shutil.copytree(op_dir, dest, ignore=shutil.ignore_patterns("build", "__pycache__", "validation.json"))
+    v, _ = validate_contract(dest, validation_config("cpu"))
+    assert v.passed, f"{op_dir.name} does not validate on CPU: {v.first_failure}"
+    record_validation(dest, load_manifest(dest).op_id, v)
+    return dest
 
 
 # ------------------------------------------------------------------------------------ scripted replies
@@ -123,3 +149,33 @@ def answer_files(directory: Path, answer: Callable[[dict], dict], stop: threadin
             tmp.write_text(json.dumps(body))
             tmp.rename(req.with_name(req.name.replace(".request.json", ".response.json")))
         time.sleep(0.05)
+
+
+# ------------------------------------------------------------------------------- playing the GPU host
+
+def inject_timing(result: EvalResult, speedup: float) -> EvalResult:
+    shape = ShapeTiming(dims={"T": 5, "NH": 3, "D": 64}, dtype="bfloat16", original_us=10.0,
+                        candidate_us=10.0 / speedup, spread_pct=0.0, speedup=speedup,
+                        verdict="faster" if speedup > 1 else ("slower" if speedup < 1 else "no change"),
+                        bytes_moved=1, original_gbps=0.0, candidate_gbps=0.0, original_pct_ceiling=0.0,
+                        candidate_pct_ceiling=0.0)
+    timing = TimingReport(method=INJECTED, copy_ceiling_gbps=1.0, shapes=[shape], geomean_speedup=speedup)
+    return result.model_copy(update={"timing": timing, "device": f"{result.device} + {INJECTED}"})
+
+
+def answer_queue(queue: Path, op_dir: Path, speedups: dict[str, float]) -> list[str]:
+    """What `astra-sglang evaluate QUEUE` does on the GPU host (the real harness verdict), plus a timing that
+    was NOT measured, marked INJECTED, one atomic write per item. Returns the labels it answered."""
+    from astra_sglang.harness.evaluate import evaluate
+    from astra_sglang.loop.evaluator import RESULT_NAME, list_queue, to_eval_config
+    from astra_sglang.loop.runfolder import atomic_write
+
+    seen = []
+    for item_dir, request, result in list_queue(queue):
+        if result is not None:
+            continue
+        cand = item_dir / request.candidate_file if request.candidate_file else None
+        res = evaluate(op_dir, cand, to_eval_config(request.spec))
+        atomic_write(item_dir / RESULT_NAME, inject_timing(res, speedups[request.label]).model_dump_json())
+        seen.append(request.label)
+    return seen

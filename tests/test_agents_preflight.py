@@ -45,11 +45,12 @@ def plain_http(tmp_path: Path):
     httpd.server_close()
 
 
-def test_a_plain_web_server_is_not_a_model_server(plain_http: str, key, tmp_path: Path, capsys) -> None:
+def test_a_plain_web_server_is_not_a_model_server(plain_http: str, key, tmp_path: Path, capsys,
+                                                   validated_merge_state: Path) -> None:
     with pytest.raises(AstraError, match="is not an OpenAI-compatible model server"):
         asyncio.run(preflight(_opts(plain_http)))
     runs = tmp_path / "runs"
-    assert main(["optimize", str(ROOT / "extracted" / "merge_state"), "--runs-dir", str(runs), "--base-url",
+    assert main(["optimize", str(validated_merge_state), "--runs-dir", str(runs), "--base-url",
                  plain_http, "--api-key-env", "ASTRA_TEST_KEY", "--device", "cpu", "--shapes", "test",
                  "--no-live"]) == 2
     err = capsys.readouterr().err.strip().splitlines()

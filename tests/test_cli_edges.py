@@ -48,8 +48,8 @@ def test_bad_numbers_are_refused_as_arguments(capsys, argv: list[str], flag: str
     assert f"argument {flag}" in line and "must be" in line, line
 
 
-def test_runs_dir_that_cannot_be_created(capsys, tmp_path: Path) -> None:
-    line = _one_line(capsys, ["optimize", str(MERGE_STATE), "--runs-dir", "/proc/astra-nope", "--model",
+def test_runs_dir_that_cannot_be_created(capsys, tmp_path: Path, validated_merge_state: Path) -> None:
+    line = _one_line(capsys, ["optimize", str(validated_merge_state), "--runs-dir", "/proc/astra-nope", "--model",
                               f"file:{tmp_path / 'inbox'}", "--device", "cpu", "--shapes", "test", "--no-live"])
     assert "cannot create the run folder /proc/astra-nope/merge_state/" in line and "--runs-dir" in line
 
@@ -73,10 +73,10 @@ def test_candidate_in_the_other_language(capsys, tmp_path: Path, op: Path, name:
     assert f"this op ({op.name}) {wanted}" in line and name in line
 
 
-def test_optimize_without_a_gpu_points_to_the_queue(tmp_path: Path) -> None:
+def test_optimize_without_a_gpu_points_to_the_queue(tmp_path: Path, validated_merge_state: Path) -> None:
     env = dict(os.environ, CUDA_VISIBLE_DEVICES="", PYTHONPATH=str(ROOT))
     runs = tmp_path / "runs"
-    r = subprocess.run([sys.executable, "-m", "astra_sglang", "optimize", str(MERGE_STATE), "--runs-dir", str(runs),
+    r = subprocess.run([sys.executable, "-m", "astra_sglang", "optimize", str(validated_merge_state), "--runs-dir", str(runs),
                         "--model", f"file:{tmp_path / 'inbox'}", "--no-live"],
                        capture_output=True, text=True, env=env, timeout=300)
     assert r.returncode == 2, r.stderr

@@ -37,7 +37,7 @@ def test_every_refusal_has_a_reason(infos) -> None:
     assert refused and all(i.reason for i in refused)
     kinds = {i.source_kind for i in refused}
     assert {"cuda_jit", "triton", "compiled_only"} <= kinds
-    assert any("imports SGLang" in i.reason for i in refused)
+    assert any("SGLang imports cannot be vendored" in i.reason for i in refused)
 
 
 def test_cli_list_json(capsys: pytest.CaptureFixture[str]) -> None:

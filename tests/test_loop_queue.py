@@ -25,11 +25,14 @@ from fake_openai_server import (
 )
 from loop_support import (
     API_KEY,
+    INJECTED,
     answer_files,
+    answer_queue,
     candidate,
     code_reply,
     diagnosis_reply,
     grep_tree,
+    inject_timing,
     loop_env,
     merge_state_dir,
     only_run,
@@ -41,37 +44,23 @@ from loop_support import (
 )
 
 from astra_sglang.cli.main import main
-from astra_sglang.contract.result import EvalResult, ShapeTiming, TimingReport
-from astra_sglang.harness.evaluate import evaluate
+from astra_sglang.contract.result import EvalResult
 from astra_sglang.loop.evaluator import (
     REQUEST_NAME,
     RESULT_NAME,
     EvalPending,
     QueueEvaluator,
-    list_queue,
-    to_eval_config,
 )
 from astra_sglang.loop.records import EvalSpec, QueueRequest
 from astra_sglang.loop.runfolder import atomic_write
 
 pytestmark = pytest.mark.timeout(500)
-INJECTED = "INJECTED BY TEST: no GPU on this host, not a measurement"
 SPEEDUPS = {"r000-original": 1.0, "r001": 5.0, "r002": 1.8, "r003": 0.7, "r002-heldout": 1.7}
 
 
 @pytest.fixture(scope="module")
 def op_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return merge_state_dir(tmp_path_factory.getbasetemp())
-
-
-def inject_timing(result: EvalResult, speedup: float) -> EvalResult:
-    shape = ShapeTiming(dims={"T": 5, "NH": 3, "D": 64}, dtype="bfloat16", original_us=10.0,
-                        candidate_us=10.0 / speedup, spread_pct=0.0, speedup=speedup,
-                        verdict="faster" if speedup > 1 else ("slower" if speedup < 1 else "no change"),
-                        bytes_moved=1, original_gbps=0.0, candidate_gbps=0.0, original_pct_ceiling=0.0,
-                        candidate_pct_ceiling=0.0)
-    timing = TimingReport(method=INJECTED, copy_ceiling_gbps=1.0, shapes=[shape], geomean_speedup=speedup)
-    return result.model_copy(update={"timing": timing, "device": f"{result.device} + {INJECTED}"})
 
 
 def _inject_file(path: Path, label: str) -> None:
@@ -82,13 +71,7 @@ def _inject_file(path: Path, label: str) -> None:
 def _gpu_host(queue: Path, op_dir: Path, stop: threading.Event, seen: list[str]) -> None:
     """Answers queue requests like `evaluate QUEUE` would, plus the marked timing, in one atomic write."""
     while not stop.is_set():
-        for item_dir, request, result in list_queue(queue):
-            if result is not None:
-                continue
-            cand = item_dir / request.candidate_file if request.candidate_file else None
-            res = evaluate(op_dir, cand, to_eval_config(request.spec))
-            atomic_write(item_dir / RESULT_NAME, inject_timing(res, SPEEDUPS[request.label]).model_dump_json())
-            seen.append(request.label)
+        seen += answer_queue(queue, op_dir, SPEEDUPS)
         time.sleep(0.2)
 
 

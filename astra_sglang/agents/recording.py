@@ -3,14 +3,20 @@
 One wrapper for every provider (OpenAI-compatible HTTP, LiteLLM, ``file:``) so the run folder gets the same
 record of every prompt and response whatever the transport, and the retry policy is ours, logged, and the
 same everywhere (the OpenAI client's own retries are switched off).
+
+The records also replay: a resumed run that makes a request an earlier session already got an answer to
+(same round, step, agent and request) is given that answer again instead of asking the model. A step that was
+in flight at a kill (a coding agent with K-1 of its turns done) so repeats no finished model call.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import AsyncIterator, Callable
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any, Protocol
 
 from agents.agent_output import AgentOutputSchemaBase
@@ -19,7 +25,9 @@ from agents.items import ModelResponse, TResponseInputItem, TResponseStreamEvent
 from agents.model_settings import ModelSettings
 from agents.models.interface import Model, ModelTracing
 from agents.tool import FunctionTool, Tool
-from pydantic import Field
+from agents.usage import Usage
+from openai.types.responses import ResponseOutputItem
+from pydantic import Field, TypeAdapter
 
 from astra_sglang.agents.config import RetryPolicy, TokenCount
 from astra_sglang.contract.base import Model as Record
@@ -116,14 +124,49 @@ def short_error(error: BaseException) -> str:
     return text if len(text) < 600 else text[:600] + "..."
 
 
+def _replay_key(rnd: int | None, step: str, agent: str, request: dict[str, Any]) -> str:
+    return json.dumps([rnd, step, agent, request], sort_keys=True)
+
+
+def load_answered(calls_dir: Path) -> list[ModelCallRecord]:
+    """The answered calls an earlier session of this run recorded (``calls/``), oldest first."""
+    out = []
+    for path in sorted(Path(calls_dir).glob("*.json")):
+        try:
+            record = ModelCallRecord.model_validate_json(path.read_text())
+        except (OSError, ValueError):
+            continue  # a torn record is a call that has to be made again
+        if record.response is not None and record.error is None:
+            out.append(record)
+    return out
+
+
+_OUTPUT_ITEM: TypeAdapter[Any] = TypeAdapter(ResponseOutputItem)
+
+
 class RecordingModel(Model):
     def __init__(self, inner: Model, sink: CallSink, policy: RetryPolicy,
-                 sleep: Callable[[float], Any] = asyncio.sleep) -> None:
+                 sleep: Callable[[float], Any] = asyncio.sleep, replay: list[ModelCallRecord] | None = None) -> None:
         self.inner = inner
         self.sink = sink
         self.policy = policy
         self._sleep = sleep
         self._seq = 0
+        self._replay: dict[str, list[ModelCallRecord]] = {}
+        for record in replay or []:
+            key = _replay_key(record.round, record.step, record.agent, record.request)
+            self._replay.setdefault(key, []).append(record)
+
+    def _replayed(self, rnd: int | None, step: str, agent: str, request: dict[str, Any]) -> ModelResponse | None:
+        answers = self._replay.get(_replay_key(rnd, step, agent, request))
+        if not answers:
+            return None
+        record = answers.pop(0)
+        try:
+            output = [_OUTPUT_ITEM.validate_python(item) for item in record.response or []]
+        except ValueError:
+            return None  # recorded by another SDK version: ask again
+        return ModelResponse(output=output, usage=Usage(), response_id=None)
 
     async def close(self) -> None:
         await self.inner.close()
@@ -147,6 +190,9 @@ class RecordingModel(Model):
     ) -> ModelResponse:
         request = describe_request(system_instructions, input, tools, output_schema)
         rnd, step, agent = self.sink.scope()
+        replayed = self._replayed(rnd, step, agent, request)
+        if replayed is not None:  # answered before a kill: the same answer, no new call, no new tokens
+            return replayed
         last: BaseException | None = None
         for attempt in range(self.policy.retries + 1):
             self._seq += 1

@@ -69,6 +69,13 @@ class OptimizationPlan(Model):
     avoid: list[str] = Field(description="things not to try again, and why")
 
 
+class PlanSet(Model):
+    """The Planning agent's answer when a round codes K candidates: one plan per direction, all different."""
+
+    plans: list[OptimizationPlan] = Field(description="exactly the number of plans asked for, each a "
+                                          "different direction (not the same change with other numbers)")
+
+
 class CandidateSource(Model):
     """The Coding agent's answer: a complete file of the same form as the current kernel."""
 
@@ -128,6 +135,12 @@ class RoundView(Model):
     failure: str | None
 
 
+class CandidateView(RoundView):
+    """One earlier candidate as the planner sees it when rounds code K candidates."""
+
+    candidate: int | None
+
+
 class OpView(Model):
     """The op's contract as shown to agents (from the manifest, held-out shapes removed)."""
 
@@ -168,6 +181,13 @@ class PlanningInput(Model):
     history: list[RoundView]
 
 
+class PlanningSetInput(PlanningInput):
+    """K > 1: the history lists every candidate of every round, fastest correct first, then the failures."""
+
+    directions: int = Field(description="how many distinct plans to give")
+    history: list[CandidateView]  # type: ignore[assignment]
+
+
 class CodingInput(Model):
     op: OpView
     round: int
@@ -183,6 +203,14 @@ class SingleAgentInput(Model):
     kernel_source: str
     result: ResultView
     history: list[RoundView]
+
+
+class SingleAgentSetInput(SingleAgentInput):
+    """K > 1 single agents: each knows it is one of K working from the same kernel at once."""
+
+    candidate: int
+    candidates_in_round: int
+    history: list[CandidateView]  # type: ignore[assignment]
 
 
 def render_input(model: BaseModel) -> str:

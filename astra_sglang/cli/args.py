@@ -32,4 +32,8 @@ def _number(kind: Callable[[str], float], ok: Callable[[float], bool], want: str
 positive_float = _number(float, lambda v: v > 0, "a number > 0")
 non_negative_float = _number(float, lambda v: v >= 0, "a number >= 0")
 non_negative_int = _number(int, lambda v: v >= 0, "an integer >= 0")
+at_least_one = _number(int, lambda v: v >= 1, "an integer >= 1")
 at_least_two = _number(int, lambda v: v >= 2, "an integer >= 2")
+positive_int = _number(int, lambda v: v >= 1, "an integer >= 1")
+fraction = _number(float, lambda v: 0 <= v < 1, "a fraction in [0, 1)")
+at_most_16 = _number(int, lambda v: 1 <= v <= 16, "an integer from 1 to 16")

@@ -49,6 +49,9 @@ def handle(args: argparse.Namespace) -> int:
             require_candidate_file(args.candidate, load_manifest(op_dir))
         except ManifestError as e:
             raise AstraError(str(e)) from None
+        from astra_sglang.harness.sweep import declared_space
+
+        declared_space(args.candidate)  # a malformed TUNE is the user's input error: one line, before any work
     config = EvalConfig(shapes=args.shapes, dtypes=args.dtypes, timing_dtypes=args.dtypes,
                         mode="warm" if args.warm else "cold", protocol="paper" if args.paper_protocol else "default",
                         include_heldout=args.heldout, device=args.device, timeout_s=args.timeout, seed=args.seed)

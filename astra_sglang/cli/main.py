@@ -30,10 +30,12 @@ COMMANDS: dict[str, str] = {
     "bench": "bench_cmd",
     "optimize": "optimize_cmd",
     "evaluate": "evaluate_cmd",
+    "report": "report_cmd",
     "patches": "patches_cmd",
     "serve": "serve_cmd",
     "doctor": "doctor_cmd",
     "validate-contract": "validate_contract_cmd",
+    "tune": "tune_cmd",
 }
 EXIT_INTERRUPTED = 130
 EXIT_TERMINATED = 143  # 128 + SIGTERM, what a shell reports for a process SIGTERM ended

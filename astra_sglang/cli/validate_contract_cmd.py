@@ -23,6 +23,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--shapes", choices=["auto", "all", "test"], default="auto",
                    help="auto = all manifest shapes on a GPU, the test shapes on CPU")
     p.add_argument("--device", choices=["auto", "cuda", "cpu"], default="auto")
+    p.add_argument("--jobs", type=int, default=1,
+                   help="validate this many ops at once (correctness only; each is then timed alone, one by one)")
     p.add_argument("--no-record", action="store_true", help="report only; leave validation.json alone")
     p.add_argument("--table", type=Path, help="also write the results as a markdown table to this file")
     p.add_argument("--json", type=Path, help="also write the validation records as JSON to this file")
@@ -75,22 +77,34 @@ def markdown_table(rows: list[tuple[str, object]]) -> str:
 
 def handle(args: argparse.Namespace) -> int:
     import json
+    from concurrent.futures import ThreadPoolExecutor
 
-    from astra_sglang.contract.op import load_manifest
-    from astra_sglang.contract.validation import record_validation
-    from astra_sglang.harness.contract_validation import validate_contract, validation_config
+    from astra_sglang.contract.op import Manifest, load_manifest
+    from astra_sglang.contract.validation import ContractValidation, record_validation
+    from astra_sglang.harness.contract_validation import time_original, validate_contract, validation_config
     from astra_sglang.harness.evaluate import resolve_device
 
-    folders = _folders(args)
-    rows: list[tuple[str, object]] = []
-    failed = 0
-    for folder in folders:
+    device = resolve_device(validation_config(args.device))
+    todo: list[tuple[Path, Manifest]] = []
+    for folder in _folders(args):
         manifest = load_manifest(folder)
-        device = resolve_device(validation_config(args.device))
         if device == "cpu" and manifest.source_kind == "cuda_jit":
             print(f"{manifest.short_name}: skipped: a CUDA kernel needs a GPU to run (validate it on a GPU host)")
             continue
-        v, _ = validate_contract(folder, validation_config(device, args.shapes))
+        todo.append((folder, manifest))
+    parallel = max(1, args.jobs) > 1
+    config = validation_config(device, args.shapes, timing=not parallel)  # parallel: time each alone afterwards
+
+    def one(item: tuple[Path, Manifest]) -> ContractValidation:
+        return validate_contract(item[0], config)[0]
+
+    with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        checked = list(pool.map(one, todo))
+    rows: list[tuple[str, object]] = []
+    failed = 0
+    for (folder, manifest), v in zip(todo, checked):
+        if parallel and device == "cuda" and v.passed:
+            v = time_original(folder, v, config)
         if not args.no_record:
             record_validation(folder, manifest.op_id, v)
         failed += not v.passed
@@ -99,5 +113,6 @@ def handle(args: argparse.Namespace) -> int:
     if args.table:
         args.table.write_text(markdown_table(rows))
     if args.json:
-        args.json.write_text(json.dumps({n: v.model_dump() for n, v in rows}, indent=2))  # type: ignore[attr-defined]
+        args.json.write_text(json.dumps({n: v.model_dump() for n, v in rows if isinstance(v, ContractValidation)},
+                                        indent=2))
     return 1 if failed else 0

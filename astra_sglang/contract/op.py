@@ -9,11 +9,11 @@ version they do not know instead of guessing.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field
 
-from astra_sglang.contract.base import Model, read_versioned
+from astra_sglang.contract.base import Model, read_versioned, sha256_bytes
 from astra_sglang.errors import AstraError
 
 SCHEMA_VERSION = 2
@@ -103,12 +103,41 @@ class CudaJitRecipe(Model):
     arch: str = "sm_90a"
 
 
+class PyModule(Model):
+    """One SGLang module of a Triton source's Python closure, run from the folder under a private package name."""
+
+    name: str = Field(description="the SGLang module name, 'sglang.srt.environ'")
+    path: str = Field(description="its copy in the folder, relative, POSIX separators (pinned in files)")
+    keep_lines: list[int] | None = Field(
+        default=None, description="first lines of the top-level statements that run; None: the whole module")
+    import_subset: dict[int, list[str]] = Field(
+        default_factory=dict, description="top-level import statement line -> the only names it binds")
+    left_out: dict[int, str] = Field(
+        default_factory=dict, description="import line under a module-level if -> why its names are placeholders")
+
+
+class PyClosure(Model):
+    """The SGLang-internal modules a Triton source imports, so it runs with no SGLang installed."""
+
+    modules: list[PyModule] = Field(description="the recipe's source first")
+    lazy_missing: list[str] = Field(
+        default_factory=list, description="imports inside functions (or guarded by try) left out, with why")
+
+    def package_name(self, op_dir: Path, root_file: Path) -> str:
+        """The private package the closure runs under: one per folder, closure and root content, so candidates
+        and two folders in one process never share module state."""
+        key = f"{Path(op_dir).resolve()}\0{self.model_dump_json()}\0".encode() + Path(root_file).read_bytes()
+        return f"astra_vendored_{sha256_bytes(key)[:16]}"
+
+
 class TritonRecipe(Model):
     kind: Literal["triton"] = "triton"
     source: str = Field(description="relative path of the .py holding the @triton.jit kernels and the wrapper")
     wrapper: str = Field(description="the Python launch wrapper's name")
     kernels: list[str]
     call: list[str] = Field(description="arguments of the wrapper call: signature names or Python literals")
+    closure: PyClosure | None = Field(
+        default=None, description="set when the source imports SGLang: the vendored modules it needs")
 
 
 Recipe = CudaJitRecipe | TritonRecipe
@@ -148,15 +177,60 @@ class ContractProvenance(Model):
     note: str = ""
 
 
+class TorchRecipe(Model):
+    """A baseline that is plain torch code (SGLang's eager fallback, e.g. ``forward_native``), timed as is."""
+
+    kind: Literal["torch"] = "torch"
+    source: str = Field(description="relative path of the .py that defines the function")
+    function: str
+    call: list[str] = Field(description="arguments of the call: signature names or Python literals")
+
+
+class DimBound(Model):
+    """Bounds one dim must meet for a serving rule; a bound left None is not tested."""
+
+    min: int | None = None
+    max: int | None = None
+    multiple_of: int | None = None
+    not_multiple_of: int | None = Field(default=None, description="SGLang's 'else' branch of a divisibility test")
+
+    def holds(self, value: int) -> bool:
+        return ((self.min is None or value >= self.min) and (self.max is None or value <= self.max)
+                and (self.multiple_of is None or value % self.multiple_of == 0)
+                and (self.not_multiple_of is None or value % self.not_multiple_of != 0))
+
+
+class ServeRule(Model):
+    """One branch of SGLang's dispatch, restated as data: every stated condition holds (an empty rule: always)."""
+
+    dims: dict[str, DimBound] = Field(default_factory=dict)
+    dtypes: list[str] = Field(default_factory=list, description="empty = any dtype of the op")
+    scalars: dict[str, float | int | bool | str] = Field(default_factory=dict,
+                                                         description="scalar values the branch requires")
+    source: str = Field(default="", description="where SGLang decides it, 'path/in/sglang.py:line'")
+
+    def holds(self, dims: dict[str, int], dtype: str, scalars: dict[str, Any]) -> bool:
+        return (all(name in dims and b.holds(dims[name]) for name, b in self.dims.items())
+                and (not self.dtypes or dtype in self.dtypes)
+                and all(name in scalars and scalars[name] == v for name, v in self.scalars.items()))
+
+
 class Baseline(Model):
     """The kernel SGLang really serves with, where that is not the extracted source (e.g. FlashInfer's)."""
 
     name: str
     description: str
     when: str = Field(description="the serving condition under which SGLang dispatches here")
-    recipe: Recipe | None = None
+    recipe: Recipe | TorchRecipe | None = None
     same_function: bool = Field(description="False when semantics differ (e.g. base-2 vs base-e LSE)")
     note: str = ""
+    serves: list[ServeRule] = Field(
+        default_factory=list,
+        description="SGLang dispatches here when any rule holds (checked in order over the baselines; where no "
+        "baseline's rule holds, SGLang serves the extracted original). Empty = not stated: `when` alone")
+    returns: list[str] | None = Field(
+        default=None, description="outputs it returns as new tensors, in order, instead of writing the buffers "
+        "(SGLang's eager fallback is not in place); None = it writes the signature's buffers like the op")
 
 
 class CallSite(Model):
@@ -218,6 +292,29 @@ class Manifest(Model):
 
     def file(self, role: FileRole) -> list[SourceFile]:
         return [f for f in self.files if f.role == role]
+
+
+ORIGINAL = "original"  # what ``served_by`` names when SGLang serves the extracted kernel itself
+
+
+def states_serving(manifest: Manifest) -> bool:
+    """Whether the manifest says, per shape, which kernel SGLang serves (some baseline has rules)."""
+    return any(b.serves for b in manifest.baselines)
+
+
+def served_baseline(manifest: Manifest, dims: dict[str, int], dtype: str,
+                    scalars: dict[str, Any] | None = None) -> Baseline | None:
+    """The baseline SGLang dispatches to for this call, or None when it serves the extracted original.
+
+    Only meaningful where ``states_serving``; the first baseline with a rule that holds wins, as SGLang's
+    if/else chain does.
+    """
+    if scalars is None:
+        scalars = {s.name: s.default for s in manifest.signature.scalars}
+    for b in manifest.baselines:
+        if any(rule.holds(dims, dtype, scalars) for rule in b.serves):
+            return b
+    return None
 
 
 def signature_names(manifest: Manifest) -> list[str]:

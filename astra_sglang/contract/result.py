@@ -6,6 +6,7 @@ schema without importing torch.
 
 from __future__ import annotations
 
+import math
 from typing import Literal
 
 from pydantic import Field
@@ -66,7 +67,8 @@ class CorrectnessReport(Model):
 class ShapeTiming(Model):
     dims: dict[str, int]
     dtype: str
-    original_us: float
+    original_us: float = Field(description="the extracted original's time; where it refuses the shape "
+                               "(original_refused), the time of the kernel SGLang serves there, the one comparison")
     candidate_us: float | None = None
     spread_pct: float = Field(description="relative spread (IQR/median, max of both sides) of the timed samples")
     speedup: float | None = None
@@ -81,6 +83,13 @@ class ShapeTiming(Model):
     samples: int | None = Field(default=None, description="timed replays per side")
     baseline_name: str | None = Field(default=None, description="the library kernel SGLang serves with here")
     baseline_us: float | None = Field(default=None, description="its time, interleaved with the others")
+    original_refused: bool = Field(default=False, description="the extracted original refuses this shape: "
+                                   "checked and timed against the kernel SGLang serves here instead")
+    served_by: str | None = Field(default=None, description="what SGLang serves this shape with: 'original' or "
+                                  "a baseline's name; None where the op manifest does not say")
+    served_us: float | None = Field(default=None, description="that kernel's time here")
+    served_speedup: float | None = Field(default=None, description="served_us / candidate_us: the speedup a user "
+                                         "of SGLang would see on this shape")
 
 
 class TimingReport(Model):
@@ -88,8 +97,92 @@ class TimingReport(Model):
     method: str = Field(description="e.g. 'cuda-graph replay, 20 warm-up, 100 timed, ABAB interleaved'")
     copy_ceiling_gbps: float
     shapes: list[ShapeTiming]
-    geomean_speedup: float | None = None
+    geomean_speedup: float | None = Field(default=None, description="the headline: over shapes, of served_speedup "
+                                          "where the op states what SGLang serves, else of speedup (vs original)")
+    geomean_vs_original: float | None = Field(default=None, description="of speedup over the shapes the original "
+                                              "runs (where the headline is vs served)")
     suspect: list[str] = Field(default_factory=list, description="why a number is not trusted (above ceiling...)")
+
+
+TuneValue = int | float | bool | str
+
+
+class SweepShape(Model):
+    """One config at one timed shape, timed ABBA against the original in the sweep's single worker."""
+
+    dims: dict[str, int]
+    dtype: str
+    original_us: float
+    candidate_us: float
+    speedup: float
+    spread_pct: float
+
+
+class SweepConfig(Model):
+    """One point of the space: dropped (``failure``) or timed on every timed shape."""
+
+    config: dict[str, TuneValue]
+    ok: bool
+    failure: str | None = Field(default=None, description="why it was dropped: the screen, the quick check, "
+                                "a launch error, the after-timing check")
+    shapes: list[SweepShape] = Field(default_factory=list)
+
+
+class SweepChoice(Model):
+    """The config chosen for one shape bucket (a timed shape; calls pick the nearest bucket by dims)."""
+
+    dims: dict[str, int]
+    config: dict[str, TuneValue]
+    original_us: float = Field(description="geometric mean over the timed dtypes")
+    candidate_us: float
+    speedup: float
+
+
+class SweepReport(Model):
+    """What a sweep measured and what it froze (docs/harness.md, "Tunable candidates")."""
+
+    parameters: dict[str, list[TuneValue]]
+    configs: list[SweepConfig]
+    choice: list[SweepChoice]
+    single: bool = Field(description="one config is within noise of the best on every shape: no dispatch by shape")
+    quick_cases: int = Field(0, description="cases of the quick check every config ran before timing")
+    method: str = ""
+    note: str = Field("", description="e.g. CPU: host timers, the choice is arbitrary among correct configs")
+    frozen_path: str | None = Field(default=None, description="the frozen source (no TUNE, a TUNED table): what "
+                                    "was fully evaluated and what is shipped")
+    frozen_sha256: str | None = None
+    frozen_source: str | None = None
+    wall_s: float = 0.0
+
+
+class BaselineShape(Model):
+    dims: dict[str, int]
+    dtype: str
+    original_us: float
+    best_config: dict[str, TuneValue]
+    best_us: float
+    speedup: float
+
+
+class SweepBaseline(Model):
+    """``astra-sglang tune OP``: the original's own launch parameters swept; the bar a candidate must beat."""
+
+    schema_version: int = 1
+    op_id: str
+    sglang_version: str
+    device: str
+    parameters: dict[str, list[TuneValue]] = Field(description="what was swept, e.g. 'merge_state_kernel.num_warps'")
+    original_config: dict[str, str] = Field(description="the original's own value of each parameter (source text)")
+    shapes: list[BaselineShape]
+    configs: list[SweepConfig]
+    method: str = ""
+    note: str = ""
+    wall_s: float = 0.0
+
+    @property
+    def geomean_speedup(self) -> float | None:
+        s = [x.speedup for x in self.shapes if x.speedup > 0]
+        return math.exp(sum(math.log(v) for v in s) / len(s)) if s else None
 
 
 class EvalResult(Model):
@@ -105,6 +198,8 @@ class EvalResult(Model):
     timing: TimingReport | None = None
     error: str | None = Field(default=None, description="why evaluation stopped (build failed, worker died, ...)")
     wall_s: float = 0.0
+    sweep: SweepReport | None = Field(default=None, description="a tunable candidate (TUNE): its sweep and the "
+                                      "frozen source the rest of this result evaluated")
 
     @property
     def ok(self) -> bool:

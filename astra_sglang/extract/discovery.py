@@ -16,7 +16,9 @@ from pydantic import BaseModel
 from astra_sglang.contract.op import SourceKind
 from astra_sglang.errors import AstraError
 from astra_sglang.extract import catalog
-from astra_sglang.extract.sglang_env import require_sglang, sglang_root
+from astra_sglang.extract.closure import include_closure
+from astra_sglang.extract.py_closure import python_closure
+from astra_sglang.extract.sglang_env import jit_dir, require_sglang, sglang_root
 from astra_sglang.extract.source_scan import imported_modules_of, scan_module
 
 # Entry points SGLang serves with that are not registry op ids (catalog entry points are added too).
@@ -40,6 +42,40 @@ class OpInfo(BaseModel):
     extractable: bool
     reason: str = ""
     short_name: str | None = None  # the catalog's folder name when extractable
+    # Triton: its vendored closure imports where SGLang cannot (statically, or checked in a subprocess with
+    # --check-load); CUDA JIT: its header closure resolves. None for other kinds.
+    standalone: bool | None = None
+    standalone_reason: str = ""
+    standalone_checked: bool = False  # True once a subprocess imported it (--check-load)
+
+
+def triton_module(target: str) -> tuple[str, str | None] | None:
+    """(module holding the @triton.jit kernels, its launch wrapper if a top-level function) of a triton target."""
+    module, _, qual = target.partition(":")
+    imported = [m for m in imported_modules_of(module, qual) if m.startswith("sglang")]
+    for mod in [module, *imported]:
+        scan = scan_module(mod)
+        if scan is None or scan.error or not scan.triton_kernels:
+            continue
+        if mod == module:
+            return mod, qual if qual in scan.functions and "." not in qual else None
+        names = [m[len(mod) + 1:] for m in imported if m.startswith(mod + ".")]
+        return mod, next((n for n in names if n in scan.functions), None)
+    return None
+
+
+def cuda_standalone(sources: list[str]) -> tuple[bool, str]:
+    """Whether every JIT source and the headers it includes from SGLang's jit folder are in the package."""
+    csrc, include = jit_dir() / "csrc", jit_dir() / "include"
+    roots = [csrc / s for s in sources]
+    missing = [s for s, r in zip(sources, roots) if not r.is_file()]
+    if missing:
+        return False, f"JIT source {missing[0]} is not in the installed SGLang"
+    try:
+        include_closure(roots, [include], within=[jit_dir()])
+    except AstraError as e:
+        return False, str(e)
+    return True, ""
 
 
 def _backend_kind(backend: str, target: str) -> tuple[str, list[str], str | None]:
@@ -65,9 +101,8 @@ def _backend_kind(backend: str, target: str) -> tuple[str, list[str], str | None
             return "cuda_jit", list(scan.cuda_files), None
         if backend == "triton" and scan.triton_kernels:
             rel = str(scan.path.relative_to(root)) if scan.path.is_relative_to(root) else str(scan.path)
-            problem = None
-            if scan.sglang_imports:
-                problem = f"Triton source imports SGLang ({scan.sglang_imports[0]}): cannot run stand-alone"
+            refusal = python_closure(mod).refusal
+            problem = f"its SGLang imports cannot be vendored: {refusal}" if refusal else None
             return "triton", [rel], problem
     if backend == "jit":
         return "other", [], "no load_jit(cuda_files=...) found in the target's module"
@@ -100,15 +135,23 @@ def _info(op_id: str, targets: list[tuple[str, str]], fused: dict[str, bool], re
     sources, problem = kinds.get(kind, ([], None))
     backends = sorted({b for b, _ in targets})
     torch_ref = "torch" in backends or fused.get(op_id, False)
+    standalone: bool | None = None
+    standalone_reason = ""
+    if kind == "triton":
+        standalone, standalone_reason = problem is None, problem or ""
+    elif kind == "cuda_jit":
+        standalone, standalone_reason = cuda_standalone(sources) if sources else (False, problem or "no sources")
     entry = catalog.find(op_id)
     if entry is not None:
         return OpInfo(op_id=op_id, backends=backends, source_kind=entry.kind, sources=sources, torch_reference=torch_ref
                       or entry.forward_native is not None, fused_op=op_id in fused, registered=registered,
-                      extractable=True, short_name=entry.short_name)
+                      extractable=True, short_name=entry.short_name, standalone=standalone,
+                      standalone_reason=standalone_reason)
     if kind == "cuda_jit":
         reason = problem or f"CUDA JIT ({', '.join(sources)}) but no catalog entry (signature, reference, shapes)"
     elif kind == "triton":
-        reason = problem or "Triton source but no catalog entry (signature, reference, shapes)"
+        reason = f"Triton source, but {problem}" if problem else \
+            "Triton source but no catalog entry (signature, reference, shapes)"
     elif kind == "compiled_only":
         reason = "compiled only (sgl_kernel wheel): no source in the installed package"
     elif kind == "torch":
@@ -116,7 +159,8 @@ def _info(op_id: str, targets: list[tuple[str, str]], fused: dict[str, bool], re
     else:
         reason = problem or f"backends {', '.join(backends)} are neither CUDA JIT nor Triton"
     return OpInfo(op_id=op_id, backends=backends, source_kind=kind, sources=sources, torch_reference=torch_ref,
-                  fused_op=op_id in fused, registered=registered, extractable=False, reason=reason)
+                  fused_op=op_id in fused, registered=registered, extractable=False, reason=reason,
+                  standalone=standalone, standalone_reason=standalone_reason)
 
 
 def list_ops() -> list[OpInfo]:

@@ -24,6 +24,8 @@ from astra_sglang.contract.op import (
     FileRole,
     Inputs,
     Manifest,
+    PyClosure,
+    PyModule,
     Reference,
     ShapeCase,
     SourceFile,
@@ -37,8 +39,9 @@ from astra_sglang.extract import catalog
 from astra_sglang.extract.callsites import scan_call_sites
 from astra_sglang.extract.catalog.base import CatalogEntry, FlashInferBaseline
 from astra_sglang.extract.closure import include_closure
-from astra_sglang.extract.discovery import list_ops, resolve
+from astra_sglang.extract.discovery import list_ops, resolve, triton_module
 from astra_sglang.extract.keep import carry, files_under, summarize
+from astra_sglang.extract.py_closure import PyClosureResult, python_closure
 from astra_sglang.extract.recipe import (
     capture_jit_request,
     resolve_target,
@@ -151,6 +154,20 @@ def _cuda_jit(entry: CatalogEntry, folder: _Folder, external: list[str], notes: 
     )
 
 
+def _vendor_closure(result: PyClosureResult, folder: _Folder) -> PyClosure | None:
+    """Copy every module of the closure into src/ (pinned like the CUDA headers); None for a lone module."""
+    if len(result.modules) == 1 and not result.lazy_missing:
+        return None
+    modules = []
+    for i, (name, plan) in enumerate(result.modules.items()):
+        scan = scan_module(name)
+        role: FileRole = "kernel" if i == 0 or (scan is not None and scan.triton_kernels) else "launcher"
+        rel = folder.copy_sglang(plan.path, role)
+        modules.append(PyModule(name=name, path=rel, keep_lines=plan.keep_lines, import_subset=plan.import_subset,
+                                left_out=plan.left_out))
+    return PyClosure(modules=modules, lazy_missing=list(result.lazy_missing))
+
+
 def _triton(entry: CatalogEntry, folder: _Folder) -> TritonRecipe:
     assert entry.wrapper
     module, _, wrapper = entry.wrapper.partition(":")
@@ -160,12 +177,71 @@ def _triton(entry: CatalogEntry, folder: _Folder) -> TritonRecipe:
         raise AstraError(f"{entry.short_name}: Triton module {module} not found in the installed SGLang")
     if scan.error:
         raise AstraError(f"{entry.short_name}: {scan.error}")
-    if scan.sglang_imports:
-        raise AstraError(f"{entry.short_name}: {path.name} imports {scan.sglang_imports[0]}; it cannot run stand-alone")
     if wrapper not in scan.functions or not scan.triton_kernels:
         raise AstraError(f"{entry.short_name}: {path.name} has no wrapper {wrapper!r} with @triton.jit kernels")
+    result = python_closure(module)
+    if result.refusal:
+        raise AstraError(f"{entry.short_name}: the SGLang imports of {path.name} cannot be vendored: {result.refusal}")
     rel = folder.copy_sglang(path, "kernel")
-    return TritonRecipe(source=rel, wrapper=wrapper, kernels=list(scan.triton_kernels), call=list(entry.call))
+    closure = _vendor_closure(result, folder)
+    return TritonRecipe(source=rel, wrapper=wrapper, kernels=list(scan.triton_kernels), call=list(entry.call),
+                        closure=closure)
+
+
+@dataclass
+class VendoredSources:
+    """An op's Triton source with its SGLang closure, copied into a folder, for drafting a contract."""
+
+    op_id: str
+    module: str | None = None  # the SGLang module holding the @triton.jit kernels
+    wrapper: str | None = None  # its launch wrapper, when the op's target names a top-level function
+    kernels: list[str] = field(default_factory=list)
+    source: str | None = None  # the module's copy, relative to the folder
+    files: list[SourceFile] = field(default_factory=list)  # every copied file, pinned (for Manifest.files)
+    closure: PyClosure | None = None  # for TritonRecipe.closure; None when the source imports no SGLang module
+    package: str | None = None  # the private package the loader imports the closure under, from this folder
+    refusal: str | None = None  # why nothing was vendored
+
+
+def _op_target(op_id: str) -> str | None:
+    """The Triton backend target ('module:attr') of a registry op id, catalog entry or 'module:attr'."""
+    entry = catalog.find(op_id)
+    if entry is not None and entry.wrapper:
+        return entry.wrapper
+    if ":" in op_id:
+        return op_id
+    from astra_sglang.extract.sglang_env import require_sglang
+
+    require_sglang()
+    from sglang.kernels.registry import registry
+
+    return next((s.target for s in registry.all_specs() if s.op == op_id and s.backend.value == "triton"), None)
+
+
+def vendor_triton_sources(op_id: str, dest: Path) -> VendoredSources:
+    """Copy the Triton source of ``op_id`` and the SGLang modules it needs into ``dest`` (no catalog entry
+    needed); a refusal line instead when there is no Triton source or its imports cannot be vendored."""
+    done = VendoredSources(op_id=op_id)
+    target = _op_target(op_id)
+    found = triton_module(target) if target else None
+    if found is None:
+        done.refusal = f"{op_id}: no Triton backend with @triton.jit kernels"
+        return done
+    done.module, done.wrapper = found
+    result = python_closure(done.module)
+    if result.refusal:
+        done.refusal = f"{op_id}: the SGLang imports of {done.module} cannot be vendored: {result.refusal}"
+        return done
+    folder = _Folder(Path(dest))
+    path = result.modules[done.module].path
+    done.source = folder.copy_sglang(path, "kernel")
+    done.closure = _vendor_closure(result, folder)
+    scan = scan_module(done.module)
+    done.kernels = list(scan.triton_kernels) if scan else []
+    done.files = folder.files
+    if done.closure is not None:
+        done.package = done.closure.package_name(Path(dest), Path(dest) / done.source)
+    return done
 
 
 def _flashinfer(base: FlashInferBaseline, folder: _Folder, external: list[str]) -> Baseline:
@@ -205,7 +281,7 @@ def _flashinfer(base: FlashInferBaseline, folder: _Folder, external: list[str]) 
         arch=ARCH,
     )
     return Baseline(name=base.name, description=base.description, when=base.when, recipe=recipe,
-                    same_function=base.same_function, note=base.note)
+                    same_function=base.same_function, note=base.note, serves=list(base.serves))
 
 
 def _kept_traced(old_dir: Path, op_id: str) -> list[ShapeCase]:
@@ -355,4 +431,5 @@ def extract(names: list[str], out: Path, progress: Callable[[str, WrittenOp], No
     return written
 
 
-__all__ = ["extract", "write_op", "build_manifest", "resolve_entries", "MANIFEST_NAME"]
+__all__ = ["extract", "write_op", "build_manifest", "resolve_entries", "vendor_triton_sources", "VendoredSources",
+           "MANIFEST_NAME"]

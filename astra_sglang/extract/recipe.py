@@ -15,9 +15,19 @@ from typing import Any
 
 from astra_sglang.errors import AstraError
 
+
+def _sm90_arch() -> Any:
+    from sglang.kernels.jit.utils.arch import make_jit_cuda_arch
+
+    return make_jit_cuda_arch(9, 0)
+
+
+# get_jit_cuda_arch answers 0.0 on a host without a GPU, and builders branch on it (per_token_quant_fp8 adds
+# --use_fast_math and names its module 'fast_math' only on 9.0): pinned like the others.
 _SM90_OVERRIDES: dict[str, Any] = {
     "is_arch_support_pdl": lambda: True,
     "get_activation_cuda_cflags": lambda: ["--use_fast_math"],
+    "get_jit_cuda_arch": _sm90_arch,
 }
 
 

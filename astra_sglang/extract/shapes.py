@@ -89,3 +89,24 @@ def dedup(cases: Iterable[ShapeCase]) -> list[ShapeCase]:
 
 def case(tags: list[str], source: str, **dims: int) -> ShapeCase:
     return ShapeCase(dims=dict(dims), tags=tags, source=source)
+
+
+@dataclass(frozen=True)
+class MoeConfig:
+    """A mixture-of-experts model's routed-expert layer (published configs: num_local_experts / n_routed_experts,
+    num_experts_per_tok, hidden_size, moe_intermediate_size)."""
+
+    name: str
+    experts: int
+    top_k: int
+    hidden: int
+    intermediate: int  # per expert, before TP
+    ep_sizes: tuple[int, ...]  # expert-parallel splits SGLang is run with (1 = TP only)
+
+
+MOE_MODELS: tuple[MoeConfig, ...] = (
+    MoeConfig("Mixtral-8x7B", 8, 2, 4096, 14336, (1,)),
+    MoeConfig("Qwen3-30B-A3B", 128, 8, 2048, 768, (1, 2, 4, 8)),
+    MoeConfig("Qwen3-235B-A22B", 128, 8, 4096, 1536, (1, 4, 8)),
+    MoeConfig("DeepSeek-V3", 256, 8, 7168, 2048, (1, 8)),
+)

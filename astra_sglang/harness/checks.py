@@ -28,9 +28,18 @@ from astra_sglang.checker import (
     compare,
     compare_to_reference,
     scale_key,
+    segments_key,
     tolerance_used,
 )
-from astra_sglang.contract.op import Tolerance, signature_names
+from astra_sglang.contract.op import (
+    ORIGINAL,
+    Baseline,
+    CudaJitRecipe,
+    Tolerance,
+    served_baseline,
+    signature_names,
+    states_serving,
+)
 from astra_sglang.contract.result import CorrectnessReport, FailedCase, ShapeTiming
 from astra_sglang.harness import timing
 from astra_sglang.harness.arena import Arena, put, take
@@ -95,6 +104,7 @@ class Checker:
         self.timed = self.device == "cuda" or self.cfg.simulate_timing
         self.clock = timing.clock_for(self.device)
         self._orig: dict[str, Launcher] = {}
+        self._served_fns: dict[tuple[str, str], Launcher] = {}
         self.reference = load_reference(self.op_dir, self.manifest)
         self.op_inputs = load_inputs(self.op_dir, self.manifest)
         call_names = compile_call(self.manifest.recipe.call, signature_names(self.manifest)).names()
@@ -180,7 +190,10 @@ class Checker:
                 outs[n] = t
         return outs
 
-    def _orig_run(self, case: CaseSpec, vals: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    def _orig_run(self, case: CaseSpec, vals: dict[str, torch.Tensor],
+                  served_fallback: bool = True) -> dict[str, torch.Tensor]:
+        """The original's outputs; where it refuses the case, a candidate is held against the same-function
+        kernel SGLang serves there (``_served_run``), else the case is skipped."""
         a = ArgSet(self.manifest, case.dims, case.dtype, self.device, self.op_inputs)
         a.fill(case.distribution, None, vals)  # type: ignore[arg-type]
         try:
@@ -190,6 +203,9 @@ class Checker:
         except Exception as e:  # noqa: BLE001
             if any(s in str(e) for s in CUDA_STICKY):
                 raise
+            served = self._served_run(case, vals) if served_fallback and self.candidate is not None else None
+            if served is not None:
+                return served
             raise Skip(f"original refuses {case.dims} {case.dtype}: {str(e)[:300]}") from None
         return {n: t.clone() for n, t in outs.items()}
 
@@ -210,7 +226,8 @@ class Checker:
         if case.distribution == "tiny":  # values ~1e-3: an absolute tolerance made for values ~1 would accept 0
             tol = Tolerance(atol=tol.atol * 1e-3, rtol=tol.rtol)
         for name in self.compared:
-            m = compare(name, outs[name], orig[name], ref.get(name), tol, ref.get(scale_key(name)))
+            m = compare(name, outs[name], orig[name], ref.get(name), tol, ref.get(scale_key(name)),
+                        ref.get(segments_key(name)))
             if m is not None:
                 return name, m
         return None
@@ -308,10 +325,11 @@ class Checker:
             for name in self.compared:
                 if name in ref:
                     tol = self.manifest.tolerances[case.dtype]
-                    m = compare_to_reference(name, orig[name], ref[name], tol, ref.get(scale_key(name)))
+                    side = (ref.get(scale_key(name)), ref.get(segments_key(name)))
+                    m = compare_to_reference(name, orig[name], ref[name], tol, *side)
                     if m is not None:
                         raise self._fail(case, m.reason, f"original: {m.detail}", name, m)
-                    used = tolerance_used(orig[name], ref[name], tol, ref.get(scale_key(name)))
+                    used = tolerance_used(orig[name], ref[name], tol, *side)
                     seen = self.reference_error.get(name, (0.0, 0.0))
                     self.reference_error[name] = (max(seen[0], used[0]), max(seen[1], used[1]))
             return
@@ -319,7 +337,7 @@ class Checker:
             _, first = self._cand_run(case, vals, "first run (before the original)")
         except CaseFailure as f:
             if f.failure.reason == "launch error" and not f.sticky:
-                self._orig_run(case, vals)  # raises Skip when the original refuses this case as well
+                self._orig_run(case, vals, served_fallback=False)  # Skip when the original refuses it too
             raise
         orig = self._orig_run(case, vals)
         _, second = self._cand_run(case, vals, "second run (after the original, new addresses)",
@@ -356,7 +374,7 @@ class Checker:
                 _, outs = self._cand_run(case, vals, "same-address re-run", base=base)
             except CaseFailure as f:
                 if f.failure.reason == "launch error" and not f.sticky:
-                    self._orig_run(case, vals)  # raises Skip when the original refuses this case as well
+                    self._orig_run(case, vals, served_fallback=False)  # Skip when the original refuses it too
                 raise
             orig = self._orig_run(case, vals)
             ref = self._reference(case, vals)
@@ -387,7 +405,9 @@ class Checker:
             sets.append(a)
         return sets
 
-    def time_shape(self, dims: dict[str, int], dtype: str, ceiling: float, l2: int) -> TimedShape:
+    def time_shape(self, dims: dict[str, int], dtype: str, ceiling: float, l2: int,
+                   wall_check: bool = True) -> TimedShape:
+        """``wall_check`` off only in a sweep, whose chosen source is timed again with it (sweep_checks.py)."""
         cfg, clock = self.cfg, self.clock
         probe = ArgSet(self.manifest, dims, dtype, self.device, self.op_inputs)
         bytes_moved = probe.bytes_moved()
@@ -397,7 +417,7 @@ class Checker:
         per_replay = n_sets if cold else cfg.warm_launches
         self._per_replay = per_replay
         case = CaseSpec(dims=dict(dims), dtype=dtype, distribution="normal", seed=self.job.timing_seed)
-        self._orig_run(case, self._values(case, case.seed))  # Skip (not timed) if the original refuses the shape
+        orig_launch, stand_in = self._timed_original(case)  # Skip (not timed) when nothing stands in
 
         def body(launch: Launcher, argsets: list[ArgSet]) -> Callable[[], None]:
             arglists = [a.args() for a in argsets] if cold else [argsets[0].args()] * per_replay
@@ -409,7 +429,7 @@ class Checker:
 
         local: list[tuple[str, Any]] = []  # (label, graph or eager body) timed in this process
         eager = False
-        orig_body = body(self._orig_launcher(dtype), self._local_sets(dims, dtype, n_sets, case.seed))
+        orig_body = body(orig_launch, self._local_sets(dims, dtype, n_sets, case.seed))
         try:
             local.append(("original", clock.capture(orig_body)))
         except Exception as e:  # noqa: BLE001 - the original cannot be captured: time eagerly, both sides
@@ -417,7 +437,7 @@ class Checker:
             local.append(("original", orig_body))
             eager = True
         method = "eager, all streams synchronised before each end event" if eager else "cuda-graph replay"
-        baseline = None if eager else self._baseline(dtype, dims)
+        baseline = None if eager or stand_in else self._baseline(dtype, dims)
         if baseline is not None:
             try:
                 local.append((baseline[0], clock.capture(body(baseline[1], self._local_sets(dims, dtype, n_sets,
@@ -428,6 +448,8 @@ class Checker:
         if self.candidate is not None:
             reply, _ = self._ask(Prepare(dims=dims, dtype=dtype, n_sets=n_sets, per_replay=per_replay, cold=cold,
                                          seed=case.seed, eager=eager), case, "timing set-up")
+            if not reply.ok and stand_in and not reply.sticky:
+                raise Skip(f"the candidate refuses {dims} {dtype}, which the original refuses too: {reply.error[:200]}")
             if not reply.ok:
                 what = "the candidate failed at the timed shape" if eager else "CUDA-graph capture of the candidate failed"
                 raise self._fail(case, "launch error", f"{what}: {reply.error[:1000]} (SGLang replays kernels in "
@@ -453,7 +475,7 @@ class Checker:
                 else:
                     us["candidate"] += self._time_candidate(case, k)[0]
         wall_reason = None
-        if self.candidate is not None:
+        if self.candidate is not None and wall_check:
             # one long batch per side (>= WALL_BATCH_US of the original) held against this process's clock
             k = int(min(4000, max(1, WALL_BATCH_US / max(statistics.median(us["original"]) * per_replay, 1.0))))
             t0 = time.perf_counter()
@@ -496,6 +518,7 @@ class Checker:
             row.update(candidate_us=cand_us, speedup=speedup, candidate_gbps=gbps(cand_us),
                        candidate_pct_ceiling=100.0 * gbps(cand_us) / ceiling,
                        verdict=timing.verdict(speedup, max(spread, cfg.min_change_pct), bool(reasons)))
+        row.update(self._served_fields(dims, dtype, row, stand_in))
         del local
         if self.device == "cuda":
             torch.cuda.empty_cache()
@@ -554,8 +577,13 @@ class Checker:
         """The library kernel SGLang really serves with (e.g. FlashInfer's), timed beside the original."""
         if not self.cfg.time_baselines:
             return None
-        for b in self.manifest.baselines:
-            if b.name not in self.job.baselines or dtype not in getattr(b.recipe, "template_args", {}):
+        listed = self.manifest.baselines
+        if states_serving(self.manifest):  # only what SGLang serves here (None: the original itself)
+            served = served_baseline(self.manifest, dims, dtype)
+            listed = [served] if served is not None else []
+        for b in listed:
+            if b.name not in self.job.baselines or (isinstance(b.recipe, CudaJitRecipe)
+                                                    and dtype not in b.recipe.template_args):
                 continue
             try:
                 launch = make_launcher(self.op_dir, self.manifest, dtype, recipe=b.recipe, arch=self.cfg.arch,
@@ -590,6 +618,88 @@ class Checker:
         except Exception as e:  # noqa: BLE001
             return f"; baseline {b[0]} failed to time: {str(e)[:100]}"
         return f"; baseline {b[0]} takes {smp.median:.2f} us there ({cfg.mode} L2)"
+
+    # -- what SGLang serves (Baseline.serves) ----------------------------------------------------------------
+    def _served_launcher(self, dims: dict[str, int], dtype: str,
+                         same_function: bool) -> tuple[Baseline, Launcher] | None:
+        """The baseline SGLang dispatches to for this shape, built (cached) here; None when the manifest states
+        no serving rules, the original is what is served, or (``same_function``) it computes another function."""
+        if not states_serving(self.manifest):
+            return None
+        b = served_baseline(self.manifest, dims, dtype)
+        if b is None or b.recipe is None or (same_function and not b.same_function):
+            return None
+        if isinstance(b.recipe, CudaJitRecipe) and dtype not in b.recipe.template_args:
+            return None
+        key = (b.name, dtype)
+        if key not in self._served_fns:
+            self._served_fns[key] = make_launcher(self.op_dir, self.manifest, dtype, recipe=b.recipe,
+                                                  arch=self.cfg.arch, cache_dir=self.cfg.cache_dir)
+        return b, self._served_fns[key]
+
+    def _served_run(self, case: CaseSpec, vals: dict[str, torch.Tensor]) -> dict[str, torch.Tensor] | None:
+        """Outputs of the same-function kernel SGLang serves for a case the original refuses; None if none does
+        (or it refuses the case as well)."""
+        served = self._served_launcher(case.dims, case.dtype, same_function=True)
+        if served is None:
+            return None
+        b, launch = served
+        a = ArgSet(self.manifest, case.dims, case.dtype, self.device, self.op_inputs)
+        a.fill(case.distribution, None, vals)  # type: ignore[arg-type]
+        try:
+            ret = launch(a.args())
+            self.clock.sync()
+        except Exception as e:  # noqa: BLE001
+            if any(s in str(e) for s in CUDA_STICKY):
+                raise
+            return None
+        if b.returns is None:
+            outs = self._outs(ret, a)
+        else:  # SGLang's eager fallback returns new tensors instead of writing in place
+            seq = list(ret) if isinstance(ret, (tuple, list)) else [ret]
+            outs = {n: a.tensors[n].view for n in self.compared}
+            outs.update(dict(zip(b.returns, seq)))
+        return {n: t.clone() for n, t in outs.items()}
+
+    def _timed_original(self, case: CaseSpec) -> tuple[Launcher, str | None]:
+        """What the candidate is timed against: the original, or where it refuses the shape the kernel SGLang
+        serves there (its name second); Skip when neither runs."""
+        try:
+            self._orig_run(case, self._values(case, case.seed), served_fallback=False)
+            return self._orig_launcher(case.dtype), None
+        except Skip:
+            served = self._served_launcher(case.dims, case.dtype, same_function=True)  # checkable there
+            if served is None:
+                raise
+            a = ArgSet(self.manifest, case.dims, case.dtype, self.device, self.op_inputs)
+            a.fill("normal", torch.Generator(device=self.device).manual_seed(case.seed))
+            try:
+                served[1](a.args())
+                self.clock.sync()
+            except Exception as e:  # noqa: BLE001
+                if any(s in str(e) for s in CUDA_STICKY):
+                    raise
+                raise Skip(f"neither the original nor {served[0].name} runs {case.dims} {case.dtype}") from None
+            return served[1], served[0].name
+
+    def _served_fields(self, dims: dict[str, int], dtype: str, row: dict[str, Any],
+                       stand_in: str | None) -> dict[str, Any]:
+        """A timed row's comparison with what SGLang serves for the shape (nothing where the manifest is silent)."""
+        if not states_serving(self.manifest):
+            return {}
+        b = served_baseline(self.manifest, dims, dtype)
+        out: dict[str, Any] = {"served_by": b.name if b is not None else ORIGINAL}
+        if stand_in is not None:
+            out.update(original_refused=True, baseline_name=stand_in, baseline_us=row["original_us"])
+            out["served_us"] = row["original_us"]
+        elif b is None:
+            out["served_us"] = row["original_us"]
+        elif row.get("baseline_name") == b.name:
+            out["served_us"] = row["baseline_us"]
+        cand = row.get("candidate_us")
+        if out.get("served_us") and cand:
+            out["served_speedup"] = out["served_us"] / cand
+        return out
 
     # -- the job -----------------------------------------------------------------------------------------
     def run(self) -> CheckResult:

@@ -27,12 +27,32 @@ def describe_failure(f: FailedCase) -> str:
     return f"{f.reason} at {where}: {f.detail[:1500]}{err}"
 
 
-def validation_config(device: str, shapes: str = "auto") -> EvalConfig:
-    """All shapes on a GPU (one timed), the test shapes on CPU; every dtype and distribution the op has."""
+def validation_config(device: str, shapes: str = "auto", timing: bool = True) -> EvalConfig:
+    """All shapes on a GPU (the largest timed), the test shapes on CPU; every dtype and distribution the op has."""
     shape_set = ("all" if device == "cuda" else "test") if shapes == "auto" else shapes
     return EvalConfig(shapes=shape_set, device=device,  # type: ignore[arg-type]
                       check_all_shapes=True, include_heldout=False, stateful_checks=0,
-                      timing=device == "cuda", max_timed_shapes=1)
+                      timing=timing and device == "cuda", max_timed_shapes=1)
+
+
+def timing_config(config: EvalConfig) -> EvalConfig:
+    """Time the original on its largest shape after a validation ran without timing (several validations
+    check in parallel on one GPU; timing must not share it): only that shape's normal cases are re-checked."""
+    return config.model_copy(update={"timing": True, "check_all_shapes": False, "distributions": ["normal"],
+                                     "dtypes": None})
+
+
+def time_original(op_dir: Path, v: ContractValidation, config: EvalConfig) -> ContractValidation:
+    res = evaluate(Path(op_dir), None, timing_config(config))
+    return v.model_copy(update={"timed": _timed(res)})
+
+
+def _timed(res: EvalResult) -> TimedOriginal | None:
+    if res.timing is None or not res.timing.shapes:
+        return None
+    row = res.timing.shapes[0]
+    return TimedOriginal(dims=row.dims, dtype=row.dtype, original_us=row.original_us, bytes_moved=row.bytes_moved,
+                         pct_copy_ceiling=row.original_pct_ceiling, ceiling_gbps=res.timing.copy_ceiling_gbps)
 
 
 def validate_contract(op_dir: Path, config: EvalConfig) -> tuple[ContractValidation, EvalResult]:
@@ -54,12 +74,7 @@ def validate_contract(op_dir: Path, config: EvalConfig) -> tuple[ContractValidat
         failure = describe_failure(c.first_failure)
     elif c is not None and c.cases_run == 0:
         failure = f"no case ran: the original refused all {c.skipped_cases} (see the notes: {c.notes[:3]})"
-    timed = None
-    if res.timing is not None and res.timing.shapes:
-        row = res.timing.shapes[0]
-        timed = TimedOriginal(dims=row.dims, dtype=row.dtype, original_us=row.original_us,
-                              bytes_moved=row.bytes_moved, pct_copy_ceiling=row.original_pct_ceiling,
-                              ceiling_gbps=res.timing.copy_ceiling_gbps)
+    timed = _timed(res)
     v = ContractValidation(
         manifest_sha256=sha, device_kind="cuda" if device == "cuda" else "cpu", device=res.device,
         date=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), shape_set=config.shapes,

@@ -18,12 +18,14 @@ from typing import Any
 
 from astra_sglang.contract.base import sha256_file
 from astra_sglang.contract.eval_config import EvalConfig
-from astra_sglang.contract.op import Manifest, ManifestError, load_manifest
+from astra_sglang.contract.op import Manifest, ManifestError, load_manifest, states_serving
 from astra_sglang.contract.result import (
     BuildReport,
     CorrectnessReport,
     EvalResult,
     FailedCase,
+    ShapeTiming,
+    SweepReport,
     TimingReport,
 )
 from astra_sglang.errors import AstraError
@@ -139,16 +141,20 @@ def _build_screened(op_dir: Path, manifest: Manifest, candidates: list[Path | No
     raise AstraError(f"{manifest.short_name}: source kind {manifest.source_kind!r} cannot be evaluated")
 
 
-def build_baselines(op_dir: Path, manifest: Manifest, dtypes: list[str], config: EvalConfig) -> list[str]:
-    """Names of the CUDA baselines that build for the timed dtypes (a failure only drops the baseline)."""
+def build_baselines(op_dir: Path, manifest: Manifest, dtypes: list[str], config: EvalConfig,
+                    cuda: bool = True) -> list[str]:
+    """Names of the baselines to time: the CUDA ones that build for the timed dtypes (a failure only drops the
+    baseline; only with ``cuda``), and SGLang's eager torch code, which needs no build."""
     if not config.time_baselines:
         return []
-    from astra_sglang.contract.op import CudaJitRecipe
+    from astra_sglang.contract.op import CudaJitRecipe, TorchRecipe
     from astra_sglang.loader.cuda_build import CudaBuildSpec, build_batch
 
     names = []
     for b in manifest.baselines:
-        if not isinstance(b.recipe, CudaJitRecipe):
+        if isinstance(b.recipe, TorchRecipe):
+            names.append(b.name)
+        if not isinstance(b.recipe, CudaJitRecipe) or not cuda:
             continue
         try:
             specs = [CudaBuildSpec.from_recipe(op_dir, manifest, dt, recipe=b.recipe, cache_dir=config.cache_dir,
@@ -179,6 +185,10 @@ def evaluate_many(op_dir: Path, candidates: list[Path | None],
         if c is not None and not c.is_file():
             raise AstraError(f"candidate {c} does not exist")
     base_seed = config.seed if config.seed is not None else random.SystemRandom().getrandbits(48)
+    submitted = list(candidates)
+    sweeps = _tune_all(op_dir, manifest, candidates, config, device, base_seed)
+    candidates = [Path(s.frozen_path) if isinstance(s, SweepReport) and s.frozen_path else c
+                  for c, s in zip(candidates, sweeps)]
     secret = heldout_secret() if config.include_heldout else None
     cases = build_suite(manifest, config, base_seed, secret)
     shapes = timed_shapes(manifest, config)
@@ -188,16 +198,33 @@ def evaluate_many(op_dir: Path, candidates: list[Path | None],
     dtypes = sorted({c.dtype for c in cases} | set(t_dtypes))
     t0 = time.monotonic()
     builds = build_all(op_dir, manifest, candidates, dtypes, config)
-    baselines = build_baselines(op_dir, manifest, t_dtypes, config) if device == "cuda" and config.timing else []
+    # where the manifest says what SGLang serves, a candidate is also checked against it (every checked dtype)
+    serving = states_serving(manifest)
+    baselines = build_baselines(op_dir, manifest, dtypes if serving else t_dtypes, config,
+                                cuda=device == "cuda") if config.timing or serving else []
     build_wall = time.monotonic() - t0
     warmup, rep = config.timing_protocol()
     results: list[EvalResult] = []
-    for cand, build in zip(candidates, builds):
+    for cand, build, given, sweep in zip(candidates, builds, submitted, sweeps):
         start = time.monotonic()
-        res = EvalResult(op_id=manifest.op_id, candidate=str(cand) if cand else None,
-                         candidate_sha256=sha256_file(cand) if cand else None,
+        res = EvalResult(op_id=manifest.op_id, candidate=str(given) if given else None,
+                         candidate_sha256=sha256_file(given) if given else None,
                          device="cpu (TRITON_INTERPRET=1)" if device == "cpu" else "cuda",
-                         sglang_version=manifest.sglang_version, build=build)
+                         sglang_version=manifest.sglang_version, build=build,
+                         sweep=sweep if isinstance(sweep, SweepReport) else None)
+        if isinstance(sweep, str):  # a malformed TUNE: the candidate does not build
+            res.build, res.error = BuildReport(ok=False, log=sweep), f"build failed: {sweep}"
+            results.append(res)
+            continue
+        if res.sweep is not None and res.sweep.frozen_path is None:
+            first = next((c.failure for c in res.sweep.configs if c.failure), "") or ""
+            res.error = f"tune: none of the {len(res.sweep.configs)} configs passed (first: {first[:300]})"
+            res.correctness = CorrectnessReport(ok=False, first_failure=FailedCase(reason="tune", detail=first))
+            res.wall_s = res.sweep.wall_s
+            results.append(res)
+            continue
+        if res.sweep is not None:
+            res.wall_s += res.sweep.wall_s
         if not build.ok:
             res.error = "build failed: " + (build.log.strip().splitlines() or ["(no compiler output)"])[-1][:300]
             res.wall_s = build.seconds
@@ -212,9 +239,33 @@ def evaluate_many(op_dir: Path, candidates: list[Path | None],
         # the checker waits timeout_s on a silent candidate before it reports the hang itself
         outcome = run_checker(job, timeout_s=config.timeout_s + 60.0, max_wall_s=config.max_wall_s)
         _fill(res, outcome, config, device)
-        res.wall_s = time.monotonic() - start + (build.seconds if len(candidates) == 1 else build_wall / len(candidates))
+        res.wall_s += time.monotonic() - start + (build.seconds if len(candidates) == 1 else build_wall / len(candidates))
         results.append(res)
     return results
+
+
+def _tune_all(op_dir: Path, manifest: Manifest, candidates: list[Path | None], config: EvalConfig, device: str,
+              seed: int) -> list[SweepReport | str | None]:
+    """Per candidate: its sweep (a Triton candidate declaring TUNE; ``frozen_path`` None when no config passed),
+    the one line saying why its TUNE is malformed, or None (nothing to tune)."""
+    from astra_sglang.harness.sweep import declared_space, tune_candidate
+    from astra_sglang.harness.tune_space import TuneError
+
+    out: list[SweepReport | str | None] = []
+    for cand in candidates:
+        if cand is None or manifest.source_kind != "triton" or cand.suffix != ".py":
+            out.append(None)
+            continue
+        try:
+            space = declared_space(cand)
+        except TuneError as e:
+            out.append(f"tune: {e}")
+            continue
+        if space is None:
+            out.append(None)
+            continue
+        out.append(tune_candidate(op_dir, manifest, cand, space, config, device, seed))
+    return out
 
 
 def _progress_case(outcome: WorkerOutcome) -> dict[str, Any]:
@@ -270,12 +321,19 @@ def _timing_report(rows: list[TimedShape], ceiling: float, config: EvalConfig, h
     shapes = [row.row for row in rows]
     suspect = [f"{row.row.dims} {row.row.dtype}: {row.suspect_reason}" for row in rows if row.suspect_reason]
     # a suspect number is never a win: it counts at most 1.0 in the geometric mean
-    speedups = [min(s.speedup, 1.0) if s.verdict == "suspect" else s.speedup for s in shapes if s.speedup]
-    geo = math.exp(sum(math.log(s) for s in speedups) / len(speedups)) if speedups and has_cand else None
+    vs_orig = _geomean([s.speedup for s in shapes if not s.original_refused], shapes, has_cand)
+    served = any(s.served_by for s in shapes)  # the op states what SGLang serves: that is the headline
+    geo = _geomean([s.served_speedup for s in shapes], shapes, has_cand) if served else vs_orig
     methods = sorted({row.method for row in rows})
     rot = f"inputs rotated over > {config.cold_l2_factor:g}x L2" if config.mode == "cold" else "same buffers (warm L2)"
     interleave = (f"ABBA-interleaved with the original in batches of {TIMING_BATCH}, candidate in its own process, "
                   "each batch checked against the wall clock, ") if has_cand else ""
     method = f"{' / '.join(methods)}, {warmup} warm-up, {rep} timed per side, {interleave}{rot}; medians"
     return TimingReport(mode=config.mode, method=method, copy_ceiling_gbps=ceiling, shapes=shapes,
-                        geomean_speedup=geo, suspect=suspect)
+                        geomean_speedup=geo, geomean_vs_original=vs_orig if served else None, suspect=suspect)
+
+
+def _geomean(speedups: list[float | None], shapes: list[ShapeTiming], has_cand: bool) -> float | None:
+    """Of the shapes' speedups (one per shape, None = not timed there); a suspect shape counts at most 1.0."""
+    vals = [min(v, 1.0) if s.verdict == "suspect" else v for v, s in zip(speedups, shapes) if v]
+    return math.exp(sum(math.log(v) for v in vals) / len(vals)) if vals and has_cand else None

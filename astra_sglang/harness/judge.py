@@ -68,6 +68,7 @@ def main(argv: list[str]) -> None:
         send(conn_out, CheckerMessage(msg=p))
 
     worker = None
+    sweep = None
     try:
         job = recv(conn_in, CheckJob)
         progress(Progress(step="started"))
@@ -76,11 +77,16 @@ def main(argv: list[str]) -> None:
             size = arena_bytes(job)
             fd = os.memfd_create("astra-arena", 0)
             os.ftruncate(fd, -(-size // ALIGN) * ALIGN)
-            worker = Child("astra_sglang.harness.worker", device=job.device, pass_fds=(fd,))
-            worker.send(WorkerJob(op_dir=job.op_dir, manifest=job.manifest, candidate=job.candidate,
-                                  device=job.device, simulate_timing=job.config.simulate_timing,
-                                  cache_dir=str(job.config.cache_dir) if job.config.cache_dir else None,
-                                  arch=job.config.arch, arena_bytes=size))
+
+            def start_worker() -> Child:
+                child = Child("astra_sglang.harness.worker", device=job.device, pass_fds=(fd,))
+                child.send(WorkerJob(op_dir=job.op_dir, manifest=job.manifest, candidate=job.candidate,
+                                     device=job.device, simulate_timing=job.config.simulate_timing,
+                                     cache_dir=str(job.config.cache_dir) if job.config.cache_dir else None,
+                                     arch=job.config.arch, arena_bytes=size, variants=job.variants))
+                return child
+
+            worker = start_worker()
         _undumpable()
         from astra_sglang.harness.arena import Arena
         from astra_sglang.harness.checks import Checker
@@ -89,7 +95,14 @@ def main(argv: list[str]) -> None:
             arena = Arena(size, fd)
             if job.device == "cuda":
                 arena.pin()
-        result = Checker(job, progress, worker, arena).run()
+        if job.variants:
+            from astra_sglang.harness.sweep_checks import SweepChecker
+
+            assert arena is not None and worker is not None
+            sweep = SweepChecker(job, progress, worker, start_worker, arena)
+            result = sweep.run()
+        else:
+            result = Checker(job, progress, worker, arena).run()
         send(conn_out, CheckerMessage(msg=result))
     except BaseException as e:  # noqa: BLE001 - report anything, then exit; the parent decides what it means
         send(conn_out, CheckerMessage(msg=CheckerError(error=f"{type(e).__name__}: {e}",
@@ -97,6 +110,8 @@ def main(argv: list[str]) -> None:
     finally:
         if worker is not None:
             worker.close()
+        if sweep is not None:
+            sweep.close()
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(0)

@@ -78,6 +78,8 @@ class CheckJob(Model):
     timing_dtypes: list[str]
     ceiling: float | None = None
     baselines: list[str] = Field(default_factory=list)
+    variants: list[str] = Field(default_factory=list, description="a sweep (sweep_checks.py): every variant "
+                                "checked on ``cases`` then timed against the original, in one worker")
 
 
 class Progress(Model):
@@ -98,6 +100,14 @@ class TimedShape(Model):
     suspect_reason: str | None = None
 
 
+class VariantOutcome(Model):
+    """One variant of a sweep: the first check it failed, or its timed shapes."""
+
+    index: int
+    failure: FailedCase | None = None
+    timing: list[TimedShape] = Field(default_factory=list)
+
+
 class CheckResult(Model):
     kind: Literal["result"] = "result"
     device: str
@@ -106,6 +116,7 @@ class CheckResult(Model):
     timing: list[TimedShape] | None = None
     ceiling: float | None = None
     notes: list[str] = Field(default_factory=list)
+    sweep: list[VariantOutcome] | None = None
 
 
 class CheckerError(Model):
@@ -150,6 +161,7 @@ class WorkerJob(Model):
     cache_dir: str | None = None
     arch: str = "sm_90a"
     arena_bytes: int
+    variants: list[str] = Field(default_factory=list, description="a sweep's sources; ``Use`` picks one")
 
 
 class Load(Model):
@@ -205,8 +217,15 @@ class Ping(Model):
     op: Literal["ping"] = "ping"
 
 
+class Use(Model):
+    """A sweep: later requests run variant ``index`` (its launchers are kept; timing set-up is released)."""
+
+    op: Literal["use"] = "use"
+    index: int
+
+
 class Request(Model):
-    req: Load | Run | Prepare | Time | Recheck | Release | Verify | Ping = Field(discriminator="op")
+    req: Load | Run | Prepare | Time | Recheck | Release | Verify | Ping | Use = Field(discriminator="op")
 
 
 class Returned(Model):

@@ -40,6 +40,16 @@ def summary_lines(r: EvalResult) -> list[str]:
             lines.append(f"NOT CORRECT [{f.reason}] at {where}{errs}: {f.detail}")
     if r.error and (c is None or c.ok):
         lines.append(f"error: {r.error}")
+    if r.sweep is not None:
+        sw = r.sweep
+        dropped = [c for c in sw.configs if not c.ok]
+        lines.append(f"tuned: {len(sw.configs)} configs swept in {sw.wall_s:.1f} s, {len(dropped)} dropped"
+                     + (f" (first: {dropped[0].config}: {(dropped[0].failure or '')[:150]})" if dropped else ""))
+        chosen = "one config everywhere" if sw.single else f"{len(sw.choice)} shape buckets"
+        lines.append(f"frozen ({chosen}): {sw.frozen_path}; the rows below evaluate that frozen source")
+        lines += [f"  {_dims(c.dims)}: {c.config} {c.speedup:.3f}x in the sweep" for c in sw.choice[:12]]
+        if sw.note:
+            lines.append(sw.note)
     if r.timing is None and r.device.startswith("cpu"):
         lines.append("timing skipped: no CUDA GPU (correctness only, under TRITON_INTERPRET=1)")
     lines.append(f"wall time {r.wall_s:.1f} s")
@@ -51,24 +61,33 @@ def timing_table(r: EvalResult) -> Table | None:
     if t is None:
         return None
     has_cand = r.candidate is not None
+    served = any(s.served_by for s in t.shapes)  # the op says what SGLang serves per shape: show the comparison
     table = Table(title=f"{r.op_id} - {t.mode} L2, copy ceiling {t.copy_ceiling_gbps:.0f} GB/s", caption=t.method)
     cols = ["shape", "dtype", "MB", "original us", "GB/s", "% ceil"]
     if has_cand:
         cols += ["candidate us", "GB/s", "% ceil", "speedup"]
+    if served:
+        cols += ["SGLang serves", "served us"] + (["vs served"] if has_cand else [])
     cols += ["spread %"] + (["verdict"] if has_cand else [])
     for col in cols:
         table.add_column(col, justify="left" if col in ("shape", "dtype", "verdict") else "right")
     for s in t.shapes:
-        row = [_dims(s.dims), s.dtype, f"{s.bytes_moved / 1e6:.1f}", f"{s.original_us:.2f}", f"{s.original_gbps:.0f}",
+        orig = f"{s.original_us:.2f}" + (" (refuses: served)" if s.original_refused else "")
+        row = [_dims(s.dims), s.dtype, f"{s.bytes_moved / 1e6:.1f}", orig, f"{s.original_gbps:.0f}",
                f"{s.original_pct_ceiling:.1f}"]
         if has_cand:
             row += [_f(s.candidate_us, ".2f"), _f(s.candidate_gbps, ".0f"), _f(s.candidate_pct_ceiling, ".1f"),
                     _f(s.speedup, ".3f") + "x"]
+        if served:
+            row += [s.served_by or "-", _f(s.served_us, ".2f")] + ([_f(s.served_speedup, ".3f") + "x"] if has_cand
+                                                                  else [])
         row += [f"{s.spread_pct:.1f}"] + ([s.verdict] if has_cand else [])
         table.add_row(*row)
     if has_cand and t.geomean_speedup is not None:
         table.add_section()
-        table.add_row("geomean", "", "", "", "", "", "", "", "", f"{t.geomean_speedup:.3f}x", "", "")
+        vs_orig = t.geomean_vs_original if served else t.geomean_speedup
+        tail = ["", "", f"{t.geomean_speedup:.3f}x"] if served else []
+        table.add_row("geomean", "", "", "", "", "", "", "", "", _f(vs_orig, ".3f") + "x", *tail, "", "")
     return table
 
 

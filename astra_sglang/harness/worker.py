@@ -43,6 +43,7 @@ from astra_sglang.harness.protocol import (
     ReturnValue,
     Run,
     Time,
+    Use,
     Verify,
     WorkerJob,
     recv,
@@ -89,7 +90,9 @@ class Worker:
         self.manifest = job.manifest
         self.device = job.device
         self.clock = timing.clock_for(job.device)
-        self.launchers: dict[str, Launcher] = {}
+        self.sources = job.variants or [job.candidate]
+        self.active = 0
+        self.launchers: dict[tuple[int, str], Launcher] = {}
         self.timed: tuple[Any, list[ArgSet], int, bool, Launcher] | None = None
         self.dev: torch.Tensor | None = None
         from astra_sglang.loader.launch import load_inputs
@@ -97,15 +100,16 @@ class Worker:
         self.op_inputs = load_inputs(Path(job.op_dir), job.manifest)  # the op's own generator, not the candidate's
 
     def _launcher(self, dtype: str) -> Launcher:
-        if dtype not in self.launchers:
+        key = (self.active, dtype)
+        if key not in self.launchers:
             from astra_sglang.loader.launch import make_launcher
 
             kw: dict[str, Any] = {}
             if self.manifest.source_kind == "cuda_jit":
                 kw = dict(cache_dir=Path(self.job.cache_dir) if self.job.cache_dir else None, arch=self.job.arch)
-            self.launchers[dtype] = make_launcher(Path(self.job.op_dir), self.manifest, dtype,
-                                                  kernel_source=Path(self.job.candidate), **kw)
-        return self.launchers[dtype]
+            self.launchers[key] = make_launcher(Path(self.job.op_dir), self.manifest, dtype,
+                                                kernel_source=Path(self.sources[self.active]), **kw)
+        return self.launchers[key]
 
     def _region(self, layout: Layout) -> torch.Tensor:
         """Where the candidate runs: the arena itself on CPU; on CUDA one device copy of it, allocated once,
@@ -155,6 +159,11 @@ class Worker:
         if isinstance(req, Verify):
             return Reply(ok=True, tampered=timing.tampered()), []
         if isinstance(req, Ping):
+            return Reply(ok=True), []
+        if isinstance(req, Use):
+            if not 0 <= req.index < len(self.sources):
+                raise ProtocolError(f"no variant {req.index}")
+            self.active, self.timed = req.index, None
             return Reply(ok=True), []
         raise ProtocolError(f"unknown request {type(req).__name__}")
 

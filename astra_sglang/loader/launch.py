@@ -18,6 +18,7 @@ from astra_sglang.contract.op import (
     CudaJitRecipe,
     Manifest,
     Recipe,
+    TorchRecipe,
     TritonRecipe,
     entry_and_call,
     signature_names,
@@ -77,7 +78,7 @@ def make_launcher(
     *,
     kernel_source: Path | None = None,
     cache_dir: Path | None = None,
-    recipe: Recipe | None = None,
+    recipe: Recipe | TorchRecipe | None = None,
     arch: str = "sm_90a",
     kind: str | None = None,
 ) -> Launcher:
@@ -87,11 +88,15 @@ def make_launcher(
     """
     r = recipe if recipe is not None else manifest.recipe
     kind = kind or r.kind
-    if recipe is not None:
+    if isinstance(r, TorchRecipe):  # a baseline that is SGLang's eager torch code: imported, called as is
+        entry, call = r.function, list(r.call)
+    elif recipe is not None:
         entry, call = (r.entry if isinstance(r, CudaJitRecipe) else r.wrapper), list(r.call)
     else:
         entry, call = entry_and_call(manifest, kind)
-    if kind == "cuda_jit":
+    if isinstance(r, TorchRecipe):
+        fn = load_function(Path(op_dir) / r.source, entry, prefix="astra_baseline")
+    elif kind == "cuda_jit":
         from astra_sglang.loader.cuda_build import CudaBuildSpec
 
         assert isinstance(r, CudaJitRecipe)
@@ -102,7 +107,8 @@ def make_launcher(
         if kernel_source is None and not isinstance(r, TritonRecipe):
             raise AstraError(f"{manifest.short_name}: a Triton kernel for a {r.kind} op needs its source")
         source = Path(kernel_source) if kernel_source is not None else Path(op_dir) / r.source  # type: ignore[union-attr]
-        fn = load_triton_wrapper(source, entry)
+        closure = r.closure if isinstance(r, TritonRecipe) else None
+        fn = load_triton_wrapper(source, entry, closure=closure, op_dir=Path(op_dir))
     resolve = compile_call(call, signature_names(manifest))
 
     def launch(args: dict[str, Any]) -> Any:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from astra_sglang.agents.schemas import (
+    CandidateView,
     OpView,
     ProposedCase,
     ResultView,
@@ -130,6 +131,19 @@ def round_view(record: RoundRecord) -> RoundView:
         diagnosis=record.diagnosis.summary if record.diagnosis else record.diagnosis_text,
         suggestions=[f"{s.title}: {s.change}" for s in record.suggestions],
         changes=record.changes, failure=record.first_failure or record.error)
+
+
+def candidate_history(entries: list[RoundRecord]) -> list[CandidateView]:
+    """Every earlier candidate for a K-candidate round's planner: the ones that may win, fastest first; then
+    correct ones without a trusted speedup; then the failures, each with its reason."""
+    tried = [e for e in entries if e.round > 0]
+
+    def order(e: RoundRecord) -> tuple[int, float, int, int]:
+        timed = bool(e.correct) and not e.timing_suspect and e.geomean_speedup is not None
+        group = 0 if timed else (1 if e.correct else 2)
+        return group, -(e.geomean_speedup or 0.0) if timed else 0.0, e.round, e.candidate or 0
+
+    return [CandidateView(**round_view(e).model_dump(), candidate=e.candidate) for e in sorted(tried, key=order)]
 
 
 def validate_suite(cases: list[ProposedCase], manifest: Manifest, max_elems: int,

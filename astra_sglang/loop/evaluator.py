@@ -4,13 +4,18 @@ The loop asks two questions: ``evaluate`` (the round's verdict: build, correctne
 (a quick build + correctness answer for the coding agent within a round). ``LocalEvaluator`` answers both
 with ``astra_sglang.harness`` on this host. ``QueueEvaluator`` writes evaluation requests to a folder for
 ``python -m astra_sglang evaluate QUEUE`` on a GPU host and raises ``EvalPending`` until results appear;
-its ``check`` does what this host can (a local harness check where it can run the kernel, else a
-compile-only build for CUDA, else the static form check).
+its ``check`` does what this host can: a local harness check where a GPU is visible; without one, a Triton
+candidate runs under the Triton interpreter on the test shapes (a real correctness verdict, no timing) and a
+CUDA candidate is built with nvcc (compiler errors and the ptxas report, not run). Every check says in one
+sentence exactly what ran (``CheckReport.ran``).
+
+``evaluate_many`` judges a round's K candidates together: one harness call here (builds in parallel, checks
+one after another), or all K written to the queue at once, so a queue run stops once per round, not K times.
 """
 
 from __future__ import annotations
 
-import os
+import threading
 import time
 from abc import ABC, abstractmethod
 from pathlib import Path
@@ -26,7 +31,7 @@ from astra_sglang.contract.op import (
 )
 from astra_sglang.contract.result import BuildReport, EvalResult
 from astra_sglang.errors import AstraError
-from astra_sglang.loop.records import CheckReport, EvalSpec, QueueRequest
+from astra_sglang.loop.records import CheckReport, EvalSpec, QueueRequest, TuneOutcome
 from astra_sglang.loop.runfolder import atomic_write, now_iso
 from astra_sglang.loop.static_check import check_source
 
@@ -77,14 +82,38 @@ def _failure_text(result: EvalResult) -> str | None:
     return ", ".join(parts)
 
 
-def check_from_result(result: EvalResult) -> CheckReport:
+def check_from_result(result: EvalResult, shapes: int | None = None) -> CheckReport:
     built = result.build.ok
     correct = None if not built or result.correctness is None else result.correctness.ok
     log = result.build.log if not built else ""
     if built and result.error and correct is None:
         log = result.error
     return CheckReport(built=built, correct=correct, how="harness", log=log[-6000:],
-                       first_failure=_failure_text(result) if correct is False else None, result=result)
+                       first_failure=_failure_text(result) if correct is False else None, result=result,
+                       ran=what_ran(result, shapes))
+
+
+def what_ran(result: EvalResult, shapes: int | None) -> str:
+    """"ran under the Triton interpreter on 3 test shapes: correct", said from the result itself."""
+    where = ("under the Triton interpreter" if result.device.startswith("cpu") else f"on {result.device}")
+    on = f"{shapes} test shape(s)" if shapes else "the test shapes"
+    if not result.build.ok:
+        return f"did not run: the build failed ({'parse only' if result.device.startswith('cpu') else 'compiler'})"
+    c = result.correctness
+    if c is None:
+        return f"started {where} on {on} but gave no verdict: {result.error or 'no result'}"
+    verdict = f"correct ({c.cases_run} cases)" if c.ok else "WRONG (first failing case below)"
+    return f"ran {where} on {on}: {verdict}; not timed (the round's evaluation times it)"
+
+
+def _suite_shapes(manifest: Manifest, spec: EvalSpec) -> int | None:
+    from astra_sglang.harness.suite import build_suite
+
+    try:
+        return len({tuple(sorted(c.dims.items())) for c in build_suite(manifest, to_eval_config(spec, timing=False),
+                                                                        0, None)})
+    except Exception:  # noqa: BLE001 - only the wording of the tool's answer depends on it
+        return None
 
 
 class Evaluator(ABC):
@@ -100,9 +129,25 @@ class Evaluator(ABC):
     @abstractmethod
     def check(self, candidate: Path, spec: EvalSpec) -> CheckReport: ...
 
+    def sweep_baseline(self, spec: EvalSpec) -> TuneOutcome:
+        """The original's launch parameters swept (``astra-sglang tune``); an op folder's tune_baseline.json
+        when this evaluator cannot time."""
+        from astra_sglang.harness.tune_baseline import BASELINE_NAME, read_baseline
+
+        found = read_baseline(self.op_dir)
+        if found is not None:
+            return TuneOutcome(baseline=found)
+        return TuneOutcome(error=f"missing: no timing here and no {self.op_dir / BASELINE_NAME} (run `astra-sglang "
+                                 f"tune {self.manifest.short_name}` on a GPU host)")
+
+    def evaluate_many(self, items: list[tuple[str, Path | None]], spec: EvalSpec) -> list[EvalResult]:
+        """A round's candidates (label, source) at once, results in order."""
+        return [self.evaluate(label, candidate, spec) for label, candidate in items]
+
     def static(self, candidate: Path) -> CheckReport | None:
         problem = check_source(Path(candidate).read_text(), self.op_dir, self.manifest)
-        return CheckReport(built=False, how="static", log=problem) if problem else None
+        return CheckReport(built=False, how="static", log=problem,
+                           ran="nothing ran: the form check rejected it before any build") if problem else None
 
 
 class LocalEvaluator(Evaluator):
@@ -112,6 +157,7 @@ class LocalEvaluator(Evaluator):
         super().__init__(op_dir, manifest)
         self.cache_dir = cache_dir
         self.description = "local harness"
+        self._write_lock = threading.Lock()  # K coding agents' checks run in threads at once
 
     def _key(self, candidate: Path | None, spec: EvalSpec, timing: bool) -> str:
         content = Path(candidate).read_text() if candidate is not None else "original"
@@ -128,9 +174,8 @@ class LocalEvaluator(Evaluator):
                 return None
         return None
 
-    def _run(self, candidate: Path | None, spec: EvalSpec, timing: bool) -> EvalResult:
-        key = self._key(candidate, spec, timing)
-        hit = self._cached(key)
+    def _lookup(self, candidate: Path | None, spec: EvalSpec, timing: bool) -> EvalResult | None:
+        hit = self._cached(self._key(candidate, spec, timing))
         if hit is not None:
             return hit
         # A full evaluation answers the check too; and on a device that cannot time, a correctness-only
@@ -138,21 +183,53 @@ class LocalEvaluator(Evaluator):
         other = self._cached(self._key(candidate, spec, not timing))
         if other is not None and (not timing or other.timing is None and other.device.startswith("cpu")):
             return other
-        from astra_sglang.harness.evaluate import evaluate
+        return None
 
-        result = evaluate(self.op_dir, candidate, to_eval_config(spec, timing=timing))
-        if self.cache_dir is not None:
-            atomic_write(self.cache_dir / f"{key}.json", result.model_dump_json(indent=1))
-        return result
+    def _run_many(self, candidates: list[Path | None], spec: EvalSpec, timing: bool) -> list[EvalResult]:
+        found = [self._lookup(c, spec, timing) for c in candidates]
+        missing = [c for c, r in zip(candidates, found) if r is None]
+        if missing:
+            from astra_sglang.harness.evaluate import evaluate_many
+
+            fresh = iter(evaluate_many(self.op_dir, missing, to_eval_config(spec, timing=timing)))
+            for n, r in enumerate(found):
+                if r is None:
+                    found[n] = result = next(fresh)
+                    if self.cache_dir is not None:
+                        with self._write_lock:
+                            atomic_write(self.cache_dir / f"{self._key(candidates[n], spec, timing)}.json",
+                                         result.model_dump_json(indent=1))
+        return [r for r in found if r is not None]
 
     def evaluate(self, label: str, candidate: Path | None, spec: EvalSpec) -> EvalResult:
-        return self._run(candidate, spec, timing=True)
+        return self._run_many([candidate], spec, timing=True)[0]
+
+    def evaluate_many(self, items: list[tuple[str, Path | None]], spec: EvalSpec) -> list[EvalResult]:
+        return self._run_many([c for _, c in items], spec, timing=True)
+
+    def sweep_baseline(self, spec: EvalSpec) -> TuneOutcome:
+        from astra_sglang.harness.evaluate import resolve_device
+
+        config = to_eval_config(spec)
+        if resolve_device(config) != "cuda":
+            return super().sweep_baseline(spec)
+        path = self.cache_dir / f"tune-{spec_key(spec)}.json" if self.cache_dir is not None else None
+        if path is not None and path.is_file():
+            try:
+                return TuneOutcome.model_validate_json(path.read_text())
+            except ValueError:
+                pass
+        outcome = run_tune(self.op_dir, config)
+        if path is not None:
+            atomic_write(path, outcome.model_dump_json(indent=1))
+        return outcome
 
     def check(self, candidate: Path, spec: EvalSpec) -> CheckReport:
         static = self.static(candidate)
         if static is not None:
             return static
-        return check_from_result(self._run(candidate, spec.model_copy(update={"include_heldout": False}), False))
+        spec = spec.model_copy(update={"include_heldout": False})
+        return check_from_result(self._run_many([candidate], spec, False)[0], _suite_shapes(self.manifest, spec))
 
 
 # ------------------------------------------------------------------------------------------------ queue
@@ -213,14 +290,38 @@ class QueueEvaluator(Evaluator):
         return item_dir, request
 
     def evaluate(self, label: str, candidate: Path | None, spec: EvalSpec) -> EvalResult:
-        item_dir, request = self._item(label, candidate, spec)
+        return self.evaluate_many([(label, candidate)], spec)[0]
+
+    def evaluate_many(self, items: list[tuple[str, Path | None]], spec: EvalSpec) -> list[EvalResult]:
+        """Every item is written before any wait, so the GPU host sees the whole batch at once."""
+        queued = [self._item(label, candidate, spec) for label, candidate in items]
         deadline = time.monotonic() + self.wait_s
         while True:
-            result = read_queue_result(item_dir, request)
-            if result is not None:
-                return result
+            results = [read_queue_result(item_dir, request) for item_dir, request in queued]
+            if all(r is not None for r in results):
+                return [r for r in results if r is not None]
             if time.monotonic() >= deadline:
-                raise EvalPending(self.queue_dir, [request.item_id])
+                raise EvalPending(self.queue_dir, [q.item_id for (_, q), r in zip(queued, results) if r is None])
+            time.sleep(min(self.poll_s, max(0.05, deadline - time.monotonic())))
+
+    def sweep_baseline(self, spec: EvalSpec) -> TuneOutcome:
+        """A ``tune`` item for the GPU host (answered by ``evaluate QUEUE`` with baseline.json); a CPU-sized
+        spec (shapes=test) has nothing to time: the op folder's file or a line saying it is missing."""
+        if spec.shapes == "test" or spec.device == "cpu":
+            return super().sweep_baseline(spec)
+        item_id = f"{self.run_id}--r000-tune"
+        item_dir = self.queue_dir / item_id
+        request = QueueRequest(item_id=item_id, run_id=self.run_id, label="r000-tune", op=self.manifest.short_name,
+                               op_id=self.manifest.op_id, spec=spec, created=now_iso(), note=self.note, job="tune")
+        if not (item_dir / REQUEST_NAME).is_file():
+            atomic_write(item_dir / REQUEST_NAME, request.model_dump_json(indent=1))
+        deadline = time.monotonic() + self.wait_s
+        while True:
+            outcome = read_tune_outcome(item_dir)
+            if outcome is not None:
+                return outcome
+            if time.monotonic() >= deadline:
+                raise EvalPending(self.queue_dir, [item_id])
             time.sleep(min(self.poll_s, max(0.05, deadline - time.monotonic())))
 
     def check(self, candidate: Path, spec: EvalSpec) -> CheckReport:
@@ -228,16 +329,17 @@ class QueueEvaluator(Evaluator):
         if static is not None:
             return static
         recipe = self.manifest.recipe
-        if _can_run_locally(recipe):
+        if _gpu_here():
             return self.local.check(candidate, spec)
+        if isinstance(recipe, TritonRecipe):  # the interpreter runs it here: a real verdict, no timing
+            return self.local.check(candidate, spec.model_copy(update={"device": "cpu", "shapes": "test"}))
         if isinstance(recipe, CudaJitRecipe):
             return _compile_only(self.op_dir, self.manifest, candidate)
-        return CheckReport(built=True, how="static", log="form checked only: this host cannot build or run it")
+        return CheckReport(built=True, how="static", log="form checked only: this host cannot build or run it",
+                           ran="form checked only: this host cannot build or run it")
 
 
-def _can_run_locally(recipe: Any) -> bool:
-    if isinstance(recipe, TritonRecipe) and os.environ.get("TRITON_INTERPRET") == "1":
-        return True
+def _gpu_here() -> bool:
     try:
         import torch
 
@@ -247,26 +349,72 @@ def _can_run_locally(recipe: Any) -> bool:
 
 
 def _compile_only(op_dir: Path, manifest: Manifest, candidate: Path) -> CheckReport:
-    """nvcc without a GPU: the build errors are the ones the coding agent must see before the queue trip."""
+    """nvcc without a GPU: the build errors are the ones the coding agent must see before the queue trip, and
+    ptxas's report (registers, spills, shared memory) is the one performance fact this host can give."""
+    assert isinstance(manifest.recipe, CudaJitRecipe)
+    arch = manifest.recipe.arch
     try:
         from astra_sglang.loader.cuda_build import build_cuda_module
 
         dtype = manifest.signature.dtypes[0]
-        built = build_cuda_module(op_dir, manifest, dtype, kernel_source=candidate, load=False)
+        built = build_cuda_module(op_dir, manifest, dtype, kernel_source=candidate, load=False, arch=arch)
         report: BuildReport = built.report
-        return CheckReport(built=report.ok, how="compile-only", log=report.log[-6000:] if not report.ok else "")
+        if not report.ok:
+            return CheckReport(built=False, how="compile-only", log=report.log[-6000:],
+                               ran=f"built with nvcc for {arch} ({dtype}): the build FAILED (compiler output below); "
+                                   f"not run: no GPU here")
+        return CheckReport(built=True, how="compile-only", ran=f"built with nvcc for {arch} ({dtype}): "
+                           f"{_resources(report)}; not run: no GPU here (correctness is checked when the "
+                           f"round is evaluated)")
     except AstraError as e:
-        return CheckReport(built=False, how="compile-only", log=str(e)[-6000:])
+        return CheckReport(built=False, how="compile-only", log=str(e)[-6000:],
+                           ran=f"built with nvcc for {arch}: the build FAILED (compiler output below); "
+                               f"not run: no GPU here")
     except Exception as e:  # toolchain missing etc.: say so, let the queue decide
-        return CheckReport(built=True, how="static", log=f"compile-only check unavailable here ({type(e).__name__}: {e})")
+        why = f"{type(e).__name__}: {e}"
+        return CheckReport(built=True, how="static", log=f"compile-only check unavailable here ({why})",
+                           ran=f"form checked only: no nvcc build here ({why}); not run: no GPU here")
 
 
-def list_queue(queue_dir: Path) -> list[tuple[Path, QueueRequest, EvalResult | None]]:
-    out = []
+def _resources(report: BuildReport) -> str:
+    if not report.resources:
+        return "no ptxas report"
+    parts = []
+    for r in report.resources:
+        spills = (r.spill_stores_bytes or 0) + (r.spill_loads_bytes or 0)
+        parts.append(f"{r.registers} registers, {spills} bytes spilled, {r.smem_bytes or 0} B smem "
+                     f"({r.kernel[:80]})")
+    return "; ".join(parts)
+
+
+TUNE_RESULT_NAME = "baseline.json"
+
+
+def run_tune(op_dir: Path, config: EvalConfig) -> TuneOutcome:
+    from astra_sglang.harness.tune_baseline import sweep_baseline
+
+    try:
+        return TuneOutcome(baseline=sweep_baseline(op_dir, config))
+    except AstraError as e:  # e.g. an op whose source exposes nothing to sweep: said, never fatal to the run
+        return TuneOutcome(error=str(e))
+
+
+def read_tune_outcome(item_dir: Path) -> TuneOutcome | None:
+    try:
+        return TuneOutcome.model_validate_json((item_dir / TUNE_RESULT_NAME).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def list_queue(queue_dir: Path) -> list[tuple[Path, QueueRequest, EvalResult | TuneOutcome | None]]:
+    out: list[tuple[Path, QueueRequest, EvalResult | TuneOutcome | None]] = []
     for path in sorted(Path(queue_dir).glob(f"*/{REQUEST_NAME}")):
         try:
             request = QueueRequest.model_validate_json(path.read_text())
         except ValueError:
+            continue
+        if request.job == "tune":
+            out.append((path.parent, request, read_tune_outcome(path.parent)))
             continue
         result_path = path.parent / RESULT_NAME
         result = None
@@ -296,6 +444,9 @@ def process_queue(queue_dir: Path, extracted_root: Path, device: str | None = No
         candidate = item_dir / request.candidate_file if request.candidate_file else None
         if progress is not None:
             progress(request)
+        if request.job == "tune":
+            atomic_write(item_dir / TUNE_RESULT_NAME, run_tune(op_dir, to_eval_config(spec)).model_dump_json(indent=1))
+            continue
         result = evaluate(op_dir, candidate, to_eval_config(spec))
         atomic_write(item_dir / RESULT_NAME, result.model_dump_json(indent=1))
         done.append((request.item_id, result))

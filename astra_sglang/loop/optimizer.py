@@ -8,9 +8,12 @@ a setup problem (the original failing its own evaluation, rejected credentials) 
 
 from __future__ import annotations
 
+import asyncio
 import json
+import threading
 import time
 import traceback
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
@@ -26,9 +29,12 @@ from astra_sglang.agents.schemas import (
     Diagnosis,
     OptimizationPlan,
     PlanningInput,
+    PlanningSetInput,
+    PlanSet,
     ProfilingInput,
     SingleAgentInput,
     SingleAgentRound,
+    SingleAgentSetInput,
     SuiteInput,
     SuiteProposal,
     render_input,
@@ -41,27 +47,34 @@ from astra_sglang.contract.result import EvalResult
 from astra_sglang.errors import AstraError
 from astra_sglang.loop import agent_views as views
 from astra_sglang.loop.evaluator import EvalPending, Evaluator
+from astra_sglang.loop.plans import distinct_plans
 from astra_sglang.loop.records import (
     CheckReport,
     CodeAttempt,
     CodeOutcome,
     DiagnosisStep,
     EvalSpec,
+    PlanSetStep,
     PlanStep,
     RoundRecord,
     RunMeta,
     StepRecord,
     SuiteStep,
     TranscriptEntry,
+    TuneOutcome,
     WinnerInfo,
 )
 from astra_sglang.loop.runfolder import RunFolder, atomic_write, now_iso
 from astra_sglang.loop.static_check import candidate_suffix, original_source_path
+from astra_sglang.loop.stopping import stop_reason
 from astra_sglang.loop.view import LiveView
-from astra_sglang.loop.winner import pick_base, ranked
+from astra_sglang.loop.winner import flat, pick_base, ranked, round_best
 
 # Step failures that end the round, not the run: transport gave up, the model misbehaved, a tool broke.
 ROUND_ERRORS = (Exception,)
+
+# The round and candidate an agent task works for: tools called from inside it (in threads) read it here.
+SLOT: ContextVar[tuple[int, int | None]] = ContextVar("astra_slot")
 
 
 class Optimizer:
@@ -74,7 +87,8 @@ class Optimizer:
         self.op_dir = Path(op_dir)
         self.evaluator = evaluator
         self.view = view
-        self.team = make_team(model, make_tools(self, ncu=self.opts.ncu), self.opts.single_agent)
+        self.k = self.opts.candidates
+        self.team = make_team(model, make_tools(self, ncu=self.opts.ncu), self.opts.single_agent, self.k)
         self.op = views.op_view(manifest)
         self.suffix = candidate_suffix(manifest)
         self.original = original_source_path(self.op_dir, manifest)
@@ -84,15 +98,22 @@ class Optimizer:
         self.round_idx = 0
         self.base: RoundRecord | None = None
         self._checks = 0
+        self._checks_lock = threading.Lock()
 
     # ================================================================================== the algorithm
     async def run(self) -> WinnerInfo:
         suite = await self.suite_step()
         self.spec = self.opts.eval.model_copy(update={"suite": suite.accepted if suite.used_by_harness else []})
         await self.round_zero()
+        self.meta.stop_reason = None  # a resumed run with more rounds judges again
         for i in range(1, self.opts.rounds + 1):
             if self.folder.record(i) is not None:
                 continue  # finished before a kill/stop: never repeated
+            stop = stop_reason(self.folder.records(), self.opts.patience, self.opts.stop_at_bound_margin)
+            if stop is not None:
+                self.meta.stop_reason = f"stopped before round {i}: {stop}"
+                self.view.event(self.meta.stop_reason)
+                break
             record = await self.one_round(i)
             self.folder.finish_round(record)
             self.view.round_done(record)
@@ -129,13 +150,21 @@ class Optimizer:
         if done is not None:
             return done
         self.view.update(0, "harness", "measuring the original")
-        result = self.evaluate(0, "r000-original", None)
+        try:
+            result = self.evaluate(0, "r000-original", None)
+        except EvalPending as e:  # queue the sweep baseline in the same trip to the GPU host
+            try:
+                self.sweep_baseline_step()
+            except EvalPending as t:
+                raise EvalPending(e.queue_dir, e.items + t.items) from None
+            raise
+        tune = self.sweep_baseline_step() if result.ok else None
         record = RoundRecord(round=0, status="ok" if result.ok else "failed", source=self.original.read_text(),
                              candidate_sha256=sha256_text(self.original.read_text()), correct=result.ok,
                              first_failure=views.failure_text(result) if not result.ok else None,
                              geomean_speedup=result.geomean_speedup, timing_source=_timing_source(result),
                              times=views.shape_times(result), wall_s=result.wall_s, label=self.opts.label,
-                             changes="the original SGLang kernel")
+                             changes="the original SGLang kernel", sweep_baseline=tune)
         self.folder.finish_round(record)
         self.view.round_done(record)
         if not result.ok:
@@ -143,19 +172,35 @@ class Optimizer:
                              f"nothing to optimize against; see {self.folder.step_path(0, 'result')}")
         return record
 
+    def sweep_baseline_step(self) -> TuneOutcome:
+        """The original with its own launch parameters retuned per shape (``astra-sglang tune``), measured
+        through this run's evaluator (the queue too): the bar a winner must beat after the original."""
+        cached = self.folder.load_step(0, "tune", TuneOutcome)
+        if cached is not None:
+            return cached
+        self.view.update(0, "harness", "sweeping the original's launch parameters")
+        outcome = self.evaluator.sweep_baseline(self.spec)
+        self.folder.save_step(0, "tune", outcome)
+        geo = outcome.baseline.geomean_speedup if outcome.baseline else None
+        self.view.event(f"sweep baseline: {geo:.3f}x over the original" if geo else
+                        f"sweep baseline: {outcome.error or 'no timed shapes (checks only on this device)'}")
+        return outcome
+
     # ----------------------------------------------------------------------------------- round 1..R
     async def one_round(self, i: int) -> RoundRecord:
+        """Round i from the best correct kernel so far: one candidate (the paper's loop) or K at once."""
         self.round_idx = i
         records = [r for r in self.folder.records() if r.round < i]
-        base = pick_base(records)
+        base = pick_base(flat(records))
         self.base = base
-        base_result = self.result_of(base.round)
+        if self.k > 1:
+            return await self.k_round(i, base, records)
+        base_result = self.result_of(base.round, base.candidate)
         base_source = views.source_of(base, self.original)
         diag: DiagnosisStep | None = None
         plan: PlanStep | None = None
         code: CodeOutcome | None = None
         record = RoundRecord(round=i, status="failed", base_round=base.round, label=self.opts.label)
-        result: EvalResult | None = None
         try:
             if self.team.single:
                 code = await self.single_step(i, base, base_source, base_result, records)
@@ -174,36 +219,121 @@ class Optimizer:
             record.plan = plan.plan
             record.suggestions = plan.plan.suggestions
         if code is not None:
-            record.error = record.error or code.error
-            record.diagnosis_text = code.diagnosis_text
-            record.changes = code.changes
-            record.source = code.source
-            record.candidate_file = code.source_file
-            record.candidate_sha256 = sha256_text(code.source) if code.source else None
-            record.fix_attempts = max(0, len(code.attempts) - 1)
-            if code.source_file is None:
-                record.status, record.error = "failed", record.error or "no usable candidate in the model's replies"
-            elif not code.built:
-                last = code.attempts[-1].check if code.attempts else None
-                record.status = "build_failed"
-                record.first_failure = (last.log if last else "build failed")[-2000:]
-            else:
+            path = self._take_code(record, code)
+            if path is not None:
                 try:
-                    result = self.evaluate(i, f"r{i:03d}", self.folder.path / code.source_file)
+                    self._take_result(record, self.evaluate(i, f"r{i:03d}", path))
                 except AstraError as e:  # the harness could not judge this candidate: the round fails
                     record.error = f"evaluation failed: {e}"
-                    result = None
-            if result is not None:
-                record.correct = result.ok
-                record.status = "ok" if result.ok else ("build_failed" if not result.build.ok else "incorrect")
-                record.first_failure = views.failure_text(result) if not result.ok else None
-                record.geomean_speedup = result.geomean_speedup
-                record.timing_source = _timing_source(result)
-                record.timing_suspect = list(result.timing.suspect) if result.timing else []
-                record.times = views.shape_times(result)
         record.transcript = [t for step in (diag, plan, code) if step is not None for t in step.transcript]
-        record.tokens, record.wall_s = self._round_cost(i)
+        record.tokens, record.wall_s = self._cost(i)
         return record
+
+    async def k_round(self, i: int, base: RoundRecord, records: list[RoundRecord]) -> RoundRecord:
+        """K distinct plans, K coding agents at once (each its own steps, checkpoints and call records), the K
+        candidates judged in one evaluation; the round's line is its best candidate, with all K listed."""
+        base_result = self.result_of(base.round, base.candidate)
+        base_source = views.source_of(base, self.original)
+        head = RoundRecord(round=i, status="failed", base_round=base.round, base_candidate=base.candidate,
+                           label=self.opts.label)
+        diag: DiagnosisStep | None = None
+        plans: PlanSetStep | None = None
+        codes: list[CodeOutcome | BaseException] = []
+        try:
+            if self.team.single:
+                history = views.candidate_history(flat(records))
+                inputs = [render_input(SingleAgentSetInput(
+                    op=self.op, round=i, rounds_total=self.opts.rounds, kernel_round=base.round,
+                    kernel_source=base_source, result=views.result_view(base_result), history=history, candidate=j,
+                    candidates_in_round=self.k)) for j in range(self.k)]
+                step = "single"
+            else:
+                diag = await self.profile_step(i, base, base_source, base_result)
+                plans = await self.plan_set_step(i, base, base_source, base_result, diag.diagnosis, records)
+                inputs = [render_input(CodingInput(op=self.op, round=i, kernel_source=base_source, plan=p))
+                          for p in plans.plans]
+                step = "coding"
+            codes = list(await asyncio.gather(*(self._code_with_fixes(i, step, text, j)
+                                                for j, text in enumerate(inputs)), return_exceptions=True))
+        except (EvalPending, ModelAuthFailed):
+            raise
+        except ROUND_ERRORS as e:
+            head.error = short_error(e)
+            self._note_trace(i, e)
+        for code in codes:  # a rejected key or Ctrl-C in one agent ends the run, not just its candidate
+            if isinstance(code, ModelAuthFailed) or (isinstance(code, BaseException)
+                                                     and not isinstance(code, Exception)):
+                raise code
+        candidates: list[RoundRecord] = []
+        judge: list[tuple[int, Path]] = []
+        for j, code in enumerate(codes):
+            rec = RoundRecord(round=i, candidate=j, status="failed", base_round=base.round,
+                              base_candidate=base.candidate, label=self.opts.label)
+            if diag is not None:
+                rec.diagnosis = diag.diagnosis
+            if plans is not None:
+                rec.plan, rec.suggestions = plans.plans[j], plans.plans[j].suggestions
+            if isinstance(code, BaseException):
+                rec.error = short_error(code)
+                self._note_trace(i, code, j)
+            else:
+                rec.transcript = code.transcript
+                path = self._take_code(rec, code)
+                if path is not None:
+                    judge.append((j, path))
+            candidates.append(rec)
+        if judge:
+            try:
+                results = self.evaluate_many(i, [(j, f"r{i:03d}-c{j}", path) for j, path in judge])
+                for (j, _), result in zip(judge, results):
+                    self._take_result(candidates[j], result)
+            except AstraError as e:  # the harness could not judge the batch: those candidates fail
+                for j, _ in judge:
+                    candidates[j].error = f"evaluation failed: {e}"
+        for rec in candidates:
+            rec.tokens, rec.wall_s = self._cost(i, rec.candidate)
+        record = head
+        if candidates:
+            best = round_best(candidates)
+            record = best.model_copy(update={"transcript": [], "error": head.error or best.error})
+        record.candidates = candidates
+        record.plan_note = plans.note if plans is not None else None
+        record.transcript = [t for step in (diag, plans) if step is not None for t in step.transcript]
+        record.tokens, record.wall_s = self._cost(i)
+        if candidates:
+            self.view.event(f"round {i}: " + ", ".join(f"c{c.candidate} {c.status}"
+                                                       + (f" {c.geomean_speedup:.3f}x" if c.geomean_speedup else "")
+                                                       for c in candidates))
+        return record
+
+    def _take_code(self, record: RoundRecord, code: CodeOutcome) -> Path | None:
+        """The coding step's outcome into the record; the candidate to evaluate, None when there is none."""
+        record.error = record.error or code.error
+        record.diagnosis_text = code.diagnosis_text
+        record.changes = code.changes
+        record.source = code.source
+        record.candidate_file = code.source_file
+        record.candidate_sha256 = sha256_text(code.source) if code.source else None
+        record.fix_attempts = max(0, len(code.attempts) - 1)
+        if code.source_file is None:
+            record.status, record.error = "failed", record.error or "no usable candidate in the model's replies"
+            return None
+        if not code.built:
+            last = code.attempts[-1].check if code.attempts else None
+            record.status = "build_failed"
+            record.first_failure = (last.log if last else "build failed")[-2000:]
+            return None
+        return self.folder.path / code.source_file
+
+    @staticmethod
+    def _take_result(record: RoundRecord, result: EvalResult) -> None:
+        record.correct = result.ok
+        record.status = "ok" if result.ok else ("build_failed" if not result.build.ok else "incorrect")
+        record.first_failure = views.failure_text(result) if not result.ok else None
+        record.geomean_speedup = result.geomean_speedup
+        record.timing_source = _timing_source(result)
+        record.timing_suspect = list(result.timing.suspect) if result.timing else []
+        record.times = views.shape_times(result)
 
     # ------------------------------------------------------------------------------------- the steps
     async def profile_step(self, i: int, base: RoundRecord, source: str, result: EvalResult) -> DiagnosisStep:
@@ -243,6 +373,44 @@ class Optimizer:
         self.folder.save_step(i, "plan", step)
         return step
 
+    async def plan_set_step(self, i: int, base: RoundRecord, source: str, result: EvalResult, diagnosis: Diagnosis,
+                            records: list[RoundRecord]) -> PlanSetStep:
+        """K distinct plans. An answer with too few or repeated directions goes back to the planner with the
+        reason (up to --max-fix-attempts times); after that the distinct ones it gave are used, said in the note."""
+        cached = self.folder.load_step(i, "plan", PlanSetStep)
+        if cached is not None:
+            return cached
+        agent = self.team.planning
+        assert agent is not None
+        items: list[Any] = [{"role": "user", "content": render_input(PlanningSetInput(
+            op=self.op, round=i, rounds_total=self.opts.rounds, kernel_round=base.round, kernel_source=source,
+            result=views.result_view(result), diagnosis=diagnosis, directions=self.k,
+            history=views.candidate_history(flat(records))))}]
+        transcript: list[TranscriptEntry] = []
+        notes: list[str] = []
+        plans: list[OptimizationPlan] = []
+        for attempt in range(self.opts.max_fix_attempts + 1):
+            run = await self.run_agent(i, "planning", agent, items, attempt)
+            transcript.append(self._transcript(agent.name, "planning", attempt, run))
+            answer: PlanSet = run.final_output
+            distinct, problem = distinct_plans(answer.plans, self.k)
+            if len(distinct) > len(plans):
+                plans = distinct
+            if problem is None:
+                break
+            notes.append(f"answer {attempt}: {problem}")
+            self.view.event(f"round {i}: planning: {problem}; asked again")
+            items = run.to_input_list() + [{"role": "user", "content": (
+                f"{problem}. Answer again with exactly {self.k} plans in `plans`, each a different direction.")}]
+        if not plans:
+            raise AstraError(f"the planner gave no usable plan ({'; '.join(notes)})")
+        if len(plans) < self.k:
+            notes.append(f"{len(plans)} distinct plan(s) used: {len(plans)} candidate(s) this round")
+        step = PlanSetStep(plans=plans, base_round=base.round, base_candidate=base.candidate,
+                           note="; ".join(notes) or None, transcript=transcript)
+        self.folder.save_step(i, "plan", step)
+        return step
+
     async def code_step(self, i: int, source: str, plan: OptimizationPlan) -> CodeOutcome:
         return await self._code_with_fixes(i, "coding", render_input(CodingInput(
             op=self.op, round=i, kernel_source=source, plan=plan)))
@@ -253,18 +421,24 @@ class Optimizer:
             op=self.op, round=i, rounds_total=self.opts.rounds, kernel_round=base.round, kernel_source=source,
             result=views.result_view(result), history=[views.round_view(r) for r in records if r.round > 0])))
 
-    async def _code_with_fixes(self, i: int, step_name: str, first_input: str) -> CodeOutcome:
+    async def _code_with_fixes(self, i: int, step_name: str, first_input: str,
+                               cand: int | None = None) -> CodeOutcome:
         """The coding agent answers; a reply that is not a buildable candidate goes back to it, a bounded
-        number of times, with the reason (compiler output, form problem, unreadable reply)."""
-        cached = self.folder.load_step(i, "code", CodeOutcome)
+        number of times, with the reason (compiler output, form problem, unreadable reply).
+
+        ``cand``: which of the round's K candidates; its files go to ``rNNN/c<cand>/`` and it is checkpointed on
+        its own, so a resumed round repeats only the candidates that had not finished."""
+        prefix = "" if cand is None else f"c{cand}/"
+        cached = self.folder.load_step(i, f"{prefix}code", CodeOutcome)
         if cached is not None:
             return cached
+        SLOT.set((i, cand))  # this task's tool calls (check_candidate) write beside this candidate
         agent = self.team.coding
         items: list[Any] = [{"role": "user", "content": first_input}]
         outcome = CodeOutcome(source=None, source_file=None, changes=None, built=False, attempts=[])
         for attempt in range(self.opts.max_fix_attempts + 1):
             try:
-                run = await self.run_agent(i, step_name, agent, items, attempt)
+                run = await self.run_agent(i, step_name, agent, items, attempt, cand)
             except ModelBehaviorError as e:  # the reply was not the JSON object asked for
                 outcome.attempts.append(CodeAttempt(attempt=attempt, kind="invalid_reply", error=short_error(e)))
                 items = items + [{"role": "user", "content": (
@@ -283,9 +457,9 @@ class Optimizer:
             if isinstance(answer, SingleAgentRound):
                 outcome.diagnosis_text, outcome.plan_text = answer.diagnosis, list(answer.plan)
             assert isinstance(answer, (CandidateSource, SingleAgentRound))
-            path = self.folder.write_source(i, f"attempt{attempt}{self.suffix}", answer.source)
-            self.view.update(i, "harness", f"checking attempt {attempt}")
-            check = self._check(path)
+            path = self.folder.write_source(i, f"{prefix}attempt{attempt}{self.suffix}", answer.source)
+            self.view.update(i, "harness", f"checking {prefix}attempt {attempt}")
+            check = self._check(path, i, cand)
             atomic_write(path.with_suffix(".check.json"), check.model_dump_json(indent=1, exclude={"result"}))
             outcome.attempts.append(CodeAttempt(attempt=attempt, kind="candidate",
                                                 source_file=str(path.relative_to(self.folder.path)), check=check))
@@ -294,37 +468,39 @@ class Optimizer:
             outcome.built = check.built
             if check.built:
                 break
-            self.view.event(f"round {i}: attempt {attempt} did not build; fed back")
+            self.view.event(f"round {i}: {prefix}attempt {attempt} did not build; fed back")
             items = run.to_input_list() + [{"role": "user", "content": (
                 f"The candidate failed to build:\n{check.log}\n\nReturn the corrected complete source file.")}]
         if outcome.built:
-            final = self.folder.write_source(i, f"candidate{self.suffix}", outcome.source or "")
+            final = self.folder.write_source(i, f"{prefix}candidate{self.suffix}", outcome.source or "")
             outcome.source_file = str(final.relative_to(self.folder.path))
-        self.folder.save_step(i, "code", outcome)
+        self.folder.save_step(i, f"{prefix}code", outcome)
         return outcome
 
     # ------------------------------------------------------------------------------- winner, best/
     async def choose_winner(self) -> WinnerInfo:
         records = self.folder.records()
+        entries = flat(records)
         rejected: list[str] = []
-        timed = [r for r in records if r.round > 0 and r.correct and r.geomean_speedup is not None]
+        timed = [r for r in entries if r.round > 0 and r.correct and r.geomean_speedup is not None]
         winner = WinnerInfo(round=None, reason="")
         if not any(r.geomean_speedup is not None for r in records):
             winner.reason = ("no timing on this device: correct candidates are listed, none is chosen "
                              "(evaluate on a GPU, e.g. through --eval-queue)")
-        for r in ranked(records):
+        for r in ranked(entries):
             if r.geomean_speedup is None or r.geomean_speedup <= 1.0:
                 break
-            self.view.update(None, "harness", f"held-out check of round {r.round}")
-            held = self.evaluate(r.round, f"r{r.round:03d}-heldout", self.folder.path / (r.candidate_file or ""),
-                                 self.spec.heldout(), name="heldout")
+            self.view.update(None, "harness", f"held-out check of {r.key}")
+            tag = "" if r.candidate is None else f"-c{r.candidate}"
+            held = self.evaluate(r.round, f"r{r.round:03d}{tag}-heldout", self.folder.path / (r.candidate_file or ""),
+                                 self.spec.heldout(), name=_step_name(r.candidate, "heldout"), cand=r.candidate)
             if held.ok:
                 winner = WinnerInfo(round=r.round, reason="best correct candidate by geomean speedup, correct on "
                                     "held-out shapes", geomean_speedup=r.geomean_speedup, heldout_ok=True,
                                     heldout_geomean_speedup=held.geomean_speedup, rejected=rejected,
-                                    timing_source=r.timing_source)
+                                    timing_source=r.timing_source, candidate=r.candidate)
                 break
-            rejected.append(f"round {r.round}: failed held-out ({views.failure_text(held)})")
+            rejected.append(f"{r.key}: failed held-out ({views.failure_text(held)})")
         if winner.round is None and not winner.reason:
             winner.reason = ("no correct candidate beat the original" if timed else "no correct timed candidate")
             winner.rejected = rejected
@@ -340,21 +516,28 @@ class Optimizer:
         summary: dict[str, Any] = {"op": self.manifest.short_name, "op_id": self.manifest.op_id,
                                    "run_id": self.meta.run_id, "model": self.meta.model, "rounds": self.meta.rounds,
                                    "mode": self.meta.mode, "label": self.opts.label, "winner": winner.model_dump()}
+        if self.k > 1:
+            summary["candidates_per_round"] = self.k
         if winner.round is not None:
-            rec = next(r for r in records if r.round == winner.round)
-            atomic_write(best / self.original.name, rec.source or "")
-            atomic_write(best / "result.json", self.result_of(winner.round).model_dump_json(indent=1))
-            held = self.folder.load_step(winner.round, "heldout", EvalResult)
+            rec = next(r for r in flat(records) if r.round == winner.round and r.candidate == winner.candidate)
+            win_result = self.result_of(winner.round, winner.candidate)
+            sweep = win_result.sweep  # a tunable candidate ships its frozen source
+            atomic_write(best / self.original.name, (sweep.frozen_source if sweep else None) or rec.source or "")
+            atomic_write(best / "result.json", win_result.model_dump_json(indent=1))
+            held = self.folder.load_step(winner.round, _step_name(winner.candidate, "heldout"), EvalResult)
             if held is not None:
                 atomic_write(best / "heldout.json", held.model_dump_json(indent=1))
-            summary["source_sha256"] = rec.candidate_sha256
+            summary["source_sha256"] = (sweep.frozen_sha256 if sweep else None) or rec.candidate_sha256
             summary["evidence"] = ["result.json (test shapes)", "heldout.json (held-out shapes)"]
         atomic_write(best / "summary.json", json.dumps(summary, indent=1) + "\n")
 
     # =========================================================================== plumbing and tools
-    async def run_agent(self, rnd: int, step: str, agent: Any, input: Any, attempt: int = 0) -> Any:
-        self.folder.set_scope(rnd, step, agent.name)
-        self.view.update(rnd, agent.name, step + (f" (fix {attempt})" if attempt else ""))
+    async def run_agent(self, rnd: int, step: str, agent: Any, input: Any, attempt: int = 0,
+                        cand: int | None = None) -> Any:
+        # calls/ names each record by its scope: K coding agents of a round get one each
+        self.folder.set_scope(rnd, step if cand is None else f"{step}.c{cand}", agent.name)
+        self.view.update(rnd, agent.name, step + (f" c{cand}" if cand is not None else "")
+                         + (f" (fix {attempt})" if attempt else ""))
         started, t0 = now_iso(), time.monotonic()
         try:
             result = await Runner.run(agent, input, max_turns=self.opts.max_turns, run_config=self.run_config)
@@ -362,15 +545,17 @@ class Optimizer:
             self.folder.append_step(StepRecord(round=rnd, step=step, agent=agent.name, attempt=attempt,
                                                started=started, wall_s=time.monotonic() - t0,
                                                tokens=self.folder.scope_tokens(), status="failed",
-                                               error=short_error(e)))
+                                               error=short_error(e), candidate=cand))
             raise
+        source = getattr(result.final_output, "source", None)
         self.folder.append_step(StepRecord(round=rnd, step=step, agent=agent.name, attempt=attempt, started=started,
                                            wall_s=time.monotonic() - t0, tokens=self.folder.scope_tokens(),
-                                           status="ok"))
+                                           status="ok", candidate=cand,
+                                           candidate_sha256=sha256_text(source) if isinstance(source, str) else None))
         return result
 
     def evaluate(self, rnd: int, label: str, candidate: Path | None, spec: EvalSpec | None = None,
-                 name: str = "result") -> EvalResult:
+                 name: str = "result", cand: int | None = None) -> EvalResult:
         """Checkpointed: a round's result is computed (or fetched from the queue) once."""
         cached = self.folder.load_step(rnd, name, EvalResult)
         if cached is not None:
@@ -379,12 +564,35 @@ class Optimizer:
         started, t0 = now_iso(), time.monotonic()
         result = self.evaluator.evaluate(label, candidate, spec or self.spec)
         self.folder.save_step(rnd, name, result)
-        self.folder.append_step(StepRecord(round=rnd, step=f"evaluate:{name}", agent="harness", started=started,
-                                           wall_s=time.monotonic() - t0, status="ok"))
+        self._eval_step(rnd, name, cand, started, time.monotonic() - t0, result)
         return result
 
-    def result_of(self, rnd: int) -> EvalResult:
-        result = self.folder.load_step(rnd, "result", EvalResult)
+    def evaluate_many(self, rnd: int, items: list[tuple[int, str, Path]]) -> list[EvalResult]:
+        """A round's K candidates (index, label, source) in one evaluation; each result is its own checkpoint,
+        so a resumed round asks only for the ones it lacks (and a queue run stops once for the whole batch)."""
+        done = {j: self.folder.load_step(rnd, _step_name(j, "result"), EvalResult) for j, _, _ in items}
+        todo = [(j, label, path) for j, label, path in items if done[j] is None]
+        if todo:
+            self.view.update(rnd, "harness", f"evaluating {len(todo)} candidate(s) ({self.evaluator.description})")
+            started, t0 = now_iso(), time.monotonic()
+            fresh = self.evaluator.evaluate_many([(label, path) for _, label, path in todo], self.spec)
+            wall = time.monotonic() - t0
+            for (j, _, _), result in zip(todo, fresh):
+                self.folder.save_step(rnd, _step_name(j, "result"), result)
+                # builds ran in parallel, checks one after another: each candidate is charged its own share
+                self._eval_step(rnd, _step_name(j, "result"), j, started, result.wall_s or wall / len(todo), result)
+                done[j] = result
+        return [r for r in (done[j] for j, _, _ in items) if r is not None]
+
+    def _eval_step(self, rnd: int, name: str, cand: int | None, started: str, wall: float,
+                   result: EvalResult) -> None:
+        self.folder.append_step(StepRecord(round=rnd, step=f"evaluate:{name}", agent="harness", started=started,
+                                           wall_s=wall, status="ok", candidate=cand,
+                                           candidate_sha256=result.candidate_sha256,
+                                           speedup=result.geomean_speedup))
+
+    def result_of(self, rnd: int, cand: int | None = None) -> EvalResult:
+        result = self.folder.load_step(rnd, _step_name(cand, "result"), EvalResult)
         if result is None:
             raise AstraError(f"round {rnd} has no result in {self.folder.round_dir(rnd)}")
         return result
@@ -394,20 +602,22 @@ class Optimizer:
             return None
         return self.folder.path / self.base.candidate_file
 
-    def _check(self, path: Path) -> CheckReport:
+    def _check(self, path: Path, rnd: int, cand: int | None) -> CheckReport:
         started, t0 = now_iso(), time.monotonic()
         try:
             report = self.evaluator.check(path, self.spec)
         except AstraError as e:
             report = CheckReport(built=False, how="harness", log=str(e)[-6000:])
-        self.folder.append_step(StepRecord(round=self.round_idx, step=f"check:{path.name}", agent="harness",
-                                           started=started, wall_s=time.monotonic() - t0, status="ok"))
+        self.folder.append_step(StepRecord(round=rnd, step=f"check:{path.name}", agent="harness",
+                                           started=started, wall_s=time.monotonic() - t0, status="ok",
+                                           candidate=cand))
         return report
 
     def _transcript(self, agent: str, step: str, attempt: int, run: Any) -> TranscriptEntry:
         return TranscriptEntry(agent=agent, step=step, attempt=attempt, items=jsonable(run.to_input_list()))
 
-    def _round_cost(self, i: int) -> tuple[TokenCount, float]:
+    def _cost(self, i: int, cand: int | None = None) -> tuple[TokenCount, float]:
+        """Tokens and wall time of round i's steps (of one candidate's steps when ``cand`` is given)."""
         tokens, wall = TokenCount(), 0.0
         path = self.folder.path / "steps.jsonl"
         if path.is_file():
@@ -416,23 +626,29 @@ class Optimizer:
                     s = StepRecord.model_validate_json(line)
                 except ValueError:
                     continue
-                if s.round == i:
+                if s.round == i and (cand is None or s.candidate == cand):
                     tokens, wall = tokens + s.tokens, wall + s.wall_s
         return tokens, wall
 
-    def _note_trace(self, i: int, e: BaseException) -> None:
-        atomic_write(self.folder.round_dir(i) / "error.txt", "".join(traceback.format_exception(e)))
-        self.view.event(f"round {i} failed: {short_error(e)}")
+    def _note_trace(self, i: int, e: BaseException, cand: int | None = None) -> None:
+        where = "" if cand is None else f"c{cand}/"
+        atomic_write(self.folder.round_dir(i) / f"{where}error.txt", "".join(traceback.format_exception(e)))
+        self.view.event(f"round {i}{' candidate ' + str(cand) if where else ''} failed: {short_error(e)}")
 
     # ToolBackend ------------------------------------------------------------------------------------
     def check_candidate(self, source: str) -> str:
-        self._checks += 1
-        path = self.folder.write_source(self.round_idx, f"tool-check{self._checks}{self.suffix}", source)
-        self.view.update(self.round_idx, "harness", f"tool check {self._checks}")
-        return self._check(path).text()
+        rnd, cand = SLOT.get((self.round_idx, None))  # K agents call this at once, each from its own thread
+        with self._checks_lock:
+            self._checks += 1
+            n = self._checks
+        path = self.folder.write_source(rnd, f"{_step_name(cand, 'tool-check')}{n}{self.suffix}", source)
+        self.view.update(rnd, "harness", f"tool check {n}")
+        return self._check(path, rnd, cand).text()
 
     def _base_result(self) -> EvalResult:
-        return self.result_of(self.base.round if self.base is not None else 0)
+        if self.base is None:
+            return self.result_of(0)
+        return self.result_of(self.base.round, self.base.candidate)
 
     def run_timing(self) -> str:
         return views.timing_text(self._base_result())
@@ -444,6 +660,11 @@ class Optimizer:
         from astra_sglang.loop.ncu import profile_with_ncu
 
         return profile_with_ncu(self.op_dir, self.manifest, self._base_path(), self.spec)
+
+
+def _step_name(cand: int | None, name: str) -> str:
+    """A step file of the round, or of candidate ``cand`` of a K-candidate round (``c<cand>/<name>``)."""
+    return name if cand is None else f"c{cand}/{name}"
 
 
 def _timing_source(result: EvalResult) -> str | None:

@@ -5,9 +5,9 @@ No openai-agents or torch import: ``evaluate`` on a GPU host and report tools re
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
-from pydantic import Field
+from pydantic import Field, SerializerFunctionWrapHandler, model_serializer
 
 from astra_sglang.agents.config import ModelOptions, RetryPolicy, TokenCount
 from astra_sglang.agents.schemas import (
@@ -18,10 +18,28 @@ from astra_sglang.agents.schemas import (
     SuiteProposal,
 )
 from astra_sglang.contract.base import Model
-from astra_sglang.contract.result import EvalResult, ShapeTiming
+from astra_sglang.contract.result import EvalResult, ShapeTiming, SweepBaseline
 
 SCHEMA_VERSION = 1
 
+
+class Extended(Model):
+    """A record that gained fields after run folders were first written (k candidates a round, early stop).
+
+    The fields named in ``added`` are left out while they hold their default, so a run that does not use
+    them (one candidate a round) writes the same bytes as before, and old folders still read."""
+
+    added: ClassVar[tuple[str, ...]] = ()
+
+    @model_serializer(mode="wrap")
+    def _leave_out_unused_additions(self, handler: SerializerFunctionWrapHandler) -> Any:
+        data = handler(self)
+        if isinstance(data, dict):
+            for name in self.added:
+                if name in data and getattr(self, name) == type(self).model_fields[name].get_default(
+                        call_default_factory=True):
+                    del data[name]
+        return data
 
 
 class EvalSpec(Model):
@@ -52,9 +70,20 @@ class QueueRequest(Model):
     spec: EvalSpec
     created: str
     note: str | None = None
+    job: Literal["evaluate", "tune"] = Field("evaluate", description="tune: `sweep_baseline` of the op's original "
+                                             "(no candidate); its answer is <item>/baseline.json (TuneOutcome)")
 
 
-class LoopOptions(Model):
+class TuneOutcome(Model):
+    """The sweep baseline of the op's original (``astra-sglang tune``), or why there is none."""
+
+    baseline: SweepBaseline | None = None
+    error: str | None = None
+
+
+class LoopOptions(Extended):
+    added = ("candidates", "patience", "stop_at_bound_margin")
+
     rounds: int = Field(default=5, ge=0)
     single_agent: bool = False
     max_fix_attempts: int = Field(default=3, ge=0)
@@ -66,12 +95,19 @@ class LoopOptions(Model):
     eval: EvalSpec = Field(default_factory=EvalSpec)
     ncu: bool = False
     label: str | None = Field(default=None, description="shown in the log, the tables and best/, e.g. SCRIPTED")
+    candidates: int = Field(default=1, ge=1, le=16, description="K: distinct directions planned, coded and "
+                            "evaluated together each round")
+    patience: int | None = Field(default=None, ge=1, description="stop after this many rounds without gain")
+    stop_at_bound_margin: float | None = Field(
+        default=None, ge=0, lt=1, description="stop when the best is within this fraction of the copy bound")
 
 
 RunStatus = Literal["running", "waiting_eval", "done", "failed", "interrupted"]
 
 
-class WinnerInfo(Model):
+class WinnerInfo(Extended):
+    added = ("candidate",)
+
     round: int | None = Field(description="None: no candidate beat the original")
     reason: str
     geomean_speedup: float | None = None
@@ -79,9 +115,10 @@ class WinnerInfo(Model):
     heldout_geomean_speedup: float | None = None
     rejected: list[str] = Field(default_factory=list, description="candidates that ranked higher but failed held-out")
     timing_source: str | None = None
+    candidate: int | None = Field(default=None, description="which of the round's K candidates (K > 1)")
 
 
-class RunMeta(Model):
+class RunMeta(Extended):
     """``run.json``. ``model`` and ``rounds`` are top-level so the patch registry can cite them."""
 
     schema_version: int = SCHEMA_VERSION
@@ -99,10 +136,15 @@ class RunMeta(Model):
     label: str | None = None
     options: LoopOptions
     winner: WinnerInfo | None = None
+    stop_reason: str | None = Field(default=None, description="why the rounds stopped before --rounds")
+
+    added = ("stop_reason",)
 
 
-class StepRecord(Model):
+class StepRecord(Extended):
     """One line of ``steps.jsonl``: what each agent step cost."""
+
+    added = ("candidate", "candidate_sha256", "speedup")
 
     round: int
     step: str
@@ -113,6 +155,9 @@ class StepRecord(Model):
     tokens: TokenCount = Field(default_factory=TokenCount)
     status: Literal["ok", "failed"]
     error: str | None = None
+    candidate: int | None = Field(default=None, description="which of the round's K candidates (K > 1)")
+    candidate_sha256: str | None = Field(default=None, description="the source this step answered or evaluated")
+    speedup: float | None = Field(default=None, description="evaluation steps: the measured geomean speedup")
 
 
 class TranscriptEntry(Model):
@@ -122,8 +167,12 @@ class TranscriptEntry(Model):
     items: list[dict[str, Any]]
 
 
-class CheckReport(Model):
-    """A quick verdict for the coding agent within a round (build + correctness where this host can)."""
+class CheckReport(Extended):
+    """A quick verdict for the coding agent within a round (build + correctness where this host can).
+
+    ``ran`` says in one sentence exactly what ran, so the agent knows how much the verdict is worth."""
+
+    added = ("ran",)
 
     built: bool
     correct: bool | None = None
@@ -131,9 +180,12 @@ class CheckReport(Model):
     log: str = ""
     first_failure: str | None = None
     result: EvalResult | None = None
+    ran: str | None = None
 
     def text(self) -> str:
         lines = [f"check ({self.how}): " + ("BUILD OK" if self.built else "BUILD FAILED")]
+        if self.ran:
+            lines.append(self.ran)
         if self.log:
             lines.append(self.log)
         if self.built:
@@ -172,6 +224,16 @@ class PlanStep(Model):
     transcript: list[TranscriptEntry] = Field(default_factory=list)
 
 
+class PlanSetStep(Model):
+    """K > 1: the planner's K distinct directions (fewer when it could not give K distinct ones)."""
+
+    plans: list[OptimizationPlan]
+    base_round: int
+    base_candidate: int | None = None
+    note: str | None = Field(default=None, description="what was refused or repaired on the way")
+    transcript: list[TranscriptEntry] = Field(default_factory=list)
+
+
 class CodeAttempt(Model):
     attempt: int
     kind: Literal["candidate", "invalid_reply"]
@@ -197,8 +259,13 @@ class CodeOutcome(Model):
 RoundStatus = Literal["ok", "incorrect", "build_failed", "failed"]
 
 
-class RoundRecord(Model):
-    """One line of ``log.jsonl``: everything about one round, including the agents' transcript."""
+class RoundRecord(Extended):
+    """One line of ``log.jsonl``: everything about one round, including the agents' transcript.
+
+    With K > 1 candidates a round, ``candidates`` holds one record per candidate (``candidate`` = its index)
+    and the round's own fields are those of its best candidate, so tables and plots read one line a round."""
+
+    added = ("candidate", "base_candidate", "candidates", "plan_note")
 
     round: int
     status: RoundStatus
@@ -212,6 +279,8 @@ class RoundRecord(Model):
     timing_source: str | None = Field(default=None, description="device and method the times come from")
     timing_suspect: list[str] = Field(default_factory=list)
     times: list[ShapeTiming] = Field(default_factory=list)
+    sweep_baseline: TuneOutcome | None = Field(default=None, description="round 0: the original with its own "
+                                               "launch parameters retuned per shape (the bar after the original)")
     diagnosis: Diagnosis | None = None
     diagnosis_text: str | None = None
     plan: OptimizationPlan | None = None
@@ -223,6 +292,18 @@ class RoundRecord(Model):
     wall_s: float = 0.0
     transcript: list[TranscriptEntry] = Field(default_factory=list)
     label: str | None = None
+    candidate: int | None = None
+    base_candidate: int | None = None
+    candidates: list[RoundRecord] = Field(default_factory=list)
+    plan_note: str | None = Field(default=None, description="K > 1: what the planner's answers needed")
+
+    def entries(self) -> list[RoundRecord]:
+        """The round's candidates (itself when it had one)."""
+        return list(self.candidates) if self.candidates else [self]
+
+    @property
+    def key(self) -> str:
+        return f"round {self.round}" + (f" candidate {self.candidate}" if self.candidate is not None else "")
 
 
 class RoundSummary(Model):

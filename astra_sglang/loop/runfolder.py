@@ -11,6 +11,7 @@ A finished step's file is its checkpoint: ``--resume`` loads it instead of runni
 
 from __future__ import annotations
 
+import contextvars
 import json
 import os
 import socket
@@ -38,11 +39,19 @@ def new_run_id() -> str:
     return datetime.now().strftime("%Y%m%d-%H%M%S") + f"-{os.getpid() % 10000:04d}"
 
 
+class _Scope:
+    """Who is calling the model now, and what its calls have cost so far (one per agent step)."""
+
+    def __init__(self, rnd: int | None, step: str, agent: str) -> None:
+        self.key = (rnd, step, agent)
+        self.tokens = TokenCount()
+
+
 class RunFolder:
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
-        self._scope: tuple[int | None, str, str] = (None, "", "")
-        self._scope_tokens = TokenCount()
+        # Per asyncio task: K coding agents run at once, each must see and count its own calls.
+        self._scope: contextvars.ContextVar[_Scope] = contextvars.ContextVar(f"scope:{self.path}")
 
     # ------------------------------------------------------------------------------------------ layout
     @property
@@ -164,14 +173,20 @@ class RunFolder:
 
     # ---------------------------------------------------------------------------- model call records
     def set_scope(self, rnd: int | None, step: str, agent: str) -> None:
-        self._scope = (rnd, step, agent)
-        self._scope_tokens = TokenCount()
+        self._scope.set(_Scope(rnd, step, agent))
+
+    def _current(self) -> _Scope:
+        scope = self._scope.get(None)
+        if scope is None:
+            scope = _Scope(None, "", "")
+            self._scope.set(scope)
+        return scope
 
     def scope(self) -> tuple[int | None, str, str]:
-        return self._scope
+        return self._current().key
 
     def scope_tokens(self) -> TokenCount:
-        return self._scope_tokens
+        return self._current().tokens
 
     def record_call(self, record) -> None:  # record: agents.recording.ModelCallRecord
         calls = self.path / "calls"
@@ -179,5 +194,6 @@ class RunFolder:
         n = len(list(calls.glob("*.json"))) + 1
         rnd = "r---" if record.round is None else f"r{record.round:03d}"
         atomic_write(calls / f"{n:05d}-{rnd}-{record.agent}-{record.step}.json", record.model_dump_json(indent=1))
-        self._scope_tokens = self._scope_tokens + record.tokens
+        scope = self._current()
+        scope.tokens = scope.tokens + record.tokens
 

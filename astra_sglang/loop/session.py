@@ -15,6 +15,7 @@ from typing import Any
 from rich.console import Console
 
 from astra_sglang.contract.op import ManifestError, find_op_dir, load_manifest
+from astra_sglang.contract.validation import require_validated
 from astra_sglang.errors import AstraError
 from astra_sglang.loop.evaluator import (
     EvalPending,
@@ -54,7 +55,8 @@ def _apply_overrides(opts: LoopOptions, overrides: dict[str, Any]) -> LoopOption
     """On --resume only settings that do not change what was already done may change."""
     model_keys = {"model", "base_url", "api_key_env", "request_timeout_s", "file_timeout_s", "trace"}
     model_update = {k: v for k, v in overrides.items() if k in model_keys and v is not None}
-    top = {k: v for k, v in overrides.items() if k in {"rounds", "eval_wait_s"} and v is not None}
+    top = {k: v for k, v in overrides.items()
+           if k in {"rounds", "eval_wait_s", "patience", "stop_at_bound_margin"} and v is not None}
     if "rounds" in top and top["rounds"] < opts.rounds:
         raise AstraError(f"--rounds {top['rounds']} on resume: the run already plans {opts.rounds}; rounds can be "
                          f"added, not removed")
@@ -117,10 +119,10 @@ def run_optimize(req: OptimizeRequest, console: Console | None = None) -> RunSum
     """The summary's exit code: 0 when some round produced a correct candidate, 1 when none did, 3 while
     waiting for the queue; a setup problem raises AstraError (exit 2)."""
     from astra_sglang.agents.models import build_model, configure_tracing, preflight
-    from astra_sglang.agents.recording import ModelAuthFailed, RecordingModel
+    from astra_sglang.agents.recording import ModelAuthFailed, RecordingModel, load_answered
     from astra_sglang.loop.optimizer import Optimizer
     from astra_sglang.loop.plot import plot_run
-    from astra_sglang.loop.view import LiveView, final_table
+    from astra_sglang.loop.view import LiveView, final_table, shape_table
 
     if console is None:
         console = Console(stderr=req.json)  # with --json, stdout carries only the summary
@@ -142,6 +144,7 @@ def run_optimize(req: OptimizeRequest, console: Console | None = None) -> RunSum
         manifest = load_manifest(op_dir)
     except ManifestError as e:
         raise AstraError(str(e)) from None
+    require_validated(op_dir, manifest.short_name)  # a contract the original never agreed with is no target
     require_timing_device(opts)
 
     note = asyncio.run(preflight(opts.model))  # before any work: a bad key or server is one clear error
@@ -161,7 +164,7 @@ def run_optimize(req: OptimizeRequest, console: Console | None = None) -> RunSum
 
     evaluator = make_evaluator(opts, op_dir, folder, meta.run_id)
     configure_tracing(opts.model)
-    model = RecordingModel(build_model(opts.model), folder, opts.retry)
+    model = RecordingModel(build_model(opts.model), folder, opts.retry, replay=load_answered(folder.path / "calls"))
     title = f"astra optimize {manifest.short_name} ({meta.mode}, {opts.model.model})"
     winner: WinnerInfo | None = None
     try:
@@ -190,6 +193,9 @@ def run_optimize(req: OptimizeRequest, console: Console | None = None) -> RunSum
 
     records = folder.records()
     console.print(final_table(records, winner, title, opts.label))
+    shapes = shape_table(records, winner)
+    if shapes is not None:
+        console.print(shapes)
     console.print(f"run log: {folder.path / 'log.jsonl'}; best: {folder.best_dir}", highlight=False)
     png = plot_run(records, winner, title, folder.path / "speedup.png", opts.label)
     if png is not None:

@@ -11,6 +11,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from astra_sglang.contract.result import SweepBaseline
 from astra_sglang.loop.records import RoundRecord, WinnerInfo
 
 
@@ -86,11 +87,15 @@ def final_table(records: list[RoundRecord], winner: WinnerInfo | None, title: st
                 label: str | None = None) -> Table:
     caption = None
     if winner is not None:
-        caption = (f"winner: round {winner.round}, {winner.geomean_speedup:.3f}x geomean, held-out "
+        which = f"round {winner.round}" + (f" candidate {winner.candidate}" if winner.candidate is not None else "")
+        caption = (f"winner: {which}, {winner.geomean_speedup:.3f}x geomean, held-out "
                    f"{'confirmed' if winner.heldout_ok else 'not confirmed'}" if winner.round is not None
                    else f"no winner: {winner.reason}")
         if winner.timing_source:
             caption += f"\ntimes from: {winner.timing_source}"
+    against = _against_sweep(records, winner)
+    if against:
+        caption = f"{caption}\n{against}" if caption else against
     if label:
         caption = f"{label}\n{caption or ''}"
     table = Table(title=title, caption=caption)
@@ -98,9 +103,60 @@ def final_table(records: list[RoundRecord], winner: WinnerInfo | None, title: st
         table.add_column(col, justify="right" if col in ("round", "base", "geomean speedup", "fixes", "wall s") else "left")
     for r in records:
         note = r.first_failure or r.error or r.changes or ""
+        if r.candidates:  # K candidates: the row is the round's best; say what the others did
+            note = f"c{r.candidate} of " + "/".join(c.status for c in r.candidates) + ": " + note
         style = "bold green" if winner is not None and winner.round == r.round else None
         table.add_row(str(r.round), "-" if r.base_round is None else str(r.base_round), r.status,
                       {True: "yes", False: "NO", None: "-"}[r.correct], _fmt(r.geomean_speedup), str(r.fix_attempts),
                       f"{r.tokens.input_tokens}/{r.tokens.output_tokens}", f"{r.wall_s:.1f}",
                       (note[:70] + "...") if len(note) > 70 else note, style=style)
+    return table
+
+
+def _baseline(records: list[RoundRecord]) -> SweepBaseline | None:
+    r0 = next((r for r in records if r.round == 0), None)
+    return r0.sweep_baseline.baseline if r0 is not None and r0.sweep_baseline is not None else None
+
+
+def _against_sweep(records: list[RoundRecord], winner: WinnerInfo | None) -> str | None:
+    """Whether the winner beats the original retuned (its own launch parameters swept per shape)."""
+    r0 = next((r for r in records if r.round == 0), None)
+    if r0 is None or r0.sweep_baseline is None:
+        return None
+    b = r0.sweep_baseline.baseline
+    geo = b.geomean_speedup if b is not None else None
+    if geo is None:
+        return f"sweep baseline: {r0.sweep_baseline.error or 'not timed on this device'}"
+    if winner is None or winner.round is None or winner.geomean_speedup is None:
+        return f"sweep baseline (the original retuned): {geo:.3f}x"
+    if winner.geomean_speedup <= geo:
+        return (f"the winner ({winner.geomean_speedup:.3f}x) does NOT beat the sweep baseline ({geo:.3f}x: the "
+                "original with its launch parameters retuned per shape)")
+    return f"the winner beats the sweep baseline ({geo:.3f}x: the original with its launch parameters retuned)"
+
+
+def shape_table(records: list[RoundRecord], winner: WinnerInfo | None) -> Table | None:
+    """Per timed shape: the original, the sweep baseline, the best candidate and the copy bound, in us."""
+    r0 = next((r for r in records if r.round == 0), None)
+    if r0 is None or not r0.times:
+        return None
+    best = next((r for r in records if winner is not None and r.round == winner.round and r.round != 0), None)
+    if best is None:
+        best = max((r for r in records if r.round > 0 and r.correct and r.times and r.geomean_speedup),
+                   key=lambda r: r.geomean_speedup or 0.0, default=None)
+    b0 = _baseline(records)
+    base = {repr(sorted(s.dims.items())): s for s in (b0.shapes if b0 is not None else [])}
+    cand = {(repr(sorted(t.dims.items())), t.dtype): t for t in (best.times if best else [])}
+    table = Table(title="per shape (us)" + (f"; best candidate: round {best.round}" if best else ""))
+    for col in ("shape", "dtype", "original", "sweep baseline", "best candidate", "copy bound"):
+        table.add_column(col, justify="left" if col in ("shape", "dtype") else "right")
+    for t in r0.times:
+        key = repr(sorted(t.dims.items()))
+        b, c = base.get(key), cand.get((key, t.dtype))
+        ceiling = t.original_gbps * 100.0 / t.original_pct_ceiling if t.original_pct_ceiling else None
+        bound = t.bytes_moved / (ceiling * 1e3) if ceiling else None
+        table.add_row("x".join(str(v) for v in t.dims.values()), t.dtype, _fmt(t.original_us, 2),
+                      "-" if b is None else f"{b.best_us:.2f} ({b.speedup:.2f}x)",
+                      "-" if c is None or c.candidate_us is None else f"{c.candidate_us:.2f} ({c.speedup or 0:.2f}x)",
+                      _fmt(bound, 2))
     return table

@@ -10,8 +10,17 @@ from functools import cache
 
 from astra_sglang.extract.catalog.base import CatalogEntry
 
-_MODULES = ("activation", "fused_add_rmsnorm", "merge_state", "softcap", "row_scale", "norm", "kvcache", "rope",
-            "attention")
+_MODULES = (
+    "activation", "fused_add_rmsnorm", "merge_state", "softcap", "row_scale", "norm",
+    # serving-path helpers (KV-slot lookups, ragged layouts, samplers, speculative and MoE routing, copies)
+    "last_loc", "row_argmax", "ragged_layout", "fill_padded_rows", "pack_verify_mask", "spec_decode",
+    "lora_moe_align", "gather_spec_extras", "gemma_routing", "mla_k_concat", "dp_memcpy", "dsa_topk_length",
+    "moe_shuffle_rows",
+    # MoE routing and FP8 quantization on the serving hot path
+    "moe", "quant",
+    # the attention hot path: KV-cache store, RoPE, decode/extend attention
+    "kvcache", "rope", "attention",
+)
 
 
 @cache

@@ -11,7 +11,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from astra_sglang.contract.op import Baseline, CallSite, ContractProvenance, ShapeCase, Signature, Tolerance
+from astra_sglang.contract.op import (
+    Baseline,
+    CallSite,
+    ContractProvenance,
+    ServeRule,
+    ShapeCase,
+    Signature,
+    Tolerance,
+)
 
 # Justification of the default tolerances (relative, per dtype). A kernel and a float32 reference that
 # round at different points differ by about one unit in the last place of the stored dtype:
@@ -40,6 +48,7 @@ class FlashInferBaseline:
     when: str
     same_function: bool
     note: str = ""
+    serves: tuple[ServeRule, ...] = ()  # Baseline.serves: the shapes/flags SGLang dispatches here
 
 
 @dataclass(frozen=True)
@@ -74,3 +83,8 @@ class CatalogEntry:
     inputs: str | None = None
     inputs_scalars: bool = False  # inputs.py also defines scalars(dims, dtype)
     provenance: ContractProvenance = field(default_factory=ContractProvenance)
+
+
+def exact_tolerances(dtypes: list[str]) -> dict[str, Tolerance]:
+    """Index and metadata ops copy or count integers: any difference is a wrong index, so tolerance 0."""
+    return {d: Tolerance(atol=0.0, rtol=0.0) for d in dtypes}

@@ -11,6 +11,7 @@ from astra_sglang.contract.op import (
     CallSite,
     Dim,
     ScalarArg,
+    ServeRule,
     ShapeCase,
     Signature,
     TensorArg,
@@ -21,6 +22,9 @@ from astra_sglang.extract.shapes import DECODE_T, MODELS, PREFILL_T, case, dedup
 
 _ENTRY = "sglang.kernels.ops.layernorm.norm:fused_add_rmsnorm"
 _JIT_MAX_H = 8192
+# sglang 0.5.23, RMSNorm.forward_cuda: `elif residual is not None:` / `if self.cast_x_before_out_mul:` ... `else:`
+# `fused_add_rmsnorm(x, residual, self.weight.data, self.variance_epsilon)` (the sgl_kernel import at line 102)
+_SERVED_AT = "sglang/srt/layers/layernorm.py:628"
 
 _REFERENCE = '''"""Reference for fused_add_rmsnorm (astra-sglang, written; restates RMSNorm.forward_native with a
 residual in float32): residual <- input + residual; input <- (residual * rsqrt(mean(residual^2) + eps)) * weight.
@@ -134,6 +138,10 @@ FUSED_ADD_RMSNORM = CatalogEntry(
             same_function=True,
             note="PDL enabled as on sm_90 (sgl_kernel passes enable_pdl=is_arch_support_pdl()); stand-in empty "
             "cublasLt.h/cublas_v2.h/curand_kernel.h (ours) because norm.cuh's includes name them unused",
+            # RMSNorm.forward_cuda with a residual and cast_x_before_out_mul=False calls the from-imported
+            # sgl_kernel.fused_add_rmsnorm for every hidden size and both dtypes: this op's function is served
+            # here at every shape, the JIT kernel extracted here never (it is reached only with the flag set)
+            serves=(ServeRule(source=_SERVED_AT),),
         )
     ],
     trace_dims=_trace,

@@ -1,0 +1,150 @@
+"""The launch parameters an original Triton wrapper exposes, found in its source's AST, and variants of it.
+
+What ``astra-sglang tune OP`` sweeps, per launch ``kernel[grid](...)`` of one of the recipe's kernels:
+- ``num_warps``: always (Triton's default 4 when the launch does not pass it); a value the wrapper computes
+  from the shape is replaced by each literal (per shape bucket, that is what a dispatch table would do);
+- ``num_stages``: when the launch passes it or the kernel has a loop (software pipelining needs one);
+- block-size constexprs: a keyword argument named like ``*BLOCK*``/``*TILE*`` of a ``tl.constexpr`` parameter
+  whose value is a power-of-two int literal, or a local name assigned once to one (the assignment is changed,
+  so a grid computed from the same name follows), swept from a quarter to four times its value.
+A kernel under ``triton.autotune`` chooses its own launch options: only its block sizes are swept. Variants are
+the source re-printed (``ast.unparse``) with the values changed; nothing here imports the source.
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+import re
+from dataclasses import dataclass
+
+from astra_sglang.contract.result import TuneValue
+from astra_sglang.harness.tune_space import MAX_CONFIGS, TuneError
+
+WARPS = [1, 2, 4, 8]
+STAGES = [1, 2, 3, 4]
+TRITON_DEFAULTS = {"num_warps": 4, "num_stages": 3}
+_BLOCKISH = re.compile(r"BLOCK|TILE", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class LaunchParam:
+    name: str  # "merge_state_kernel.num_warps" (+ "@line" when a kernel is launched twice)
+    values: list[TuneValue]
+    original: str  # the source text of the original value, or "4 (Triton's default)"
+    launch_line: int  # the launch call's line
+    keyword: str
+    assign_line: int | None = None  # a `NAME = <int>` statement to change instead of the keyword
+
+
+def _kernels(tree: ast.Module, names: list[str]) -> dict[str, tuple[ast.FunctionDef, bool]]:
+    """The module's @triton.jit kernels (of ``names`` if given) -> (definition, under triton.autotune)."""
+    out = {}
+    for node in tree.body:
+        if not isinstance(node, ast.FunctionDef):
+            continue
+        decos = [ast.unparse(d.func if isinstance(d, ast.Call) else d) for d in node.decorator_list]
+        if any(d.endswith("jit") for d in decos) and (not names or node.name in names):
+            out[node.name] = (node, any(d.endswith("autotune") for d in decos))
+    return out
+
+
+def _constexprs(fn: ast.FunctionDef) -> set[str]:
+    args = fn.args.posonlyargs + fn.args.args + fn.args.kwonlyargs
+    return {a.arg for a in args if a.annotation is not None and ast.unparse(a.annotation).endswith("constexpr")}
+
+
+def _has_loop(fn: ast.FunctionDef) -> bool:
+    return any(isinstance(n, (ast.For, ast.While)) for n in ast.walk(fn))
+
+
+def _single_int_assign(scope: ast.AST, name: str) -> ast.Assign | None:
+    found = [n for n in ast.walk(scope) if isinstance(n, (ast.Assign, ast.AugAssign, ast.AnnAssign))
+             and any(isinstance(t, ast.Name) and t.id == name for t in
+                     (n.targets if isinstance(n, ast.Assign) else [n.target]))]
+    if len(found) == 1 and isinstance(found[0], ast.Assign) and len(found[0].targets) == 1:
+        v = found[0].value
+        if isinstance(v, ast.Constant) and type(v.value) is int:
+            return found[0]
+    return None
+
+
+def _pow2_range(v: int) -> list[TuneValue]:
+    return [x for x in (v // 4, v // 2, v, v * 2, v * 4) if x >= 16 and x & (x - 1) == 0]
+
+
+def find_launch_params(source: str, kernels: list[str]) -> list[LaunchParam]:
+    """Every sweepable launch parameter of the named kernels' launches (TuneError when there is none)."""
+    tree = ast.parse(source)
+    defs = _kernels(tree, kernels)
+    params: list[LaunchParam] = []
+    seen: dict[str, int] = {}
+    for scope in [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name not in defs]:
+        for call in ast.walk(scope):
+            if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Subscript)
+                    and isinstance(call.func.value, ast.Name) and call.func.value.id in defs):
+                continue
+            kernel = call.func.value.id
+            fn, autotuned = defs[kernel]
+            seen[kernel] = seen.get(kernel, 0) + 1
+            tag = kernel if seen[kernel] == 1 else f"{kernel}@{call.lineno}"
+            kw = {k.arg: k.value for k in call.keywords if k.arg}
+            if not autotuned:
+                for opt, values in (("num_warps", WARPS), ("num_stages", STAGES)):
+                    given = kw.get(opt)
+                    if opt == "num_stages" and given is None and not _has_loop(fn):
+                        continue
+                    if isinstance(given, ast.Constant) and type(given.value) is int:
+                        values = sorted(set(values) | {given.value})
+                    original = ast.unparse(given) if given is not None else \
+                        f"{TRITON_DEFAULTS[opt]} (Triton's default)"
+                    params.append(LaunchParam(f"{tag}.{opt}", list(values), original, call.lineno, opt))
+            for name in sorted(_constexprs(fn) & set(kw)):
+                if not _BLOCKISH.search(name):
+                    continue
+                value, assign = kw[name], None
+                if isinstance(value, ast.Name):
+                    assign = _single_int_assign(scope, value.id)
+                    value = assign.value if assign is not None else value
+                if not (isinstance(value, ast.Constant) and type(value.value) is int and value.value >= 16
+                        and value.value & (value.value - 1) == 0):
+                    continue
+                params.append(LaunchParam(f"{tag}.{name}", _pow2_range(value.value), str(value.value), call.lineno,
+                                          name, assign.lineno if assign is not None else None))
+    if not params:
+        raise TuneError(f"no launch of {', '.join(kernels) or 'a @triton.jit kernel'} found in the source: "
+                        "nothing to sweep")
+    n = math.prod(len(p.values) for p in params)
+    if n > MAX_CONFIGS:
+        raise TuneError(f"the original exposes {n} launch configs ({', '.join(p.name for p in params)}), more "
+                        f"than the cap of {MAX_CONFIGS}")
+    return params
+
+
+class _Apply(ast.NodeTransformer):
+    def __init__(self, params: list[LaunchParam], config: dict[str, TuneValue]):
+        self.by_launch: dict[int, list[tuple[str, TuneValue]]] = {}
+        self.by_assign: dict[int, TuneValue] = {}
+        for p in params:
+            if p.assign_line is not None:
+                self.by_assign[p.assign_line] = config[p.name]
+            else:
+                self.by_launch.setdefault(p.launch_line, []).append((p.keyword, config[p.name]))
+
+    def visit_Assign(self, node: ast.Assign) -> ast.AST:
+        self.generic_visit(node)
+        if node.lineno in self.by_assign:
+            node.value = ast.Constant(self.by_assign[node.lineno])
+        return node
+
+    def visit_Call(self, node: ast.Call) -> ast.AST:
+        self.generic_visit(node)
+        if isinstance(node.func, ast.Subscript) and node.lineno in self.by_launch:
+            for key, value in self.by_launch[node.lineno]:
+                node.keywords = [k for k in node.keywords if k.arg != key] + [ast.keyword(key, ast.Constant(value))]
+        return node
+
+
+def launch_variant(source: str, params: list[LaunchParam], config: dict[str, TuneValue]) -> str:
+    tree = _Apply(params, config).visit(ast.parse(source))
+    return ast.unparse(ast.fix_missing_locations(tree)) + "\n"

@@ -1,0 +1,219 @@
+"""Sweeps: many variants of one source, checked and timed in one worker, the best config per shape chosen.
+
+Two users. ``tune_candidate`` (called by ``evaluate_many`` for a Triton candidate that declares ``TUNE``):
+every config becomes a variant source (``tune_space.py``), each is screened, the survivors run a quick case
+set and are timed against the original in one sweep job (``sweep_checks.py``), the choice is frozen into the
+source as a ``TUNED`` table, and that frozen source is what the normal evaluation then checks in full and what
+is shipped. ``sweep_variants`` is the shared part, also used by ``astra-sglang tune OP`` (``tune_baseline.py``)
+to sweep the original's own launch parameters. The verdict on every variant comes from the trusted judge.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import tempfile
+import time
+from pathlib import Path
+
+from astra_sglang.contract.base import sha256_text, write_atomic
+from astra_sglang.contract.eval_config import EvalConfig
+from astra_sglang.contract.op import Manifest
+from astra_sglang.contract.result import (
+    SweepChoice,
+    SweepConfig,
+    SweepReport,
+    SweepShape,
+    TuneValue,
+)
+from astra_sglang.harness.isolation import run_checker
+from astra_sglang.harness.protocol import CaseSpec, CheckJob, VariantOutcome
+from astra_sglang.harness.screen import screen_report
+from astra_sglang.harness.suite import (
+    _dim_values,
+    _is_discrete,
+    largest_numel,
+    timed_shapes,
+    timing_dtypes,
+)
+from astra_sglang.harness.tune_space import TuneSpace, find_space, freeze, variant_source
+
+SWEEP_WARMUP, SWEEP_REP = 10, 50  # per side per shape per config; the frozen source is timed in full afterwards
+CPU_NOTE = ("CPU: no meaningful timing here (host timers or none): the choice is arbitrary among the configs "
+            "that passed the checks; time on a GPU to tune")
+Config = dict[str, TuneValue]
+
+
+def quick_cases(manifest: Manifest, config: EvalConfig, seed: int) -> list[CaseSpec]:
+    """A few small shapes in one dtype, normal values: enough to drop a config that is wrong, cheap enough for
+    every config. CPU (``shapes=test``): the test shapes. Otherwise the smallest manifest shape of each
+    combination of the op's few-valued dims (head_dim 64/128/...), at most four, plus the smallest shape."""
+    dtype = timing_dtypes(manifest, config)[0]
+    if config.shapes == "test":
+        shapes = timed_shapes(manifest, config)
+    else:
+        discrete = [k for k, v in _dim_values(manifest).items() if _is_discrete(v)]
+        by_size = sorted((s.dims for s in manifest.shapes), key=lambda d: largest_numel(manifest, d))
+        shapes, seen = [], set()
+        for dims in by_size:
+            key = tuple(dims.get(k) for k in discrete)
+            if key not in seen and len(shapes) < 4:
+                seen.add(key)
+                shapes.append(dims)
+        shapes = shapes or timed_shapes(manifest, config)[:1]
+    rng = random.Random(seed)
+    return [CaseSpec(dims=dict(d), dtype=dtype, distribution="normal", seed=rng.getrandbits(48), tags=["quick"])
+            for d in shapes]
+
+
+def sweep_variants(op_dir: Path, manifest: Manifest, configs: list[Config], sources: list[Path],
+                   config: EvalConfig, device: str, seed: int) -> tuple[list[SweepConfig], str, int]:
+    """Each source screened, then all that pass checked and timed in one judge; (per-config results, device
+    name, quick cases). A variant's failure never stops the sweep; the judge dying fails every config."""
+    from astra_sglang.harness.evaluate import _CEILING as CEILING
+
+    results = [SweepConfig(config=c, ok=False) for c in configs]
+    live: list[int] = []
+    for i, src in enumerate(sources):
+        screened = screen_report(src, op_dir, manifest) if config.screen else None
+        if screened is not None:
+            results[i].failure = "build failed: " + screened.log.strip().splitlines()[-1][:300]
+        else:
+            live.append(i)
+    cases = quick_cases(manifest, config, seed)
+    if not live:
+        return results, "", len(cases)
+    warmup, rep = config.timing_protocol()
+    job = CheckJob(op_dir=str(op_dir), manifest=manifest, candidate=str(sources[live[0]]), device=device,  # type: ignore[arg-type]
+                   config=config.model_copy(update={"simulate_timing": config.simulate_timing and device == "cpu",
+                                                    "stateful_checks": 0}),
+                   warmup=min(warmup, SWEEP_WARMUP), rep=min(rep, SWEEP_REP), timing_seed=seed ^ 0x5EED, cases=cases,
+                   timed_shapes=timed_shapes(manifest, config), timing_dtypes=timing_dtypes(manifest, config),
+                   ceiling=config.copy_ceiling_gbps or CEILING.get(device), variants=[str(sources[i]) for i in live])
+    outcome = run_checker(job, timeout_s=config.timeout_s + 60.0, max_wall_s=config.max_wall_s)
+    r = outcome.result
+    if r is None or r.sweep is None:
+        why = (f"sweep {outcome.died}: {outcome.detail}" if outcome.died else
+               f"sweep checker error: {outcome.error.error[:500]}" if outcome.error else "sweep gave no result")
+        for i in live:
+            results[i].failure = why
+        return results, "", len(cases)
+    if r.ceiling:
+        CEILING[device] = r.ceiling
+    for o in r.sweep:
+        _fill(results[live[o.index]], o)
+    return results, r.device, len(cases)
+
+
+def _fill(res: SweepConfig, o: VariantOutcome) -> None:
+    if o.failure is not None:
+        f = o.failure
+        where = f" at {f.dims} {f.dtype}" if f.dims else ""
+        res.failure = f"{f.reason}{where}: {f.detail}"[:600]
+        return
+    res.ok = True
+    res.shapes = [SweepShape(dims=t.row.dims, dtype=t.row.dtype, original_us=t.row.original_us,
+                             candidate_us=t.row.candidate_us or 0.0, speedup=t.row.speedup or 0.0,
+                             spread_pct=t.row.spread_pct) for t in o.timing if t.row.candidate_us]
+
+
+def _geo(xs: list[float]) -> float:
+    return math.exp(sum(math.log(x) for x in xs) / len(xs))
+
+
+def _buckets(c: SweepConfig) -> dict[str, tuple[dict[str, int], float, float, float, float]]:
+    """key -> (dims, original us, candidate us, speedup, spread), geometric means over the timed dtypes."""
+    grouped: dict[str, list[SweepShape]] = {}
+    for s in c.shapes:
+        grouped.setdefault(repr(sorted(s.dims.items())), []).append(s)
+    return {k: (v[0].dims, _geo([s.original_us for s in v]), _geo([s.candidate_us for s in v]),
+                _geo([s.speedup for s in v]), max(s.spread_pct for s in v)) for k, v in grouped.items()}
+
+
+def choose(configs: list[SweepConfig], min_change_pct: float,
+           collapse: bool = True) -> tuple[list[SweepChoice], bool, int | None]:
+    """Per shape bucket the fastest correct config (by speedup over the original timed beside it); one config
+    for all when one is within noise (max(spread, min_change_pct)) of the best on every bucket. Returns
+    (choices, single, index of the single config or None); ``collapse`` False: always the per-bucket best.
+    Untimed (CPU): the first correct config."""
+    ok = [i for i, c in enumerate(configs) if c.ok]
+    if not ok:
+        return [], True, None
+    timed = {i: _buckets(configs[i]) for i in ok if configs[i].shapes}
+    if not timed:
+        return [], True, ok[0]
+    keys = list(next(iter(timed.values())))
+    timed = {i: b for i, b in timed.items() if set(b) == set(keys)}  # a config missing a shape cannot serve it
+    best = {k: max(timed, key=lambda i: timed[i][k][3]) for k in keys}
+
+    def close(i: int, k: str) -> bool:
+        b = timed[best[k]][k]
+        tol = max(b[4], timed[i][k][4], min_change_pct) / 100.0
+        return timed[i][k][3] >= b[3] / (1.0 + tol)
+
+    everywhere = [i for i in timed if all(close(i, k) for k in keys)] if collapse else []
+    single = max(everywhere, key=lambda i: _geo([timed[i][k][3] for k in keys])) if everywhere else None
+    pick = {k: single if single is not None else best[k] for k in keys}
+    choices = [SweepChoice(dims=timed[pick[k]][k][0], config=configs[pick[k]].config, original_us=timed[pick[k]][k][1],
+                           candidate_us=timed[pick[k]][k][2], speedup=timed[pick[k]][k][3]) for k in keys]
+    return choices, single is not None, single
+
+
+def _write_frozen(candidate: Path, text: str) -> Path:
+    """Next to the candidate (``x.py`` -> ``x.tuned.py``: saved with it in a run folder or a queue item), else
+    in a temporary folder when that one is read-only."""
+    target = candidate.with_name(f"{candidate.stem}.tuned{candidate.suffix}")
+    try:
+        write_atomic(target, text)
+        return target
+    except OSError:
+        target = Path(tempfile.mkdtemp(prefix="astra-tuned-")) / target.name
+        write_atomic(target, text)
+        return target
+
+
+def tune_candidate(op_dir: Path, manifest: Manifest, candidate: Path, space: TuneSpace, config: EvalConfig,
+                   device: str, seed: int) -> SweepReport:
+    """The sweep of one tunable candidate; ``frozen_path`` is None when no config survived."""
+    t0 = time.monotonic()
+    text = candidate.read_text()
+    configs = space.configs()
+    with tempfile.TemporaryDirectory(prefix="astra-sweep-") as tmp:
+        sources = []
+        for i, c in enumerate(configs):
+            path = Path(tmp) / f"{candidate.stem}_v{i:02d}.py"
+            path.write_text(variant_source(text, space, c, f"config {i + 1}/{len(configs)} {c}"))
+            sources.append(path)
+        results, dev, n_quick = sweep_variants(op_dir, manifest, configs, sources, config, device, seed)
+    choices, single, index = choose(results, config.min_change_pct)
+    untimed = not any(r.shapes for r in results)
+    report = SweepReport(parameters=space.params, configs=results, choice=choices, single=single,
+                         quick_cases=n_quick, method=sweep_method(config, dev, untimed),
+                         note=CPU_NOTE if device != "cuda" else "")
+    if index is None and not choices:
+        report.wall_s = time.monotonic() - t0
+        return report
+    table = ([({}, results[index].config)] if untimed and index is not None else
+             [(choices[0].dims, choices[0].config)] if single else [(c.dims, c.config) for c in choices])
+    frozen = freeze(text, space, table, manifest)
+    path = _write_frozen(candidate, frozen)
+    report.frozen_path, report.frozen_sha256, report.frozen_source = str(path), sha256_text(frozen), frozen
+    report.wall_s = time.monotonic() - t0
+    return report
+
+
+def sweep_method(config: EvalConfig, device: str, untimed: bool) -> str:
+    if untimed:
+        return "quick check only (no timing on this device)"
+    warmup, rep = config.timing_protocol()
+    return (f"{device}: each config in one worker, ABBA against the original in batches (as the full evaluation), "
+            f"{min(warmup, SWEEP_WARMUP)} warm-up / {min(rep, SWEEP_REP)} timed per side, {config.mode} L2, no "
+            "wall-clock cross-check (the frozen source's full evaluation has it)")
+
+
+def declared_space(candidate: Path) -> TuneSpace | None:
+    """The candidate's TUNE space (TuneError if malformed); None for a candidate that declares none."""
+    try:
+        return find_space(candidate.read_text())
+    except (OSError, UnicodeDecodeError):
+        return None

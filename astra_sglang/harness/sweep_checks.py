@@ -1,0 +1,125 @@
+"""The judge's side of a sweep: every variant of one candidate checked, then the survivors timed, in one worker.
+
+A sweep job (``CheckJob.variants``) carries the variant sources and a small quick case set. The checker is the
+ordinary ``Checker`` (the same comparisons, guards, return-value contract and tripwire); the worker holds
+every variant and runs the one the last ``Use`` named. Each variant runs the quick cases; a variant that
+fails one is dropped with that failure and never timed. Survivors are timed at every timed shape against the
+original exactly as ``time_shape`` times a candidate (ABBA batches, CUDA graphs, cold-L2 rotation, the
+after-timing re-check of the graph on new values), except the wall-clock cross-check: the chosen config is
+frozen and then evaluated again in full with it (``sweep.py``), so a forged sweep time can choose a config
+but never make a claim. A variant that kills or poisons its worker gets a fresh one for the rest.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from astra_sglang.contract.result import CorrectnessReport, FailedCase
+from astra_sglang.harness.arena import Arena
+from astra_sglang.harness.checks import CaseFailure, Checker, Skip
+from astra_sglang.harness.isolation import Child
+from astra_sglang.harness.protocol import (
+    CheckJob,
+    CheckResult,
+    Load,
+    Progress,
+    Use,
+    VariantOutcome,
+    Verify,
+)
+
+
+class SweepChecker:
+    def __init__(self, job: CheckJob, progress: Callable[[Progress], None], worker: Child,
+                 start_worker: Callable[[], Child], arena: Arena):
+        self.job = job
+        self.progress = progress
+        self.start_worker = start_worker
+        self.checker = Checker(job, progress, worker, arena)
+
+    def close(self) -> None:
+        if self.checker.worker is not None:
+            self.checker.worker.close()
+
+    def _fresh_worker(self) -> None:
+        self.close()
+        self.checker.worker = self.start_worker()
+        self.checker._latency_us = None
+
+    def _use(self, i: int, dtypes: list[str]) -> FailedCase | None:
+        """Switch the worker to variant i and import it: its failure to load, or None."""
+        c = self.checker
+        c.candidate = self.job.variants[i]
+        c._ask(Use(index=i), None, "variant switch")
+        reply, _ = c._ask(Load(dtypes=dtypes), None, "candidate import")
+        if not reply.ok:
+            return FailedCase(reason="build failed", detail=reply.error[:2000])
+        c._tampered(reply.tampered, "right after the variant was imported")
+        return None
+
+    def _guarded(self, step: Callable[[], FailedCase | None]) -> FailedCase | None:
+        try:
+            return step()
+        except CaseFailure as f:
+            if f.sticky or f.failure.reason in ("crash", "timeout", "protocol violation"):
+                self._fresh_worker()
+            return f.failure
+
+    def run(self) -> CheckResult:
+        c, job = self.checker, self.job
+        out = CheckResult(device="cpu (TRITON_INTERPRET=1)", notes=c.notes, sweep=[])
+        dtypes = sorted({x.dtype for x in job.cases} | set(job.timing_dtypes))
+        for dt in sorted({x.dtype for x in job.cases}):
+            c._orig_launcher(dt)
+        if c.timed:
+            out.device = c.clock.device_name()
+            self.progress(Progress(step="warm-up"))
+            c.clock.warm(c.cfg.gpu_warmup_s)
+            out.ceiling = job.ceiling or c.clock.copy_ceiling_gbps()
+        outcomes: list[VariantOutcome] = []
+        n = len(job.variants)
+        for i in range(n):
+            self.progress(Progress(step=f"quick check of config {i + 1}/{n}", index=i))
+
+            def quick(i: int = i) -> FailedCase | None:
+                failed = self._use(i, dtypes)
+                if failed is not None:
+                    return failed
+                for case in job.cases:
+                    try:
+                        c.check_case(case)
+                    except Skip:
+                        continue
+                reply, _ = c._ask(Verify(), None, "tripwire")
+                c._tampered(reply.tampered, "after the quick check")
+                return None
+
+            outcomes.append(VariantOutcome(index=i, failure=self._guarded(quick)))
+        out.sweep = outcomes
+        out.correctness = CorrectnessReport(ok=any(o.failure is None for o in outcomes), cases_run=len(job.cases))
+        if not c.timed or not c.cfg.timing:
+            return out
+        assert out.ceiling is not None
+        ceiling, l2 = out.ceiling, c.clock.l2_bytes()
+        for o in outcomes:
+            if o.failure is not None:
+                continue
+
+            def timed(o: VariantOutcome = o) -> FailedCase | None:
+                failed = self._use(o.index, dtypes)
+                if failed is not None:
+                    return failed
+                for dims in job.timed_shapes:
+                    for dt in job.timing_dtypes:
+                        self.progress(Progress(step=f"time config {o.index + 1}/{n}", dims=dims, dtype=dt))
+                        try:
+                            o.timing.append(c.time_shape(dims, dt, ceiling, l2, wall_check=False))
+                        except Skip as s:
+                            if len(c.notes) < 20:
+                                c.notes.append(f"not timed: {s}")
+                return None
+
+            o.failure = self._guarded(timed)
+            if o.failure is not None:
+                o.timing = []
+        return out

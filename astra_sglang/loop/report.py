@@ -1,0 +1,324 @@
+"""``astra-sglang report RUN [RUN ...]``: one markdown page (and its PNGs) for the people who judge the runs.
+
+Everything on the page is read from the run folders as they were recorded: the label (a scripted run says so,
+a model run says which model), the per-step costs from ``steps.jsonl``, the per-round verdicts from the round
+records and the winner's per-shape times from ``best/result.json``. A number the run did not measure is shown
+as "not measured", never filled in. The sweep baseline is read from round 0 (``rounds/r000/sweep.json``) when
+the run has one.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from astra_sglang.contract.result import EvalResult, ShapeTiming
+from astra_sglang.errors import AstraError
+from astra_sglang.loop.records import RoundRecord, RunMeta, StepRecord
+from astra_sglang.loop.runfolder import RunFolder, atomic_write
+from astra_sglang.loop.stopping import best_per_round
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+SWEEP_FILES = ("rounds/r000/sweep.json", "rounds/r000/sweep/result.json")
+NOT_MEASURED = "not measured"
+
+
+@dataclass
+class ShapeRow:
+    """One timed shape of a winner, with everything the page and the plot show for it."""
+
+    dims: dict[str, int]
+    dtype: str
+    original_us: float
+    sweep_us: float | None
+    best_us: float | None
+    bound_us: float | None
+    speedup: float | None
+    pct_of_bound: float | None
+
+    @property
+    def name(self) -> str:
+        return ",".join(f"{k}={v}" for k, v in self.dims.items()) + f" {self.dtype}"
+
+
+@dataclass
+class RunReport:
+    folder: RunFolder
+    meta: RunMeta
+    records: list[RoundRecord]
+    steps: list[StepRecord]
+    best: EvalResult | None = None
+    sweep: dict[tuple[str, str], float] | None = None
+    rows: list[ShapeRow] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return f"{self.meta.op}/{self.meta.run_id}"
+
+    @property
+    def mode(self) -> str:
+        k = self.meta.options.candidates
+        if self.meta.mode == "single-agent":
+            return "single-agent" + (f", {k} single agents a round" if k > 1 else "")
+        return f"multi-agent, K={k} candidate{'s' if k > 1 else ''} a round"
+
+    def best_so_far(self) -> list[tuple[int, float]]:
+        """(round, best speedup so far), from round 0 (the original, 1.0x)."""
+        out, best = [(0, 1.0)], 1.0
+        for rnd, speed in best_per_round(self.records):
+            if speed is not None and speed > best:
+                best = speed
+            out.append((rnd, best))
+        return out
+
+
+def load_run(path: Path, runs_dir: Path = Path("runs")) -> RunReport:
+    """A run folder (or a run id under ``runs_dir``) with at least one finished round, else one AstraError line."""
+    folder = RunFolder.find(runs_dir, str(path))
+    meta = folder.read_meta()
+    records = folder.records()
+    if not records:
+        raise AstraError(f"{folder.path}: the run has no finished round (nothing to report)")
+    steps: list[StepRecord] = []
+    steps_path = folder.path / "steps.jsonl"
+    if steps_path.is_file():
+        for line in steps_path.read_text().splitlines():
+            try:
+                steps.append(StepRecord.model_validate_json(line))
+            except ValueError:
+                continue  # a torn last line of a killed run
+    run = RunReport(folder=folder, meta=meta, records=records, steps=steps, sweep=read_sweep(folder.path))
+    if meta.winner is not None and meta.winner.round is not None and (folder.best_dir / "result.json").is_file():
+        try:
+            run.best = EvalResult.model_validate_json((folder.best_dir / "result.json").read_text())
+        except ValueError as e:
+            raise AstraError(f"{folder.best_dir / 'result.json'}: unreadable ({type(e).__name__})") from None
+        run.rows = shape_rows(run.best, run.sweep)
+    return run
+
+
+def _shape_key(dims: dict[str, Any], dtype: str) -> tuple[str, str]:
+    return json.dumps({k: int(v) for k, v in dims.items()}, sort_keys=True), str(dtype)
+
+
+def read_sweep(run_dir: Path) -> dict[tuple[str, str], float] | None:
+    """Per-shape times of round 0's sweep baseline, when the run recorded one.
+
+    Read leniently, as an EvalResult (timing.shapes[].candidate_us) or as ``{"shapes": [{"dims", "dtype",
+    "best_us" | "us" | "time_us" | "candidate_us"}]}``; anything else counts as not measured."""
+    for rel in SWEEP_FILES:
+        path = run_dir / rel
+        if not path.is_file():
+            continue
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            return None
+        shapes = (data.get("timing") or {}).get("shapes") if isinstance(data, dict) else None
+        shapes = shapes if shapes is not None else (data.get("shapes") if isinstance(data, dict) else None)
+        out: dict[tuple[str, str], float] = {}
+        for s in shapes or []:
+            if not isinstance(s, dict) or not isinstance(s.get("dims"), dict):
+                continue
+            us = next((s[k] for k in ("best_us", "us", "time_us", "candidate_us") if isinstance(s.get(k), (int, float))),
+                      None)
+            if us is not None:
+                out[_shape_key(s["dims"], s.get("dtype", ""))] = float(us)
+        return out or None
+    return None
+
+
+def shape_rows(result: EvalResult, sweep: dict[tuple[str, str], float] | None) -> list[ShapeRow]:
+    t = result.timing
+    if t is None:
+        return []
+    rows = []
+    for s in t.shapes:
+        rows.append(ShapeRow(dims=dict(s.dims), dtype=s.dtype, original_us=s.original_us,
+                             sweep_us=(sweep or {}).get(_shape_key(s.dims, s.dtype)), best_us=s.candidate_us,
+                             bound_us=copy_bound_us(s, t.copy_ceiling_gbps), speedup=s.speedup,
+                             pct_of_bound=s.candidate_pct_ceiling))
+    return rows
+
+
+def copy_bound_us(shape: ShapeTiming, ceiling_gbps: float) -> float | None:
+    """The time a device copy of the bytes this shape must move takes at the measured copy ceiling."""
+    if not ceiling_gbps or ceiling_gbps <= 0 or shape.bytes_moved <= 0:
+        return None
+    return shape.bytes_moved / (ceiling_gbps * 1e3)
+
+
+def geomean(values: list[float | None]) -> float | None:
+    vals = [v for v in values if v is not None and v > 0]
+    if not vals or len(vals) != len(values):
+        return None
+    return math.exp(sum(math.log(v) for v in vals) / len(vals))
+
+
+# ------------------------------------------------------------------------------------------------ figures
+
+
+def progress_figure(runs: list[RunReport]) -> Figure:
+    """Best-so-far geomean speedup per round, one line per run (labelled with its recorded label)."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7.0, 4.0))
+    for run in runs:
+        pts = run.best_so_far()
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=_legend(run))
+    ax.axhline(1.0, color="gray", linestyle="--", linewidth=1)
+    ax.set_xlabel("round")
+    ax.set_ylabel("best geomean speedup so far")
+    ax.set_title("best speedup so far per round", fontsize=10)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def shapes_figure(run: RunReport) -> Figure:
+    """The winner per shape: speedup over the original, and % of the copy bound (100% = a device copy)."""
+    import matplotlib.pyplot as plt
+
+    names = [r.name for r in run.rows]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(max(6.0, 1.2 * len(names) + 3), 4.2))
+    xs = list(range(len(names)))
+    left.bar(xs, [r.speedup or 0.0 for r in run.rows], color="tab:green")
+    left.axhline(1.0, color="gray", linestyle="--", linewidth=1)
+    left.set_ylabel("speedup vs original")
+    right.bar(xs, [r.pct_of_bound or 0.0 for r in run.rows], color="tab:blue")
+    right.axhline(100.0, color="gray", linestyle="--", linewidth=1)
+    right.set_ylabel("% of copy bound")
+    for ax in (left, right):
+        ax.set_xticks(xs)
+        ax.set_xticklabels(names, rotation=30, ha="right", fontsize=7)
+    fig.suptitle(f"{run.name}: winner per shape\n{run.meta.label or ''}".strip(), fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+def _legend(run: RunReport) -> str:
+    label = run.meta.label or "no label"
+    return f"{run.name} ({label[:40]}{'...' if len(label) > 40 else ''})"
+
+
+def _save(fig: Figure, path: Path) -> None:
+    import matplotlib.pyplot as plt
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+# --------------------------------------------------------------------------------------------- markdown
+
+
+def _f(x: float | None, fmt: str = "{:.3f}", missing: str = "-") -> str:
+    return missing if x is None else fmt.format(x)
+
+
+def _table(head: list[str], rows: list[list[str]]) -> list[str]:
+    out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    out += ["| " + " | ".join(c.replace("|", "\\|").replace("\n", " ") for c in row) + " |" for row in rows]
+    return out + [""]
+
+
+def _tokens(steps: list[StepRecord]) -> str:
+    t = [s.tokens for s in steps if s.tokens.requests]
+    if not t:
+        return "not reported"
+    return f"{sum(x.input_tokens for x in t)} in / {sum(x.output_tokens for x in t)} out"
+
+
+def run_section(run: RunReport) -> list[str]:
+    m = run.meta
+    done = [r for r in run.records if r.round > 0]
+    lines = [f"## {run.name}", ""]
+    lines += _table(["", ""], [
+        ["op", f"{m.op} ({m.op_id})"], ["label", m.label or "(no label recorded)"], ["model", m.model],
+        ["mode", run.mode], ["rounds", f"{len(done)} run of {m.rounds} planned"],
+        ["status", m.status + (f": {m.message}" if m.message else "")],
+        ["stopped early", m.stop_reason or "no"],
+        ["wall time", f"{sum(s.wall_s for s in run.steps):.1f} s over {len(run.steps)} steps"],
+        ["tokens", _tokens(run.steps)], ["run folder", str(run.folder.path)]])
+    lines += ["### Best speedup per round", ""]
+    so_far = dict(run.best_so_far())
+    rows = []
+    for r in run.records:
+        if r.round == 0:
+            continue
+        entries = r.entries()
+        tried = ", ".join(f"{'c' + str(e.candidate) + ' ' if e.candidate is not None else ''}{e.status}"
+                          + (f" {e.geomean_speedup:.3f}x" if e.geomean_speedup is not None else "") for e in entries)
+        best = dict(best_per_round([r])).get(r.round)
+        rows.append([str(r.round), str(len(entries)), tried, _f(best, missing="none timed and correct"),
+                     _f(so_far.get(r.round)), f"{r.wall_s:.1f}",
+                     f"{r.tokens.input_tokens}/{r.tokens.output_tokens}" if r.tokens.requests else "not reported"])
+    lines += _table(["round", "candidates", "verdicts", "round best", "best so far", "wall s", "tokens in/out"], rows)
+    lines += ["### Wall time per step", ""]
+    lines += _table(["round", "candidate", "step", "agent", "attempt", "status", "wall s", "tokens in/out",
+                     "speedup"],
+                    [[str(s.round), "-" if s.candidate is None else str(s.candidate), s.step, s.agent, str(s.attempt),
+                      s.status, f"{s.wall_s:.2f}",
+                      f"{s.tokens.input_tokens}/{s.tokens.output_tokens}" if s.tokens.requests else "-",
+                      _f(s.speedup)] for s in run.steps])
+    return lines
+
+
+def winner_section(run: RunReport, png: str | None) -> list[str]:
+    w = run.meta.winner
+    lines = [f"### Winner of {run.name}", ""]
+    if w is None or w.round is None:
+        return lines + [f"No winner: {w.reason if w else 'the run did not finish'}.", ""]
+    which = f"round {w.round}" + (f", candidate {w.candidate}" if w.candidate is not None else "")
+    lines += [f"{which}: {w.geomean_speedup:.3f}x geomean on the test shapes, held-out "
+              f"{'confirmed' if w.heldout_ok else 'not confirmed'}; times from: {w.timing_source or 'unknown'}.", ""]
+    if not run.rows:
+        return lines + ["The winner's result has no per-shape timing.", ""]
+    if run.sweep is None:
+        lines += ["Sweep baseline: not measured in this run (no round-0 sweep record).", ""]
+    rows = [[r.name, f"{r.original_us:.2f}", _f(r.sweep_us, "{:.2f}", NOT_MEASURED), _f(r.best_us, "{:.2f}"),
+             _f(r.bound_us, "{:.2f}"), _f(r.speedup), _f(r.pct_of_bound, "{:.1f}%")] for r in run.rows]
+    rows.append(["**geomean**", "", "", "", "", _f(geomean([r.speedup for r in run.rows])),
+                 _f(geomean([r.pct_of_bound for r in run.rows]), "{:.1f}%")])
+    lines += _table(["shape", "original us", "sweep baseline us", "best us", "copy bound us", "speedup",
+                     "% of copy bound"], rows)
+    if png:
+        lines += [f"![{run.name} per shape]({png})", ""]
+    return lines
+
+
+def write_report(runs: list[RunReport], out: Path) -> tuple[Path, list[Path]]:
+    """The page at ``out`` and its PNGs beside it (matplotlib, Agg); returns both."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    out = Path(out)
+    stem = out.with_suffix("")
+    pngs: list[Path] = []
+    progress = stem.with_name(stem.name + "-progress.png")
+    _save(progress_figure(runs), progress)
+    pngs.append(progress)
+    lines = ["# astra-sglang optimizer runs", "",
+             "Labels are as recorded by each run: a scripted run's candidates were written by developers, not found "
+             "by a model.", ""]
+    lines += _table(["run", "label", "model", "mode", "rounds", "best speedup"],
+                    [[r.name, r.meta.label or "(no label recorded)", r.meta.model, r.mode,
+                      str(len([x for x in r.records if x.round > 0])),
+                      _f(r.best_so_far()[-1][1]) + "x"] for r in runs])
+    lines += [f"![best speedup so far per round]({progress.name})", ""]
+    for n, run in enumerate(runs):
+        lines += run_section(run)
+        png = None
+        if run.rows:
+            path = stem.with_name(f"{stem.name}-shapes-{n}-{run.meta.op}.png")
+            _save(shapes_figure(run), path)
+            pngs.append(path)
+            png = path.name
+        lines += winner_section(run, png)
+    atomic_write(out, "\n".join(lines).rstrip() + "\n")
+    return out, pngs

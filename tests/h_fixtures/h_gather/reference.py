@@ -1,0 +1,2 @@
+def reference(**args):
+    return {"out": args["table"].float()[args["index"].long()]}

@@ -1,0 +1,205 @@
+"""Tunable candidates (TUNE/CONFIG) and `astra-sglang tune OP` on CPU (TRITON_INTERPRET=1, shapes=test).
+
+CPU timing means nothing (host timers): these tests pin what must hold anyway: a wrong config is never chosen,
+the choice is frozen into the saved source, that source imports, dispatches and passes a full evaluation, and
+bad input is one line with exit 2.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from astra_sglang.cli.main import main
+from astra_sglang.contract.eval_config import EvalConfig
+from astra_sglang.contract.op import load_manifest
+from astra_sglang.contract.result import SweepBaseline
+from astra_sglang.harness.evaluate import evaluate, evaluate_many
+from astra_sglang.harness.launch_params import find_launch_params, launch_variant
+from astra_sglang.harness.tune_space import MAX_CONFIGS, TuneError, find_space, freeze, variant_source
+from astra_sglang.loader.pyimport import load_triton_wrapper
+
+REPO = Path(__file__).resolve().parent.parent
+MS = REPO / "tests" / "candidates" / "merge_state"
+SIM = EvalConfig(shapes="test", dtypes=["bfloat16"], device="cpu", timeout_s=90, seed=77, simulate_timing=True,
+                 warmup=1, rep=4, max_graph_launches=3, distributions=["normal"])
+CHECK_ONLY = SIM.model_copy(update={"simulate_timing": False, "timing": False})
+
+SMALL = '''import triton
+
+TUNE = {"ROWS": [1, 2], "num_warps": [2, 4]}
+CONFIG = {
+    "ROWS": 1,
+    "num_warps": 4,
+}
+
+
+def f():
+    return CONFIG["ROWS"]
+'''
+
+
+@pytest.fixture(scope="module")
+def merge_op(restored_op):
+    return restored_op("merge_state")
+
+
+# ------------------------------------------------------------------------------------ the declared space
+
+
+def test_the_space_is_read_from_the_source_and_each_variant_is_one_literal_config():
+    space = find_space(SMALL)
+    assert space is not None and space.params == {"ROWS": [1, 2], "num_warps": [2, 4]}
+    assert space.configs() == [{"ROWS": 1, "num_warps": 2}, {"ROWS": 1, "num_warps": 4},
+                               {"ROWS": 2, "num_warps": 2}, {"ROWS": 2, "num_warps": 4}]
+    v = variant_source(SMALL, space, {"ROWS": 2, "num_warps": 8}, "config 4/4")
+    assert "CONFIG = {'ROWS': 2, 'num_warps': 8}" in v and "TUNE = " not in v
+    assert v.splitlines()[-1] == SMALL.splitlines()[-1] and len(v.splitlines()) == len(SMALL.splitlines())
+    assert find_space("import triton\nCONFIG = {}\n") is None
+
+
+@pytest.mark.parametrize("text, says", [
+    ('TUNE = [1, 2]\nCONFIG = {}\n', "dict literal of lists"),
+    ('TUNE = {"ROWS": 4}\nCONFIG = {"ROWS": 4}\n', "non-empty list"),
+    ('TUNE = {"ROWS": [1, x]}\nCONFIG = {"ROWS": 1}\n', "literal"),
+    ('TUNE = {"ROWS": [1, 2]}\n', "must assign CONFIG"),
+    ('TUNE = {"ROWS": [1, 2]}\nCONFIG = {"R": 1}\n', "keys"),
+    ('TUNE = {"ROWS": [1, 2]}\nCONFIG = {"ROWS": 1}\ny = TUNE["ROWS"]\n', "reads TUNE"),
+    ('TUNE = {"A": list(range(9))}\nCONFIG = {"A": 0}\n', "non-empty list of values"),
+    ('TUNE = {"A": [1, 2, 3, 4, 5, 6, 7, 8, 9], "B": [1, 2, 3, 4, 5, 6, 7, 8]}\nCONFIG = {"A": 1, "B": 1}\n',
+     f"cap of {MAX_CONFIGS}"),
+])
+def test_a_malformed_space_is_one_error_naming_the_rule(text, says):
+    with pytest.raises(TuneError, match=says):
+        find_space(text)
+
+
+# ------------------------------------------------------------------- the sweep through the real harness
+
+
+@pytest.fixture(scope="module")
+def swept(merge_op, tmp_path_factory):
+    cand = tmp_path_factory.mktemp("tunable") / "candidate.py"
+    shutil.copy(MS / "tunable" / "one_wrong_config.py", cand)
+    return cand, evaluate(merge_op, cand, SIM)
+
+
+def test_a_wrong_config_is_dropped_by_the_quick_check_and_never_chosen(swept):
+    cand, r = swept
+    s = r.sweep
+    assert s is not None and len(s.configs) == 6
+    wrong = [c for c in s.configs if c.config["ROWS"] == 4]
+    assert wrong and all(not c.ok and "unwritten output" in (c.failure or "") and not c.shapes for c in wrong)
+    assert all(c.ok and c.shapes for c in s.configs if c.config["ROWS"] != 4)
+    assert s.choice and all(ch.config["ROWS"] != 4 for ch in s.choice)
+    assert "arbitrary among the configs that passed" in s.note  # CPU: said, not hidden
+    assert "ABBA" in s.method and "one worker" in s.method
+
+
+def test_the_choice_is_frozen_into_the_saved_source_which_passed_the_full_evaluation(swept, merge_op, monkeypatch):
+    cand, r = swept
+    s = r.sweep
+    assert r.ok and r.timing is not None, r.error  # the full evaluation (all test shapes) of the frozen source
+    assert r.candidate == str(cand) and s is not None and s.frozen_path is not None
+    frozen = Path(s.frozen_path)
+    assert frozen == cand.with_name("candidate.tuned.py") and frozen.read_text() == s.frozen_source
+    text = frozen.read_text()
+    assert "TUNE = {" not in text and "\nTUNED = [" in text and "TUNE frozen by astra-sglang tune" in text
+    chosen = s.choice[0].config
+    assert f"CONFIG = {{'ROWS': {chosen['ROWS']}, 'num_warps': {chosen['num_warps']}}}" in text
+    assert find_space(text) is None  # nothing left to tune at serving time
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    fn = load_triton_wrapper(frozen, "merge_state_triton")
+    a, b = torch.randn(5, 5, 8), torch.randn(5, 5, 8)
+    la, lb = torch.randn(5, 5), torch.randn(5, 5)
+    out, lse = fn(a, la, b, lb)
+    m = torch.maximum(la, lb)
+    wa, wb = torch.exp(la - m), torch.exp(lb - m)
+    want = (a * wa[..., None] + b * wb[..., None]) / (wa + wb)[..., None]
+    assert torch.allclose(out, want, atol=1e-5) and torch.allclose(lse, m + torch.log(wa + wb), atol=1e-5)
+
+
+def test_a_dispatch_table_picks_the_nearest_bucket_and_its_source_passes_a_full_evaluation(merge_op, tmp_path,
+                                                                                           monkeypatch):
+    text = (MS / "tunable" / "one_wrong_config.py").read_text()
+    space = find_space(text)
+    assert space is not None
+    table = [({"T": 1, "NH": 1, "D": 1}, {"ROWS": 1, "num_warps": 2}),
+             ({"T": 5, "NH": 5, "D": 5}, {"ROWS": 2, "num_warps": 4})]
+    frozen = freeze(text, space, table, load_manifest(merge_op))
+    assert "def merge_state_triton(*args, **kwargs):" in frozen and "CONFIG.update(_astra_config(args, kwargs))" in frozen
+    path = tmp_path / "dispatch.py"
+    path.write_text(frozen)
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    module_fn = load_triton_wrapper(path, "merge_state_triton")
+    cfg = module_fn.__globals__["CONFIG"]
+    args = [torch.randn(6, 4, 8), torch.randn(6, 4), torch.randn(6, 4, 8), torch.randn(6, 4)]
+    module_fn(*args)
+    assert cfg == {"ROWS": 2, "num_warps": 4}  # 6x4x8 is nearer 5x5x5 than 1x1x1
+    module_fn(torch.randn(1, 1, 1), torch.randn(1, 1), torch.randn(1, 1, 1), torch.randn(1, 1))
+    assert cfg == {"ROWS": 1, "num_warps": 2}
+    r = evaluate(merge_op, path, CHECK_ONLY)  # no TUNE left: the normal path, every test shape and case
+    assert r.ok and r.sweep is None, r.error
+
+
+def test_a_malformed_tune_in_the_loop_is_that_candidate_s_build_failure(merge_op, tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text((MS / "hand_written.py").read_text() + '\nTUNE = {"ROWS": 8}\nCONFIG = {"ROWS": 8}\n')
+    good = MS / "hand_written.py"
+    r_bad, r_good = evaluate_many(merge_op, [bad, good], CHECK_ONLY)
+    assert not r_bad.build.ok and r_bad.error is not None and "non-empty list" in r_bad.error
+    assert r_good.ok and r_good.sweep is None
+
+
+# ------------------------------------------------------------------------------------ tune OP, bad input
+
+
+def test_tune_op_on_cpu_writes_a_baseline_with_the_original_s_configs(merge_op, tmp_path, capsys):
+    out = tmp_path / "baseline.json"
+    rc = main(["tune", str(merge_op), "--device", "cpu", "--shapes", "test", "--dtype", "bfloat16", "--seed", "5",
+               "--out", str(out)])
+    printed = capsys.readouterr().out
+    assert rc == 0, printed
+    b = SweepBaseline.model_validate_json(out.read_text())
+    assert b.parameters == {"merge_state_kernel.num_warps": [1, 2, 4, 8]}
+    assert b.original_config == {"merge_state_kernel.num_warps": "4 (Triton's default)"}
+    assert len(b.configs) == 4 and all(c.ok for c in b.configs)
+    assert len(b.shapes) == 3 and all(s.best_config["merge_state_kernel.num_warps"] in (1, 2, 4, 8) for s in b.shapes)
+    assert "arbitrary among the configs" in printed and "best config" in printed and str(out) in printed
+
+
+def test_the_original_s_launch_parameters_are_found_and_changed_by_ast():
+    src = (REPO / "extracted" / "softcap_inplace_logits" / "src" / "kernels" / "ops" / "activation" / "softcap.py")
+    if not src.is_file():
+        pytest.skip("run `astra-sglang extract --restore`")
+    params = find_launch_params(src.read_text(), ["softcap_inplace_logits_kernel"])
+    by = {p.name: p for p in params}
+    assert set(by) == {"softcap_inplace_logits_kernel.num_warps", "softcap_inplace_logits_kernel.BLOCK_SIZE"}
+    assert by["softcap_inplace_logits_kernel.BLOCK_SIZE"].values == [256, 512, 1024, 2048, 4096]
+    v = launch_variant(src.read_text(), params, {"softcap_inplace_logits_kernel.num_warps": 8,
+                                                 "softcap_inplace_logits_kernel.BLOCK_SIZE": 256})
+    assert "BLOCK_SIZE = 256" in v and "num_warps=8" in v
+    assert v.count("BLOCK_SIZE = 1024") == 1  # the other kernel's wrapper is left alone
+    with pytest.raises(TuneError, match="nothing to sweep"):
+        find_launch_params("import triton\n\ndef f(x):\n    return x\n", ["k"])
+
+
+def _one_line_exit_2(argv: list[str], capsys: pytest.CaptureFixture[str], says: str) -> None:
+    rc = main(argv)
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and len(err.splitlines()) == 1 and says in err, err
+
+
+def test_bad_input_is_one_line_and_exit_2(merge_op, restored_op, tmp_path, capsys):
+    _one_line_exit_2(["tune", str(restored_op("fused_add_rmsnorm")), "--device", "cpu"], capsys,
+                     "exposes no launch or template parameters")
+    for name, tail, says in (("not_dict.py", 'TUNE = [1, 2]\nCONFIG = {}\n', "dict literal of lists"),
+                             ("over_cap.py", 'TUNE = {"A": [' + ", ".join(map(str, range(65))) + ']}\n'
+                              'CONFIG = {"A": 0}\n', f"cap of {MAX_CONFIGS}")):
+        cand = tmp_path / name
+        cand.write_text((MS / "hand_written.py").read_text() + "\n" + tail)
+        _one_line_exit_2(["bench", str(merge_op), "--candidate", str(cand), "--device", "cpu", "--shapes", "test",
+                          "--json"], capsys, says)

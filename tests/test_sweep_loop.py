@@ -1,0 +1,101 @@
+"""The sweep baseline in the loop: the queue's tune item, the CPU fallback, and what the final tables say."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from astra_sglang.contract.result import BaselineShape, ShapeTiming, SweepBaseline, SweepConfig
+from astra_sglang.loop.evaluator import (
+    REQUEST_NAME,
+    TUNE_RESULT_NAME,
+    EvalPending,
+    LocalEvaluator,
+    QueueEvaluator,
+    list_queue,
+    process_queue,
+    queue_status,
+)
+from astra_sglang.loop.records import EvalSpec, QueueRequest, RoundRecord, TuneOutcome, WinnerInfo
+from astra_sglang.loop.view import final_table, shape_table
+
+DIMS = {"T": 512, "NH": 40, "D": 128}
+
+
+def _baseline(speedup: float) -> SweepBaseline:
+    return SweepBaseline(op_id="attention.merge_state_triton", sglang_version="0.5.23", device="NVIDIA H200 (sm_90)",
+                         parameters={"merge_state_kernel.num_warps": [1, 2, 4, 8]},
+                         original_config={"merge_state_kernel.num_warps": "4 (Triton's default)"},
+                         shapes=[BaselineShape(dims=DIMS, dtype="bfloat16", original_us=10.0,
+                                               best_config={"merge_state_kernel.num_warps": 8},
+                                               best_us=10.0 / speedup, speedup=speedup)],
+                         configs=[SweepConfig(config={"merge_state_kernel.num_warps": 8}, ok=True)])
+
+
+def _row(us: float, cand: float | None = None) -> ShapeTiming:
+    return ShapeTiming(dims=DIMS, dtype="bfloat16", original_us=us, candidate_us=cand, spread_pct=1.0,
+                       speedup=us / cand if cand else None, bytes_moved=15_728_640, original_gbps=1572.9,
+                       original_pct_ceiling=40.0)
+
+
+def _render(table) -> str:
+    console = Console(width=200, record=True)
+    console.print(table)
+    return console.export_text()
+
+
+def test_a_winner_that_does_not_beat_the_sweep_baseline_says_so_and_the_shape_table_has_all_four():
+    r0 = RoundRecord(round=0, status="ok", correct=True, times=[_row(10.0)],
+                     sweep_baseline=TuneOutcome(baseline=_baseline(1.25)))
+    r1 = RoundRecord(round=1, status="ok", correct=True, geomean_speedup=1.1, times=[_row(10.0, 9.09)])
+    winner = WinnerInfo(round=1, reason="best", geomean_speedup=1.1, heldout_ok=True)
+    text = _render(final_table([r0, r1], winner, "t"))
+    assert "does NOT beat the sweep baseline (1.250x" in text
+    shapes = _render(shape_table([r0, r1], winner))
+    for col in ("original", "sweep baseline", "best candidate", "copy bound"):
+        assert col in shapes
+    # copy bound = bytes / ceiling, ceiling = 1572.9 GB/s / 40% = 3932 GB/s -> 4.00 us
+    assert "512x40x128" in shapes and "8.00 (1.25x)" in shapes and "9.09 (1.10x)" in shapes and "4.00" in shapes
+    r0_better = r0.model_copy(update={"sweep_baseline": TuneOutcome(baseline=_baseline(1.05))})
+    assert "the winner beats the sweep baseline" in _render(final_table([r0_better, r1], winner, "t"))
+
+
+def test_without_timing_the_op_folder_s_baseline_is_used_or_reported_missing(tmp_path):
+    from loop_support import merge_state_dir
+
+    op = merge_state_dir(tmp_path)
+    spec = EvalSpec(shapes="test", device="cpu")
+    if (op / "tune_baseline.json").is_file():
+        pytest.skip("this checkout holds a measured tune_baseline.json")
+    missing = LocalEvaluator(op).sweep_baseline(spec)
+    assert missing.baseline is None and missing.error and "missing" in missing.error and "astra-sglang tune" in missing.error
+
+
+def test_the_queue_carries_a_tune_job_to_the_gpu_host(tmp_path, restored_op):
+    op = restored_op("merge_state")
+    queue = tmp_path / "queue"
+    spec = EvalSpec(shapes="paper", device="auto")
+    ev = QueueEvaluator(op, queue, "run1")
+    with pytest.raises(EvalPending) as pending:
+        ev.sweep_baseline(spec)
+    assert pending.value.items == ["run1--r000-tune"]
+    item = queue / "run1--r000-tune"
+    assert QueueRequest.model_validate_json((item / REQUEST_NAME).read_text()).job == "tune"
+    assert queue_status(queue) == {"pending": 1, "done": 0}
+    # what `evaluate QUEUE` writes on the GPU host: the loop reads it back
+    (item / TUNE_RESULT_NAME).write_text(TuneOutcome(baseline=_baseline(1.2)).model_dump_json())
+    got = ev.sweep_baseline(spec)
+    assert got.baseline is not None and got.baseline.geomean_speedup == pytest.approx(1.2)
+    assert queue_status(queue) == {"pending": 0, "done": 1} and isinstance(list_queue(queue)[0][2], TuneOutcome)
+
+
+def test_the_gpu_host_answers_a_tune_job_for_an_op_with_nothing_to_sweep_with_one_line(tmp_path, restored_op):
+    op = restored_op("fused_add_rmsnorm")
+    queue = tmp_path / "queue"
+    with pytest.raises(EvalPending):
+        QueueEvaluator(op, queue, "run2").sweep_baseline(EvalSpec(shapes="paper", device="auto"))
+    assert process_queue(queue, Path(op).parent) == []  # no EvalResult: the tune answer is its own file
+    out = TuneOutcome.model_validate_json((queue / "run2--r000-tune" / TUNE_RESULT_NAME).read_text())
+    assert out.baseline is None and out.error and "exposes no launch or template parameters" in out.error
