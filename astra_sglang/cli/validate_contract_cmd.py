@@ -25,6 +25,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--device", choices=["auto", "cuda", "cpu"], default="auto")
     p.add_argument("--jobs", type=int, default=1,
                    help="validate this many ops at once (correctness only; each is then timed alone, one by one)")
+    p.add_argument("--time", metavar="OP,OP", type=lambda v: {x.strip() for x in v.split(",") if x.strip()},
+                   help="with --jobs: time only these ops' originals after the parallel check (default: all)")
     p.add_argument("--no-record", action="store_true", help="report only; leave validation.json alone")
     p.add_argument("--table", type=Path, help="also write the results as a markdown table to this file")
     p.add_argument("--json", type=Path, help="also write the validation records as JSON to this file")
@@ -77,7 +79,7 @@ def markdown_table(rows: list[tuple[str, object]]) -> str:
 
 def handle(args: argparse.Namespace) -> int:
     import json
-    from concurrent.futures import ThreadPoolExecutor
+    from concurrent.futures import ThreadPoolExecutor, as_completed
 
     from astra_sglang.contract.op import Manifest, load_manifest
     from astra_sglang.contract.validation import ContractValidation, record_validation
@@ -95,24 +97,46 @@ def handle(args: argparse.Namespace) -> int:
     parallel = max(1, args.jobs) > 1
     config = validation_config(device, args.shapes, timing=not parallel)  # parallel: time each alone afterwards
 
-    def one(item: tuple[Path, Manifest]) -> ContractValidation:
-        return validate_contract(item[0], config)[0]
+    def one(item: tuple[Path, Manifest]) -> ContractValidation | str:
+        try:
+            return validate_contract(item[0], config)[0]
+        except AstraError as e:  # this op cannot even be run (a missing file, no build): say so, go on
+            return str(e)
 
-    with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-        checked = list(pool.map(one, todo))
     rows: list[tuple[str, object]] = []
     failed = 0
-    for (folder, manifest), v in zip(todo, checked):
-        if parallel and device == "cuda" and v.passed:
-            v = time_original(folder, v, config)
+
+    def finish(folder: Path, manifest: Manifest, v: ContractValidation | str) -> None:
+        """Record and print one op as soon as it is done: an interrupted session keeps every finished op."""
+        nonlocal failed
+        if isinstance(v, str):
+            failed += 1
+            print(f"{manifest.short_name}: ERROR: {v}", flush=True)
+            return
         if not args.no_record:
             record_validation(folder, manifest.op_id, v)
         failed += not v.passed
         rows.append((manifest.short_name, v))
         print(_line(manifest.short_name, v), flush=True)
-    if args.table:
-        args.table.write_text(markdown_table(rows))
-    if args.json:
-        args.json.write_text(json.dumps({n: v.model_dump() for n, v in rows if isinstance(v, ContractValidation)},
-                                        indent=2))
+
+    try:
+        with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+            futures = {pool.submit(one, item): item for item in todo}
+            for fut in as_completed(futures):
+                finish(*futures[fut], fut.result())
+        # timing only once every check is done: parallel checks on one GPU would disturb it
+        for n, (name, v) in enumerate(rows):
+            folder, manifest = next(item for item in todo if item[1].short_name == name)
+            if (parallel and device == "cuda" and isinstance(v, ContractValidation) and v.passed
+                    and (args.time is None or name in args.time)):
+                rows[n] = (name, time_original(folder, v, config))
+                if not args.no_record:  # a second record: the same validation, now with the original's time
+                    record_validation(folder, manifest.op_id, rows[n][1])  # type: ignore[arg-type]
+                print(_line(name, rows[n][1]), flush=True)
+    finally:
+        if args.table:
+            args.table.write_text(markdown_table(rows))
+        if args.json:
+            args.json.write_text(json.dumps({n: v.model_dump() for n, v in rows
+                                             if isinstance(v, ContractValidation)}, indent=2))
     return 1 if failed else 0
