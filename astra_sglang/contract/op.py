@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, SerializerFunctionWrapHandler, model_serializer
 
 from astra_sglang.contract.base import Model, read_versioned, sha256_bytes
 from astra_sglang.errors import AstraError
@@ -138,6 +138,15 @@ class TritonRecipe(Model):
     call: list[str] = Field(description="arguments of the wrapper call: signature names or Python literals")
     closure: PyClosure | None = Field(
         default=None, description="set when the source imports SGLang: the vendored modules it needs")
+
+    @model_serializer(mode="wrap")
+    def _without_empty_closure(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """No closure is written as no key: the manifests of ops whose source imports no SGLang stay byte for byte
+        what they were before closures existed, so the hashes that patches and validations pin still hold."""
+        data: dict[str, Any] = handler(self)
+        if data.get("closure") is None:
+            data.pop("closure", None)
+        return data
 
 
 Recipe = CudaJitRecipe | TritonRecipe
