@@ -78,16 +78,3 @@ def test_a_reference_that_disagrees_with_the_kernel_fails_validation_with_the_ca
     assert not v.passed
     assert v.first_failure is not None and "reference mismatch" in v.first_failure and "dims=" in v.first_failure
 
-
-def test_validate_contract_goes_on_past_an_op_that_cannot_run(tmp_path: Path, capsys) -> None:
-    """One op whose kernel file is gone used to end the whole `validate-contract --all` with exit 2, losing every
-    other op's validation (on the H200 it cost a device pass): now it is one ERROR line and the rest is recorded."""
-    from astra_sglang.cli.main import main
-
-    broken = make_h_gather(tmp_path / "a")
-    (broken / "h_gather.py").unlink()
-    good = make_h_gather(tmp_path / "b")
-    assert main(["validate-contract", str(broken), str(good), "--device", "cpu", "--jobs", "2"]) == 1
-    out = capsys.readouterr().out
-    assert "h_gather: ERROR:" in out and "h_gather: PASS" in out
-    assert current_validation(good) is not None and not (broken / "validation.json").exists()
