@@ -7,6 +7,7 @@ import argparse
 from pathlib import Path
 
 from astra_sglang.contract.op import MANIFEST_NAME, find_op_dir
+from astra_sglang.contract.validation import ContractValidation
 from astra_sglang.errors import AstraError
 
 
@@ -46,10 +47,7 @@ def _folders(args: argparse.Namespace) -> list[Path]:
     return [find_op_dir(op, args.extracted) for op in args.ops]
 
 
-def _line(name: str, v: object) -> str:
-    from astra_sglang.contract.validation import ContractValidation
-
-    assert isinstance(v, ContractValidation)
+def _line(name: str, v: ContractValidation) -> str:
     worst = max((u for _, u in v.max_error.values()), default=0.0)
     t = v.timed
     timed = f"{t.original_us:.1f} us at {t.dims} = {t.pct_copy_ceiling:.0f}% of copy" if t else "not timed"
@@ -59,13 +57,10 @@ def _line(name: str, v: object) -> str:
             f"{worst:.2f} of tolerance | {timed}")
 
 
-def markdown_table(rows: list[tuple[str, object]]) -> str:
-    from astra_sglang.contract.validation import ContractValidation
-
+def markdown_table(rows: list[tuple[str, ContractValidation]]) -> str:
     out = ["| op | result | shapes | dtypes | distributions | cases (refused) | max abs err | max share of tol "
            "| original on largest shape | % of copy |", "|---|---|---|---|---|---|---|---|---|---|"]
     for name, v in rows:
-        assert isinstance(v, ContractValidation)
         err = max((a for a, _ in v.max_error.values()), default=0.0)
         share = max((u for _, u in v.max_error.values()), default=0.0)
         t = v.timed
@@ -82,7 +77,7 @@ def handle(args: argparse.Namespace) -> int:
     from concurrent.futures import ThreadPoolExecutor, as_completed
 
     from astra_sglang.contract.op import Manifest, load_manifest
-    from astra_sglang.contract.validation import ContractValidation, record_validation
+    from astra_sglang.contract.validation import record_validation
     from astra_sglang.harness.contract_validation import time_original, validate_contract, validation_config
     from astra_sglang.harness.evaluate import resolve_device
 
@@ -103,7 +98,7 @@ def handle(args: argparse.Namespace) -> int:
         except AstraError as e:  # this op cannot even be run (a missing file, no build): say so, go on
             return str(e)
 
-    rows: list[tuple[str, object]] = []
+    rows: list[tuple[str, ContractValidation]] = []
     failed = 0
 
     def finish(folder: Path, manifest: Manifest, v: ContractValidation | str) -> None:
@@ -127,16 +122,15 @@ def handle(args: argparse.Namespace) -> int:
         # timing only once every check is done: parallel checks on one GPU would disturb it
         for n, (name, v) in enumerate(rows):
             folder, manifest = next(item for item in todo if item[1].short_name == name)
-            if (parallel and device == "cuda" and isinstance(v, ContractValidation) and v.passed
+            if (parallel and device == "cuda" and v.passed
                     and (args.time is None or name in args.time)):
                 rows[n] = (name, time_original(folder, v, config))
                 if not args.no_record:  # a second record: the same validation, now with the original's time
-                    record_validation(folder, manifest.op_id, rows[n][1])  # type: ignore[arg-type]
+                    record_validation(folder, manifest.op_id, rows[n][1])
                 print(_line(name, rows[n][1]), flush=True)
     finally:
         if args.table:
             args.table.write_text(markdown_table(rows))
         if args.json:
-            args.json.write_text(json.dumps({n: v.model_dump() for n, v in rows
-                                             if isinstance(v, ContractValidation)}, indent=2))
+            args.json.write_text(json.dumps({n: v.model_dump() for n, v in rows}, indent=2))
     return 1 if failed else 0
