@@ -197,3 +197,35 @@ def test_evaluate_json_reports_what_it_evaluated(op_dir: Path, tmp_path: Path, c
     assert "evaluating run1--r000-original" in err
     assert main(["evaluate", str(queue), "--extracted", str(op_dir.parent), "--json"]) == 0
     assert json.loads(capsys.readouterr().out) == {"evaluated": [], "done": 1, "pending": 0}
+
+
+def test_a_rounds_candidates_in_the_queue_are_evaluated_as_one_batch(op_dir: Path, tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch):
+    """K candidates of one round (same op, same spec) reach the harness together, so their builds run in
+    parallel on the GPU host; a request under another spec is its own batch; every item gets its result."""
+    import astra_sglang.harness.evaluate as harness_evaluate
+
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    real = harness_evaluate.evaluate_many
+    batches: list[list[str | None]] = []
+
+    def recording(op, candidates, config=None):
+        batches.append([Path(c).parent.name if c is not None else None for c in candidates])
+        return real(op, candidates, config)
+
+    monkeypatch.setattr(harness_evaluate, "evaluate_many", recording)
+    queue = tmp_path / "queue"
+    spec = EvalSpec(shapes="test", device="cpu")
+    srcs = []
+    for name in ("r3.py", "r4.py"):  # scripted, both correct
+        srcs.append(tmp_path / name)
+        srcs[-1].write_text(candidate(name))
+    with pytest.raises(EvalPending):
+        QueueEvaluator(op_dir, queue, "run1").evaluate_many([("r001-c0", srcs[0]), ("r001-c1", srcs[1])], spec)
+    with pytest.raises(EvalPending):
+        QueueEvaluator(op_dir, queue, "run2").evaluate("r000-original", None, spec.model_copy(update={"mode": "warm"}))
+    assert main(["evaluate", str(queue), "--extracted", str(op_dir.parent)]) == 0
+    assert sorted(batches, key=len) == [[None], ["run1--r001-c0", "run1--r001-c1"]]  # None: the original
+    for item in ("run1--r001-c0", "run1--r001-c1", "run2--r000-original"):
+        result = EvalResult.model_validate_json((queue / item / RESULT_NAME).read_text())
+        assert result.correctness is not None and result.correctness.ok, (item, result.error)

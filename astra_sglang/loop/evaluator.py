@@ -429,10 +429,15 @@ def list_queue(queue_dir: Path) -> list[tuple[Path, QueueRequest, EvalResult | T
 
 def process_queue(queue_dir: Path, extracted_root: Path, device: str | None = None,
                   progress: Any = None) -> list[tuple[str, EvalResult]]:
-    """Fill in every pending request (the GPU-host side of the queue). Returns what was evaluated."""
-    from astra_sglang.harness.evaluate import evaluate
+    """Fill in every pending request (the GPU-host side of the queue). Returns what was evaluated.
+
+    Pending evaluations of one op under one spec (a K-candidate round, or runs sharing a queue) go to the
+    harness together, so their builds run in parallel on this host's cores and only the timing is serial;
+    each result is written as soon as its batch returns."""
+    from astra_sglang.harness.evaluate import evaluate_many
 
     done: list[tuple[str, EvalResult]] = []
+    batches: dict[tuple[str, str], list[tuple[Path, QueueRequest, Path | None]]] = {}
     for item_dir, request, result in list_queue(queue_dir):
         if result is not None:
             continue
@@ -441,15 +446,19 @@ def process_queue(queue_dir: Path, extracted_root: Path, device: str | None = No
         if manifest.op_id != request.op_id:
             raise AstraError(f"{item_dir}: request is for op {request.op_id}, {op_dir} holds {manifest.op_id}")
         spec = request.spec if device is None else request.spec.model_copy(update={"device": device})
-        candidate = item_dir / request.candidate_file if request.candidate_file else None
         if progress is not None:
             progress(request)
         if request.job == "tune":
             atomic_write(item_dir / TUNE_RESULT_NAME, run_tune(op_dir, to_eval_config(spec)).model_dump_json(indent=1))
             continue
-        result = evaluate(op_dir, candidate, to_eval_config(spec))
-        atomic_write(item_dir / RESULT_NAME, result.model_dump_json(indent=1))
-        done.append((request.item_id, result))
+        candidate = item_dir / request.candidate_file if request.candidate_file else None
+        batches.setdefault((request.op, spec.model_dump_json()), []).append((item_dir, request, candidate))
+    for (op, spec_json), items in batches.items():
+        spec = EvalSpec.model_validate_json(spec_json)
+        results = evaluate_many(Path(extracted_root) / op, [c for _, _, c in items], to_eval_config(spec))
+        for (item_dir, request, _), result in zip(items, results):
+            atomic_write(item_dir / RESULT_NAME, result.model_dump_json(indent=1))
+            done.append((request.item_id, result))
     return done
 
 
