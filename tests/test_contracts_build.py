@@ -1,8 +1,8 @@
 """The originals of the MoE / FP8 contracts: they build for sm_90a here, and agree with their references there.
 
 The GPU test is the contract's acceptance test (validate-contract on every manifest shape x dtype x distribution);
-per_token_quant_fp8 is expected to fail it on the 'zeros' distribution below 2112 tokens if the finding in its
-manifest notes holds (the one-CTA kernel quantizes an all-zero row to 448).
+per_token_quant_fp8 passes it outside its declared kernel finding ('zeros': the one-CTA kernel quantizes an
+all-zero row to 448), which validation re-runs on its own and must see reproduce.
 """
 
 from __future__ import annotations
@@ -42,5 +42,7 @@ def test_contract_validates_on_the_gpu(op_id: str, tmp_path: Path) -> None:
 
     v, _ = validate_contract(_extract(op_id, tmp_path), validation_config("cuda"))
     assert v.passed, v.first_failure
+    if op_id == "quantization.sgl_per_token_quant_fp8":
+        assert [(f.distribution, f.reproduced) for f in v.findings] == [("zeros", True)], v.findings
     if op_id == "moe.moe_align_block_size":
         assert all(err == 0.0 for err, _ in v.max_error.values())  # integer outputs: exact

@@ -48,3 +48,40 @@ def test_validate_contract_records_tampering_and_manifest_changes(op: Path, caps
     assert current_validation(op) is None
     with pytest.raises(AstraError, match="validate-contract merge_state"):
         require_validated(op, "merge_state")
+
+
+def test_a_declared_kernel_finding_is_confirmed_apart_and_kept_out_of_the_candidate_suite(op: Path, capsys) -> None:
+    """An original that is wrong on one distribution (here a reference that disagrees only on all-zero inputs
+    plays the kernel bug): undeclared, validation fails there; declared in the manifest, validation passes on
+    the rest, re-runs the finding's cases on their own and says it reproduced; candidates are never judged on
+    those cases (a faithful copy of the original must pass); once the kernel agrees, the finding is stale."""
+    import json
+
+    from astra_sglang.contract.eval_config import EvalConfig
+    from astra_sglang.contract.op import load_manifest
+    from astra_sglang.harness.suite import build_suite
+
+    ref = op / "reference.py"
+    good = ref.read_text()
+    ref.write_text(good + "\n_real = reference\n\n\ndef reference(**args):\n    out = _real(**args)\n"
+                   "    if bool((args['prefix_output'] == 0).all()):\n        out['output'] = out['output'] + 1.0\n"
+                   "    return out\n")
+    assert main(["validate-contract", str(op), "--device", "cpu"]) == 1
+    assert "distribution=zeros" in capsys.readouterr().out
+
+    manifest = op / "manifest.json"
+    data = json.loads(manifest.read_text())
+    data["findings"] = [{"distribution": "zeros", "why": "test: plays a kernel bug on all-zero inputs"}]
+    manifest.write_text(json.dumps(data, indent=2) + "\n")
+    assert main(["validate-contract", str(op), "--device", "cpu"]) == 0
+    line = capsys.readouterr().out
+    assert line.startswith("merge_state: PASS (kernel finding on 'zeros' reproduced) |")
+    v = require_validated(op, "merge_state")
+    assert "zeros" not in v.distributions
+    assert [(f.distribution, f.reproduced) for f in v.findings] == [("zeros", True)] and v.findings[0].cases_run > 0
+    cases = build_suite(load_manifest(op), EvalConfig(shapes="test", device="cpu"), 1, None)
+    assert cases and all(c.distribution != "zeros" for c in cases)
+
+    ref.write_text(good)  # the kernel "fixed": the finding no longer reproduces, and the line says so
+    assert main(["validate-contract", str(op), "--device", "cpu"]) == 0
+    assert "(kernel finding on 'zeros' NOT reproduced: drop it from the manifest)" in capsys.readouterr().out

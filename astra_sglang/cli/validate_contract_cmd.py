@@ -51,10 +51,17 @@ def _line(name: str, v: ContractValidation) -> str:
     worst = max((u for _, u in v.max_error.values()), default=0.0)
     t = v.timed
     timed = f"{t.original_us:.1f} us at {t.dims} = {t.pct_copy_ceiling:.0f}% of copy" if t else "not timed"
-    verdict = "PASS" if v.passed else f"FAIL: {v.first_failure}"
+    verdict = ("PASS" if v.passed else f"FAIL: {v.first_failure}") + _findings(v)
     return (f"{name}: {verdict} | {v.cases_run} cases ({v.cases_skipped} refused by the original) over {v.shapes} "
             f"shapes x {'/'.join(v.dtypes)} x {len(v.distributions)} distributions on {v.device} | worst error "
             f"{worst:.2f} of tolerance | {timed}")
+
+
+def _findings(v: ContractValidation) -> str:
+    """" (kernel finding on 'zeros' reproduced)": a documented SGLang bug, outside the pass verdict."""
+    stale = "NOT reproduced: drop it from the manifest"
+    return "".join(f" (kernel finding on {f.distribution!r} {'reproduced' if f.reproduced else stale})"
+                   for f in v.findings)
 
 
 def markdown_table(rows: list[tuple[str, ContractValidation]]) -> str:
@@ -66,7 +73,7 @@ def markdown_table(rows: list[tuple[str, ContractValidation]]) -> str:
         t = v.timed
         timed = f"{t.original_us:.2f} us {t.dims} {t.dtype}" if t else "-"
         pct = f"{t.pct_copy_ceiling:.0f}%" if t else "-"
-        res = "pass" if v.passed else "FAIL: " + (v.first_failure or "")[:160].replace("|", "/")
+        res = ("pass" if v.passed else "FAIL: " + (v.first_failure or "")[:160].replace("|", "/")) + _findings(v)
         out.append(f"| {name} | {res} | {v.shapes} | {', '.join(v.dtypes)} | {len(v.distributions)} | "
                    f"{v.cases_run} ({v.cases_skipped}) | {err:.3g} | {share:.2f} | {timed} | {pct} |")
     return "\n".join(out) + "\n"

@@ -28,6 +28,8 @@ class EvalConfig(Model):
     dtypes: list[str] | None = Field(None, description="dtypes checked; None = every dtype the op supports")
     timing_dtypes: list[str] | None = Field(None, description="dtypes timed; None = bfloat16 (else the first)")
     distributions: list[str] | None = Field(None, description=f"subset of {DISTRIBUTIONS}; None = all that apply")
+    findings_only: bool = Field(False, description="run only the distributions of the manifest's kernel findings "
+                                "(validate-contract confirms them); otherwise they are left out")
     check_all_shapes: bool = Field(True, description="also check every other manifest shape (normal values), "
                                    "not only the timed ones; a candidate must be right wherever SGLang calls it")
     check_max_elems: int = Field(1 << 26, description="skip extra check shapes whose largest tensor is bigger")

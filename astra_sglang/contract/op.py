@@ -186,6 +186,16 @@ class ContractProvenance(Model):
     note: str = ""
 
 
+class KernelFinding(Model):
+    """A place where the original disagrees with the contract's reference and the reference is right: a bug in
+    SGLang's kernel, documented instead of bent to fit. Its cases leave the suite that judges candidates (a
+    faithful copy of the original must pass it) and ``validate-contract`` runs them on their own, every time,
+    to confirm the finding still reproduces."""
+
+    distribution: str = Field(description="the value distribution whose cases show it (harness/tensors.py)")
+    why: str = Field(description="what the original does there, and why it is a kernel bug, not the reference's")
+
+
 class TorchRecipe(Model):
     """A baseline that is plain torch code (SGLang's eager fallback, e.g. ``forward_native``), timed as is."""
 
@@ -298,6 +308,15 @@ class Manifest(Model):
     )
     inputs: Inputs | None = None
     provenance: ContractProvenance = Field(default_factory=ContractProvenance)
+    findings: list[KernelFinding] = Field(default_factory=list)
+
+    @model_serializer(mode="wrap")
+    def _without_empty_findings(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """No findings is written as no key, so manifests from before findings existed keep their pinned bytes."""
+        data = handler(self)
+        if not data.get("findings"):
+            data.pop("findings", None)
+        return data
 
     def file(self, role: FileRole) -> list[SourceFile]:
         return [f for f in self.files if f.role == role]

@@ -37,6 +37,15 @@ class TimedOriginal(Model):
     ceiling_gbps: float
 
 
+class FindingCheck(Model):
+    """A declared kernel finding run again: ``reproduced`` False means SGLang fixed it (drop the finding)."""
+
+    distribution: str
+    reproduced: bool
+    cases_run: int
+    first_failure: str | None = None
+
+
 class ContractValidation(Model):
     manifest_sha256: str = Field(description="the manifest.json this validation ran against")
     device_kind: Literal["cuda", "cpu"]
@@ -53,6 +62,7 @@ class ContractValidation(Model):
         default_factory=dict, description="per output: (max |original - reference|, max share of tolerance used)")
     first_failure: str | None = Field(default=None, description="the first failing case, as the agent sees it")
     timed: TimedOriginal | None = None
+    findings: list[FindingCheck] = Field(default_factory=list, description="the manifest's kernel findings, re-run")
     versions: dict[str, str] = Field(default_factory=dict, description="torch, triton, sglang")
 
 

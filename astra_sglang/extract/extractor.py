@@ -337,6 +337,7 @@ def build_manifest(entry: CatalogEntry, root: Path, kept_shapes: list[ShapeCase]
         external_includes=external,
         inputs=inputs,
         provenance=entry.provenance,
+        findings=list(entry.findings),
     )
 
 

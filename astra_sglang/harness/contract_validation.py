@@ -15,7 +15,7 @@ from pathlib import Path
 from astra_sglang.contract.eval_config import EvalConfig
 from astra_sglang.contract.op import load_manifest
 from astra_sglang.contract.result import EvalResult, FailedCase
-from astra_sglang.contract.validation import ContractValidation, TimedOriginal, manifest_sha256
+from astra_sglang.contract.validation import ContractValidation, FindingCheck, TimedOriginal, manifest_sha256
 from astra_sglang.harness.evaluate import evaluate, resolve_device
 from astra_sglang.harness.suite import check_dtypes, distributions, timed_shapes
 
@@ -75,13 +75,26 @@ def validate_contract(op_dir: Path, config: EvalConfig) -> tuple[ContractValidat
     elif c is not None and c.cases_run == 0:
         failure = f"no case ran: the original refused all {c.skipped_cases} (see the notes: {c.notes[:3]})"
     timed = _timed(res)
+    findings = [_recheck(op_dir, config, f.distribution) for f in manifest.findings]
     v = ContractValidation(
         manifest_sha256=sha, device_kind="cuda" if device == "cuda" else "cpu", device=res.device,
         date=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), shape_set=config.shapes,
         shapes=len(timed_shapes(manifest, config)) if config.shapes != "all" else len(manifest.shapes),
         dtypes=check_dtypes(manifest, config), distributions=distributions(manifest, config),
         cases_run=c.cases_run if c else 0, cases_skipped=c.skipped_cases if c else 0, passed=passed,
-        max_error=dict(c.reference_error) if c else {}, first_failure=failure, timed=timed,
+        max_error=dict(c.reference_error) if c else {}, first_failure=failure, timed=timed, findings=findings,
         versions={"torch": torch.__version__, "triton": triton.__version__, "sglang": manifest.sglang_version},
     )
     return v, res
+
+
+def _recheck(op_dir: Path, config: EvalConfig, distribution: str) -> FindingCheck:
+    """A declared finding's cases alone: the original must still disagree there, or the finding is stale."""
+    res = evaluate(op_dir, None, config.model_copy(update={"findings_only": True, "timing": False,
+                                                           "distributions": [distribution]}))
+    c = res.correctness
+    failed = res.error is None and c is not None and c.first_failure is not None
+    ran = (c.cases_run if c else 0) + failed  # the checker stops at the first failing case and counts only passes
+    return FindingCheck(distribution=distribution, reproduced=failed, cases_run=ran,
+                        first_failure=describe_failure(c.first_failure) if failed and c and c.first_failure
+                        else res.error)

@@ -90,7 +90,10 @@ def distributions(manifest: Manifest, config: EvalConfig) -> list[str]:
     bad = [d for d in wanted if d not in DISTRIBUTIONS]
     if bad:
         raise AstraError(f"unknown value distribution(s) {bad}; choose from {DISTRIBUTIONS}")
-    return [d for d in wanted if d != "special" or has_special]
+    found = {f.distribution for f in manifest.findings}  # the original is wrong there: see KernelFinding
+    if config.findings_only:
+        return [d for d in (config.distributions or DISTRIBUTIONS) if d in found]
+    return [d for d in wanted if (d != "special" or has_special) and d not in found]
 
 
 def _dim_values(manifest: Manifest) -> dict[str, list[int]]:

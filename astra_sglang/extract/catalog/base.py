@@ -15,6 +15,7 @@ from astra_sglang.contract.op import (
     Baseline,
     CallSite,
     ContractProvenance,
+    KernelFinding,
     ServeRule,
     ShapeCase,
     Signature,
@@ -83,6 +84,7 @@ class CatalogEntry:
     inputs: str | None = None
     inputs_scalars: bool = False  # inputs.py also defines scalars(dims, dtype)
     provenance: ContractProvenance = field(default_factory=ContractProvenance)
+    findings: list[KernelFinding] = field(default_factory=list)  # SGLang kernel bugs the reference does not copy
 
 
 def exact_tolerances(dtypes: list[str]) -> dict[str, Tolerance]:

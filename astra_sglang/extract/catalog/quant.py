@@ -9,7 +9,7 @@ this JIT kernel, so it is this op, not another one.
 
 from __future__ import annotations
 
-from astra_sglang.contract.op import CallSite, Dim, ShapeCase, Signature, TensorArg, Tolerance
+from astra_sglang.contract.op import CallSite, Dim, KernelFinding, ShapeCase, Signature, TensorArg, Tolerance
 from astra_sglang.extract.catalog.base import CatalogEntry
 from astra_sglang.extract.shapes import MODELS, MOE_MODELS, case, decode_prefill, dedup, model_widths
 
@@ -128,10 +128,12 @@ PER_TOKEN_QUANT_FP8 = CatalogEntry(
     notes=[
         "two kernels on the H200: T < 2112 one CTA per token, else one warp per token (sm_count * 2 * 8)",
         "built with --use_fast_math and named 'fast_math' on sm_90 (SGLang's builder branches on the arch)",
-        "finding to confirm on the H200: the one-CTA kernel computes scale_inv = 1/scale without the warp kernel's "
-        "zero guard, so an all-zero row gives NaN, which fminf/fmaxf clamp to 448: q = 448 with scale 0 where "
-        "the warp kernel (and this reference) give 0 (dequantizes to 0 either way)",
     ],
+    findings=[KernelFinding(distribution="zeros", why=(
+        "confirmed on the H200 (2026-12-01): an all-zero row on the one-CTA-per-token kernel (T < 2112 there: "
+        "decode and small prefill) gives q = 448 with scale 0. That kernel computes scale_inv = 1/scale without "
+        "the warp kernel's zero guard (0 * inf = NaN, which fminf/fmaxf clamp to 448); the warp kernel and this "
+        "reference give q = 0. q * scale is 0 either way, so an fp8 GEMM downstream sees the same values."))],
 )
 
 
