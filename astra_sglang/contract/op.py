@@ -138,14 +138,19 @@ class TritonRecipe(Model):
     call: list[str] = Field(description="arguments of the wrapper call: signature names or Python literals")
     closure: PyClosure | None = Field(
         default=None, description="set when the source imports SGLang: the vendored modules it needs")
+    adapter: str | None = Field(
+        default=None, description="'file.py:function' in the op folder (ours): called as function(wrapper, *call) "
+        "where the wrapper takes what no call list can hold (a per-shape config dict, a Triton dtype)")
 
     @model_serializer(mode="wrap")
     def _without_empty_closure(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        """No closure is written as no key: the manifests of ops whose source imports no SGLang stay byte for byte
-        what they were before closures existed, so the hashes that patches and validations pin still hold."""
+        """No closure (or adapter) is written as no key: the manifests of ops whose source imports no SGLang stay
+        byte for byte what they were before closures existed, so the hashes that patches and validations pin
+        still hold."""
         data: dict[str, Any] = handler(self)
-        if data.get("closure") is None:
-            data.pop("closure", None)
+        for key in ("closure", "adapter"):
+            if data.get(key) is None:
+                data.pop(key, None)
         return data
 
 

@@ -184,8 +184,9 @@ def _triton(entry: CatalogEntry, folder: _Folder) -> TritonRecipe:
         raise AstraError(f"{entry.short_name}: the SGLang imports of {path.name} cannot be vendored: {result.refusal}")
     rel = folder.copy_sglang(path, "kernel")
     closure = _vendor_closure(result, folder)
+    adapter = f"{folder.write('adapter.py', entry.adapter, 'glue')}:call" if entry.adapter else None
     return TritonRecipe(source=rel, wrapper=wrapper, kernels=list(scan.triton_kernels), call=list(entry.call),
-                        closure=closure)
+                        closure=closure, adapter=adapter)
 
 
 @dataclass
@@ -294,6 +295,9 @@ def _kept_traced(old_dir: Path, op_id: str) -> list[ShapeCase]:
 
 
 def build_manifest(entry: CatalogEntry, root: Path, kept_shapes: list[ShapeCase]) -> Manifest:
+    from astra_sglang.extract.sglang_env import install_cpu_shims
+
+    install_cpu_shims()  # the entry's SGLang module is imported below; srt.layers needs torchvision's stand-in
     folder = _Folder(root)
     external: list[str] = []
     notes: list[str] = []

@@ -9,6 +9,7 @@ hot path (the plugin inside SGLang's server) only indexes a dict.
 from __future__ import annotations
 
 import ast
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -109,6 +110,8 @@ def make_launcher(
         source = Path(kernel_source) if kernel_source is not None else Path(op_dir) / r.source  # type: ignore[union-attr]
         closure = r.closure if isinstance(r, TritonRecipe) else None
         fn = load_triton_wrapper(source, entry, closure=closure, op_dir=Path(op_dir))
+        if isinstance(r, TritonRecipe) and r.adapter:
+            fn = _adapted(Path(op_dir), r.adapter, fn)
     resolve = compile_call(call, signature_names(manifest))
 
     def launch(args: dict[str, Any]) -> Any:
@@ -117,6 +120,13 @@ def make_launcher(
 
     launch.__name__ = f"launch_{manifest.short_name}"
     return launch
+
+
+def _adapted(op_dir: Path, adapter: str, wrapper: Callable[..., Any]) -> Callable[..., Any]:
+    """The wrapper behind the op folder's adapter (``file.py:function``), which builds what a call list cannot."""
+    path, _, name = adapter.partition(":")
+    call = load_function(op_dir / path, name, prefix="astra_adapter")
+    return functools.partial(call, wrapper)
 
 
 def load_reference(op_dir: Path, manifest: Manifest) -> Callable[..., dict[str, Any]]:

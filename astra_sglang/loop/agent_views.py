@@ -27,7 +27,10 @@ def form_of(manifest: Manifest) -> str:
     r = manifest.recipe
     if isinstance(r, TritonRecipe):
         return (f"a self-contained Triton .py file defining the launch wrapper `{r.wrapper}` (same parameters and "
-                f"return value) and its @triton.jit kernels; called as {r.wrapper}({', '.join(r.call)})")
+                f"return value) and its @triton.jit kernels; called as "
+                + (f"{r.adapter.partition(':')[2]}({r.wrapper}, {', '.join(r.call)}) by the op folder's "
+                   f"{r.adapter.partition(':')[0]}, which builds the wrapper's arguments (see its source)"
+                   if r.adapter else f"{r.wrapper}({', '.join(r.call)})"))
     if isinstance(r, CudaJitRecipe):
         exports = ", ".join(f"{e.name} -> {e.symbol}" for e in r.exports)
         return (f"a CUDA .cuh replacing {r.sources[0]}, compiled by nvcc for {r.arch} and exported through "

@@ -17,7 +17,7 @@ _MODULES = (
     "lora_moe_align", "gather_spec_extras", "gemma_routing", "mla_k_concat", "dp_memcpy", "dsa_topk_length",
     "moe_shuffle_rows",
     # MoE routing and FP8 quantization on the serving hot path
-    "moe", "quant",
+    "moe", "fused_moe", "quant",
     # the attention hot path: KV-cache store, RoPE, decode/extend attention
     "kvcache", "rope", "attention",
 )

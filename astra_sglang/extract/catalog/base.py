@@ -84,6 +84,7 @@ class CatalogEntry:
     inputs: str | None = None
     inputs_scalars: bool = False  # inputs.py also defines scalars(dims, dtype)
     provenance: ContractProvenance = field(default_factory=ContractProvenance)
+    adapter: str | None = None  # text of adapter.py (ours), defining call(wrapper, *call): see TritonRecipe
     findings: list[KernelFinding] = field(default_factory=list)  # SGLang kernel bugs the reference does not copy
 
 

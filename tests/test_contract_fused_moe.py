@@ -1,0 +1,121 @@
+"""The fused_moe_kernel contract (Triton, SGLang's unquantized MoE up-projection through invoke_fused_moe_kernel).
+
+On CPU the original runs under TRITON_INTERPRET=1 through the op folder's adapter (the config dict and the
+Triton compute dtype no call list can hold) and agrees with the reference; a reference that forgets the
+routing is refused. The routed batch must be what moe_align gives SGLang's kernel: every (token, slot) pair
+once, in its expert's BLOCK_SIZE_M-padded run, padding = T*TK. The shapes carry SGLang's H200 configs.
+On the GPU the contract is validated on every manifest shape.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("sglang")
+torch = pytest.importorskip("torch")
+pytest.importorskip("triton")
+
+from astra_sglang.contract.op import TritonRecipe, load_manifest  # noqa: E402
+from astra_sglang.extract import catalog  # noqa: E402
+from astra_sglang.extract.catalog.moe import moe_config  # noqa: E402
+from astra_sglang.extract.extractor import write_op  # noqa: E402
+from astra_sglang.harness.contract_validation import validate_contract, validation_config  # noqa: E402
+from astra_sglang.loader.launch import load_inputs  # noqa: E402
+
+
+def _write(out: Path, reference: str | None = None) -> Path:
+    entry = catalog.find("moe.fused_moe_kernel")
+    assert entry is not None
+    return write_op(dataclasses.replace(entry, reference=reference) if reference else entry, out).path
+
+
+@pytest.fixture(scope="module")
+def op(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _write(tmp_path_factory.mktemp("fused_moe"))
+
+
+def _validate_fp16(op: Path):
+    # bfloat16 is left out on CPU only: Triton 3.8's interpreter gets bfloat16 products wrong (see
+    # test_contracts_attn); the H200 checks both dtypes
+    return validate_contract(op, validation_config("cpu").model_copy(update={"dtypes": ["float16"]}))[0]
+
+
+def test_the_original_agrees_with_the_contract_through_its_adapter(op: Path, monkeypatch: pytest.MonkeyPatch):
+    manifest = load_manifest(op)
+    assert isinstance(manifest.recipe, TritonRecipe) and manifest.recipe.adapter == "adapter.py:call"
+    assert (op / "adapter.py").is_file()
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    v = _validate_fp16(op)
+    assert v.passed, v.first_failure
+    assert v.cases_run >= 12 and v.cases_skipped == 0
+
+
+_IGNORES_ROUTING = '''
+import torch
+
+
+def reference(**args):
+    """Wrong on purpose: every slot uses expert 0."""
+    a, b, ids = args["A"].float(), args["B"], args["topk_ids"]
+    out = (a @ b[0].float().T)[:, None, :].expand(ids.shape[0], ids.shape[1], -1)
+    return {"C": out.contiguous()}
+'''
+
+
+def test_a_reference_that_ignores_the_routing_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    v = _validate_fp16(_write(tmp_path, reference=_IGNORES_ROUTING))
+    assert not v.passed and v.first_failure and "reference mismatch" in v.first_failure
+
+
+def test_routed_batches_are_what_moe_align_gives_the_kernel(op: Path):
+    manifest = load_manifest(op)
+    make, scalars = load_inputs(op, manifest)
+    assert make is not None and scalars is not None
+    rng = random.Random(3)
+    for _ in range(30):
+        t, tk, e, bm = rng.randint(1, 40), rng.choice([1, 2, 8]), rng.choice([1, 4, 8, 16]), rng.choice([16, 64])
+        tk = min(tk, e)
+        d = {"T": t, "TK": tk, "E": e, "N": 2, "K": 8, "BM": bm, "BN": 16, "BK": 16, "GM": 1, "NW": 4, "NS": 2}
+        made = make(dict(d), "float16", torch.Generator().manual_seed(rng.getrandbits(32)), "cpu")
+        ids, w = made["topk_ids"], made["topk_weights"]
+        assert ids.shape == (t, tk) and all(len(set(r)) == tk for r in ids.tolist()), "distinct experts per token"
+        assert torch.allclose(w.sum(-1), torch.ones(t)), "renormalized routing weights"
+        sorted_ids, experts = made["sorted_token_ids"], made["expert_ids"]
+        total = int(made["num_tokens_post_padded"][0])
+        assert sorted_ids.numel() == t * tk + e * (bm - 1) and experts.numel() == -(-sorted_ids.numel() // bm)
+        assert total % bm == 0 and bool((sorted_ids[total:] == t * tk).all())
+        real = sorted_ids[:total][sorted_ids[:total] < t * tk]
+        assert sorted(real.tolist()) == list(range(t * tk)), "every (token, slot) pair exactly once"
+        flat = ids.reshape(-1)
+        for j in range(total // bm):
+            block = sorted_ids[j * bm:(j + 1) * bm]
+            members = block[block < t * tk].long()
+            assert members.numel() > 0 and bool((flat[members] == experts[j]).all()), "a block holds one expert"
+        assert bool((experts[total // bm:] == -1).all())
+        assert scalars(d, "float16")["BLOCK_SIZE_M"] == bm
+
+
+def test_each_case_carries_the_config_sglang_picks_on_an_h200(op: Path):
+    manifest = load_manifest(op)
+    assert len(manifest.shapes) >= 10
+    for s in manifest.shapes:
+        d = s.dims
+        c = moe_config(d["E"], d["N"] // 2, d["T"], None, None)
+        assert (d["BM"], d["BN"], d["BK"], d["GM"]) == (c["BLOCK_SIZE_M"], c["BLOCK_SIZE_N"], c["BLOCK_SIZE_K"],
+                                                        c["GROUP_SIZE_M"]), s.source
+    for name in ("BM", "BN", "BK", "GM", "NW", "NS"):  # held-out shapes draw these from the cases' values
+        assert len({s.dims[name] for s in manifest.shapes}) <= 4, name
+
+
+@pytest.mark.gpu
+def test_the_contract_validates_on_the_gpu(tmp_path: Path):
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    v, _ = validate_contract(_write(tmp_path), validation_config("cuda"))
+    assert v.passed, v.first_failure
+    assert set(v.dtypes) == {"bfloat16", "float16"} and v.cases_run > 0
