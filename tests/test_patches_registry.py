@@ -185,6 +185,36 @@ def test_add_from_run_copies_the_winner(root, tmp_path):
         add_from_run(tmp_path / "empty")
 
 
+def _run_with_sweep(tmp_path: Path, name: str, winner: float, sweep: float) -> Path:
+    run = tmp_path / "runs" / "merge_state" / name
+    (run / "best").mkdir(parents=True)
+    (run / "rounds" / "r000").mkdir(parents=True)
+    (run / "best" / "candidate.py").write_text("def merge_state_triton(*a):\n    pass\n")
+    (run / "best" / "result.json").write_text(_result(winner).model_dump_json())
+    (run / "best" / "summary.json").write_text(json.dumps({
+        "model": "file:/m", "rounds": 3, "mode": "multi-agent", "candidates_per_round": 4, "source_sha256": "ab" * 32,
+        "label": "SCRIPTED run written by the tests"}))
+    (run / "rounds" / "r000" / "record.json").write_text(json.dumps({"sweep_baseline": {"baseline": {"shapes": [
+        {"dims": {"T": 64, "H": 4096}, "dtype": "bfloat16", "speedup": sweep}]}}}))
+    return run
+
+
+def test_add_run_records_the_run_and_refuses_a_winner_the_sweep_baseline_matches(root, tmp_path):
+    """A run winner ships with its run's label, mode and source hash, and its margin over the round-0 sweep of the
+    original's own tunables; a winner no faster than that sweep is refused (a sweep of SGLang's kernel would do)."""
+    m = load_patch_manifest(add_from_run(_run_with_sweep(tmp_path, "wins", winner=1.4, sweep=1.05)))
+    p = m.provenance
+    assert (p.label, p.mode, p.candidate_sha256) == ("SCRIPTED run written by the tests", "multi-agent, K=4", "ab" * 32)
+    assert any("the winner beats it on every timed shape: 64x4096 bfloat16: 1.400x vs sweep 1.050x" in n
+               for n in m.evidence.notes)
+    slow = _run_with_sweep(tmp_path, "loses", winner=1.04, sweep=1.05)
+    with pytest.raises(AstraError, match="does not beat the sweep baseline on 1 shape"):
+        add_from_run(slow)
+    assert not (root / "merge_state" / "loses").exists()
+    forced = load_patch_manifest(add_from_run(slow, force=True))
+    assert any("does NOT beat it on 1 shape(s)" in n for n in forced.evidence.notes)
+
+
 def test_guard_checks_dtype_device_contiguity_alignment_and_dims():
     torch = pytest.importorskip("torch")
     from astra_sglang.patches.adapters import get_adapter, make_guard

@@ -74,6 +74,9 @@ class Provenance(Model):
     run: str | None = Field(default=None, description="runs/<op>/<run-id> the patch came from")
     model: str | None = None
     rounds: int | None = None
+    label: str | None = Field(default=None, description="the run's label, e.g. 'MODEL RUN: <model> answering ...'")
+    mode: str | None = Field(default=None, description="multi-agent / single-agent, with K candidates a round")
+    candidate_sha256: str | None = Field(default=None, description="the winner's source as the run shipped it")
     author: str | None = None
     note: str = ""
 

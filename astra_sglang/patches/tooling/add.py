@@ -259,12 +259,57 @@ def add_from_run(
                 results.append(EvalResult.model_validate(it))
             except Exception:
                 meta.update({k: it[k] for k in ("model", "rounds") if k in it and k not in meta})
+    summary = _read_json(best / "summary.json")
+    mode = summary.get("mode")
+    if mode and summary.get("candidates_per_round"):
+        mode = f"{mode}, K={summary['candidates_per_round']}"
     prov = Provenance(
         kind="run",
         run=str(run_dir),
         model=model or meta.get("model"),
         rounds=rounds if rounds is not None else meta.get("rounds"),
+        label=summary.get("label"), mode=mode, candidate_sha256=summary.get("source_sha256") or sha256_file(sources[0]),
     )
+    notes = [sweep_note(run_dir, results, force)] if results else []
     return add_patch(op, sources[0], patch_id=patch_id or f"{run_dir.name}", provenance=prov,
-                     evidence=Evidence(results=results), root=root, force=force, sglang_versions=sglang_versions,
+                     evidence=Evidence(results=results, notes=notes), root=root, force=force, sglang_versions=sglang_versions,
                      archs=archs)
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        raw = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return {}
+    return raw if isinstance(raw, dict) else {}
+
+
+def sweep_note(run_dir: Path, results: list, force: bool) -> str:
+    """The winner against the run's round-0 sweep baseline (the original's own tunables swept), per timed shape.
+
+    A winner that a mechanical sweep of SGLang's kernel matches is no reason to replace SGLang's kernel: it is
+    refused unless ``force``. Shapes are matched by dims and dtype; the sweep's speedup is over the original."""
+    record = _read_json(Path(run_dir) / "rounds" / "r000" / "record.json")
+    baseline = (record.get("sweep_baseline") or {}).get("baseline") or {}
+    sweep = {(json.dumps(s["dims"], sort_keys=True), s["dtype"]): float(s["speedup"])
+             for s in baseline.get("shapes", []) if s.get("speedup")}
+    timed = next((r for r in results if r.timing is not None and r.timing.shapes), None)
+    if timed is None:
+        return "sweep baseline: the run's winner has no timing to compare"
+    if not sweep:
+        why = (record.get("sweep_baseline") or {}).get("error") or "no round-0 sweep baseline in the run"
+        return f"sweep baseline: none ({why[:200]})"
+    rows, losses = [], []
+    for s in timed.timing.shapes:
+        key = (json.dumps(s.dims, sort_keys=True), s.dtype)
+        if s.speedup is None or key not in sweep:
+            continue
+        rows.append(f"{'x'.join(str(v) for v in s.dims.values())} {s.dtype}: {s.speedup:.3f}x vs sweep "
+                    f"{sweep[key]:.3f}x")
+        if s.speedup <= sweep[key]:
+            losses.append(rows[-1])
+    if losses and not force:
+        raise AstraError(f"the run's winner does not beat the sweep baseline on {len(losses)} shape(s) "
+                         f"({losses[0]}); pass --force to register it anyway")
+    verdict = "beats it on every timed shape" if not losses else f"does NOT beat it on {len(losses)} shape(s)"
+    return f"sweep baseline (the original's tunables swept, round 0): the winner {verdict}: {'; '.join(rows)}"
