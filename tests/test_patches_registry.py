@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
+from patch_support import copy_as_regular
 
 from astra_sglang.cli.main import main
 from astra_sglang.contract.base import sha256_file
@@ -31,7 +31,7 @@ PID = "triton-silu-and-mul-v1"
 @pytest.fixture
 def root(tmp_path, monkeypatch):
     r = tmp_path / "patches"
-    shutil.copytree(SHIPPED, r / "silu_and_mul" / PID, ignore=shutil.ignore_patterns("__pycache__"))
+    copy_as_regular(SHIPPED, r / "silu_and_mul" / PID)
     monkeypatch.setenv("ASTRA_SGLANG_PATCHES_DIR", str(r))
     monkeypatch.setenv("ASTRA_SGLANG_STATE_FILE", str(tmp_path / "state.json"))
     monkeypatch.delenv("ASTRA_SGLANG_PATCHES", raising=False)
@@ -89,6 +89,18 @@ def test_disable_removes_from_all_but_an_explicit_list_still_rules(root):
     assert main(["patches", "enable", PID]) == 0
     assert [e.patch_id for e in registry.selected(entries, "all")[0]] == [PID]
     assert main(["patches", "disable", "no-such"]) == 2   # a typo is an error, not a silent no-op
+
+
+def test_the_retired_test_vehicle_serves_only_where_named(monkeypatch, tmp_path):
+    """The slower silu_and_mul vehicle is out of ASTRA_SGLANG_PATCHES=all; the real patches stay in it."""
+    monkeypatch.setenv("ASTRA_SGLANG_PATCHES_DIR", str(SHIPPED.parent.parent))
+    monkeypatch.setenv("ASTRA_SGLANG_STATE_FILE", str(tmp_path / "state.json"))
+    entries = registry.discover()
+    everything = [e.patch_id for e in registry.selected(entries, "all")[0]]
+    assert PID not in everything and {e.op for e in registry.selected(entries, "all")[0]} >= {"merge_state",
+                                                                                                "fused_add_rmsnorm"}
+    assert [e.patch_id for e in registry.selected(entries, PID)[0]] == [PID]
+    assert load_patch_manifest(SHIPPED).in_all is False
 
 
 def test_applicability_reasons(root):

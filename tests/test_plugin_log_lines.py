@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import json
 import logging
-import shutil
 from pathlib import Path
 
 import pytest
+from patch_support import copy_as_regular
 
 from astra_sglang.patches import plugin, status, status_file
 
@@ -58,7 +58,7 @@ def test_missing_patch_folder_is_one_warning_naming_it(plugin_env, caplog, capsy
 def test_manifest_with_missing_and_mistyped_fields_is_one_warning_line(plugin_env, caplog, tmp_path):
     root = tmp_path / "patches"
     d = root / "silu_and_mul" / "broken"
-    shutil.copytree(SHIPPED, d, ignore=shutil.ignore_patterns("__pycache__"))
+    copy_as_regular(SHIPPED, d)
     raw = json.loads((d / "manifest.json").read_text())
     del raw["source"]
     raw["guard"]["dtypes"] = "bfloat16"

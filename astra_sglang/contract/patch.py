@@ -113,6 +113,8 @@ class PatchManifest(Model):
     files: list[PatchFile]
     provenance: Provenance
     evidence: Evidence = Field(default_factory=Evidence)
+    in_all: bool = Field(True, description="enabled by ASTRA_SGLANG_PATCHES=all; False for a test vehicle, which "
+                         "serves only where its id is named")
 
 
 class PatchManifestError(ValueError):

@@ -63,6 +63,9 @@ def load_triton_wrapper(source: Path, wrapper: str, closure: PyClosure | None = 
                         op_dir: Path | None = None) -> Callable[..., Any]:
     """The Triton launch wrapper of an extracted op or a candidate; no sglang import is needed or made. With a
     closure, ``source`` (the op's source or a candidate replacing it) runs among the op folder's vendored modules."""
+    from astra_sglang.loader.msgspec_standin import install_if_missing
+
+    install_if_missing()  # SGLang's sources declare msgspec Structs; the GPU image has no msgspec
     if closure is None:
         return load_function(source, wrapper, prefix="astra_triton")
     module = import_closure(Path(op_dir or "."), closure, root_source=source)
@@ -229,6 +232,9 @@ def import_closure(op_dir: Path, closure: PyClosure, root_source: Path | None = 
     if not any(isinstance(f, _ClosureFinder) and f.package == package for f in sys.meta_path):
         sys.meta_path.insert(0, _ClosureFinder(package, modules))
     name = f"{package}.{_below_sglang(closure.modules[0].name)}"
+    from astra_sglang.loader.msgspec_standin import install_if_missing
+
+    install_if_missing()
     try:
         return importlib.import_module(name)
     except Exception as e:

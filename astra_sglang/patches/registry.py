@@ -163,7 +163,7 @@ def selected(entries: list[PatchEntry], value: str | None = None) -> tuple[list[
         return [], []
     if req == "all":
         disabled = set(load_state().disabled)
-        return [e for e in entries if e.patch_id not in disabled], []
+        return [e for e in entries if e.patch_id not in disabled and (e.manifest is None or e.manifest.in_all)], []
     by_id = {e.patch_id: e for e in entries}
     return [by_id[i] for i in sorted(req) if i in by_id], sorted(i for i in req if i not in by_id)
 
