@@ -117,7 +117,7 @@ def test_queue_or_explicit_cpu_lets_optimize_run_without_a_gpu() -> None:
 
 
 @pytest.mark.parametrize("argv", [["extract", "--list", "--json"], ["patches", "list", "--json"],
-                                  ["patches", "show", "merge-state-tiled-v1", "--json"], ["doctor", "--json"]])
+                                  ["patches", "show", "merge-state-mr-k1", "--json"], ["doctor", "--json"]])
 def test_a_closed_pipe_is_not_a_traceback(argv: list[str]) -> None:
     proc = subprocess.Popen([sys.executable, "-m", "astra_sglang", *argv], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, cwd=ROOT)
@@ -145,7 +145,7 @@ def test_doctor_reports_this_host(capsys, tmp_path: Path, monkeypatch: pytest.Mo
     assert facts["cache"]["detail"].startswith(f"{cache}, 3.0 MiB")
     assert facts["optimizer extra"]["ok"] == ("openai-agents " in facts["optimizer extra"]["detail"])
     ids = {p["patch_id"]: p for p in report["patches"]}
-    assert {"merge-state-tiled-v1", "fused-add-rmsnorm-regs-v1"} <= set(ids)
+    assert {"merge-state-mr-k1", "fused-add-rmsnorm-mr-k4"} <= set(ids)
     import torch
 
     if not torch.cuda.is_available():
@@ -153,7 +153,7 @@ def test_doctor_reports_this_host(capsys, tmp_path: Path, monkeypatch: pytest.Mo
         assert all(not p["applies_here"] and p["why_not"] == "no CUDA device" for p in ids.values())
     assert main(["doctor"]) == 0
     text = capsys.readouterr().out
-    assert "merge-state-tiled-v1 (merge_state): " in text and f"{cache}, 3.0 MiB" in text
+    assert "merge-state-mr-k1 (merge_state): " in text and f"{cache}, 3.0 MiB" in text
 
 
 def facts_ok(report: dict, name: str) -> bool:
@@ -171,7 +171,7 @@ def test_doctor_on_a_gpu_names_its_arch_and_what_applies(capsys) -> None:
     report = json.loads(capsys.readouterr().out)
     gpu = next(f for f in report["facts"] if f["name"] == "gpu")
     assert gpu["ok"] and f"({arch})" in gpu["detail"] and torch.cuda.get_device_name() in gpu["detail"]
-    merge = next(p for p in report["patches"] if p["patch_id"] == "merge-state-tiled-v1")
+    merge = next(p for p in report["patches"] if p["patch_id"] == "merge-state-mr-k1")
     if facts_ok(report, "sglang"):
         assert merge["applies_here"] == (arch == "sm_90"), merge  # validated on SGLang 0.5.23 / sm_90
     else:  # a GPU host without SGLang (the H200 here): the reason is SGLang, not the device
@@ -186,7 +186,7 @@ def test_serving_commands_work_without_rich(tmp_path: Path) -> None:
             "    assert main(argv) == 0, argv\n")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
-    assert "yes -> merge_state" in r.stdout and "merge-state-tiled-v1" in r.stdout
+    assert "yes -> merge_state" in r.stdout and "merge-state-mr-k1" in r.stdout
     assert "[green]" not in r.stdout and "Traceback" not in r.stderr
 
 

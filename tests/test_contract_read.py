@@ -13,7 +13,7 @@ from astra_sglang.contract.patch import PatchManifestError, load_patch_manifest
 
 REPO = Path(__file__).resolve().parent.parent
 OP = REPO / "extracted" / "merge_state" / "manifest.json"
-PATCH = REPO / "patches" / "merge_state" / "merge-state-tiled-v1" / "manifest.json"
+PATCH = REPO / "patches" / "merge_state" / "merge-state-mr-k1" / "manifest.json"
 
 
 @pytest.mark.parametrize("load,error,src", [(load_manifest, ManifestError, OP),

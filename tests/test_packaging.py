@@ -35,8 +35,8 @@ def test_wheel_patches_resolve_without_a_checkout(installed, tmp_path):
         "from astra_sglang.contract.restore import is_complete\n"
         "root = patches_root(); assert root.is_relative_to(Path(sys.argv[1])), root\n"
         "found = {p.manifest.patch_id: p for p in discover()}\n"
-        "assert 'fused-add-rmsnorm-regs-v1' in found, sorted(found)\n"
-        "d = extracted_op_dir(found['fused-add-rmsnorm-regs-v1'].manifest)\n"
+        "assert 'fused-add-rmsnorm-mr-k4' in found, sorted(found)\n"
+        "d = extracted_op_dir(found['fused-add-rmsnorm-mr-k4'].manifest)\n"
         "assert is_complete(d) and not d.is_relative_to(Path(sys.argv[1])), d\n"
         "print('ok', d)\n"
     )

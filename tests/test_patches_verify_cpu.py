@@ -13,8 +13,8 @@ CASES = {
     # SGLang's original of silu_and_mul is a CUDA JIT kernel: nothing to check the Triton patch against on CPU
     ("triton-silu-and-mul-v1", "1"): "SGLang's original silu_and_mul is a cuda_jit kernel, which needs a GPU",
     ("triton-silu-and-mul-v1", ""): "SGLang's original silu_and_mul is a cuda_jit kernel, which needs a GPU",
-    ("fused-add-rmsnorm-regs-v1", "1"): "a cuda_jit patch needs a GPU and this host has none",
-    ("merge-state-tiled-v1", ""): "a Triton patch of a Triton op can be checked on CPU with TRITON_INTERPRET=1",
+    ("fused-add-rmsnorm-mr-k4", "1"): "a cuda_jit patch needs a GPU and this host has none",
+    ("merge-state-mr-k1", ""): "a Triton patch of a Triton op can be checked on CPU with TRITON_INTERPRET=1",
 }
 
 

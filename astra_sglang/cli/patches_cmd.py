@@ -65,6 +65,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     r.add_argument("--force", action="store_true")
     r.add_argument("--sglang-version", action="append", help="validated on (default: from the run's results)")
     r.add_argument("--arch", action="append", help="validated on, e.g. sm_90 (default: from the run's results)")
+    r.add_argument("--guard-dim", action="append", default=[], metavar="DIM=MIN:MAX",
+                   help="narrow the op adapter's default guard for one dim (e.g. T=1:512 where the winner measured "
+                        "slower than what SGLang serves above 512 rows); repeatable")
     r.set_defaults(handler=cmd_add_run)
     p.set_defaults(handler=lambda args: (p.print_help(), 2)[1])
 
@@ -297,10 +300,15 @@ def cmd_add(args: argparse.Namespace) -> int:
 
 
 def cmd_add_run(args: argparse.Namespace) -> int:
-    from astra_sglang.patches.tooling.add import add_from_run
+    from astra_sglang.patches.adapters import get_adapter
+    from astra_sglang.patches.tooling.add import add_from_run, narrowed_guard
 
+    guard = None
+    if args.guard_dim:
+        op = args.run_dir.parent.name
+        guard = narrowed_guard(get_adapter(op).default_guard(), args.guard_dim)
     dest = add_from_run(args.run_dir, patch_id=args.patch_id, model=args.model, rounds=args.rounds, force=args.force,
-                        sglang_versions=args.sglang_version, archs=args.arch)
+                        sglang_versions=args.sglang_version, archs=args.arch, guard=guard)
     _report_added(dest)
     return 0
 

@@ -119,7 +119,7 @@ def add_patch(
         targets=targets,
         validated_on=ValidatedOn(sglang_versions=sglang_versions, archs=archs),
         guard=guard,
-        check_shapes=ad.default_check_shapes(),
+        check_shapes=covered_check_shapes(ad.default_check_shapes(), guard),
         files=pin_files(dest),
         provenance=provenance,
         evidence=evidence,
@@ -231,6 +231,7 @@ def add_from_run(
     force: bool = False,
     sglang_versions: list[str] | None = None,
     archs: list[str] | None = None,
+    guard: GuardSpec | None = None,
 ) -> Path:
     """Register the winner of an optimizer run (``runs/<op>/<run-id>/best/``) as a patch.
 
@@ -273,7 +274,7 @@ def add_from_run(
     notes = [sweep_note(run_dir, results, force)] if results else []
     return add_patch(op, sources[0], patch_id=patch_id or f"{run_dir.name}", provenance=prov,
                      evidence=Evidence(results=results, notes=notes), root=root, force=force, sglang_versions=sglang_versions,
-                     archs=archs)
+                     archs=archs, guard=guard)
 
 
 def _read_json(path: Path) -> dict:
@@ -313,3 +314,42 @@ def sweep_note(run_dir: Path, results: list, force: bool) -> str:
                          f"({losses[0]}); pass --force to register it anyway")
     verdict = "beats it on every timed shape" if not losses else f"does NOT beat it on {len(losses)} shape(s)"
     return f"sweep baseline (the original's tunables swept, round 0): the winner {verdict}: {'; '.join(rows)}"
+
+
+def narrowed_guard(base: GuardSpec, items: list[str]) -> GuardSpec:
+    """``base`` with the dims named in ``items`` ('T=1:512') narrowed; a dim the guard lacks, or a range wider
+    than the base's, is refused: a run winner may only serve less than the op adapter allows, never more."""
+    dims = dict(base.dims)
+    for item in items:
+        name, eq, rng = item.partition("=")
+        lo, colon, hi = rng.partition(":")
+        if not eq or not colon or name not in dims or not lo.isdigit() or not hi.isdigit():
+            raise AstraError(f"--guard-dim {item!r}: expected DIM=MIN:MAX with DIM one of {sorted(dims)}")
+        old = dims[name]
+        new = old.model_copy(update={"min": int(lo), "max": int(hi)})
+        if new.min < old.min or (old.max is not None and new.max is not None and new.max > old.max) or new.min > (new.max or 0):
+            raise AstraError(f"--guard-dim {item!r}: must lie inside the adapter's {name} range "
+                             f"[{old.min}, {old.max}]")
+        dims[name] = new
+    return base.model_copy(update={"dims": dims})
+
+
+def covered_check_shapes(shapes: list[dict[str, int]], guard: GuardSpec) -> list[dict[str, int]]:
+    """The adapter's check shapes moved inside the guard (each dim clamped to its range and multiple), so the
+    plugin's first-call check runs on calls the patch will really serve; duplicates dropped, order kept."""
+    out: list[dict[str, int]] = []
+    for shape in shapes:
+        moved = {}
+        for name, value in shape.items():
+            r = guard.dims.get(name)
+            if r is None:
+                moved[name] = value
+                continue
+            v = max(r.min, value if r.max is None else min(value, r.max))
+            v = -(-v // r.multiple_of) * r.multiple_of
+            if r.max is not None and v > r.max:
+                v = r.max // r.multiple_of * r.multiple_of
+            moved[name] = v
+        if moved not in out:
+            out.append(moved)
+    return out
