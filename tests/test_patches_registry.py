@@ -227,6 +227,24 @@ def test_add_run_records_the_run_and_refuses_a_winner_the_sweep_baseline_matches
     assert any("does NOT beat it on 1 shape(s)" in n for n in forced.evidence.notes)
 
 
+def test_a_run_winner_guard_can_only_narrow_and_its_check_shapes_move_inside(root, tmp_path):
+    """A winner slower than SGLang above 512 rows ships guarded to T <= 512, and the plugin's first-call check
+    runs on shapes that guard really serves; widening the adapter's range is refused."""
+    from astra_sglang.patches.adapters import get_adapter
+    from astra_sglang.patches.tooling.add import narrowed_guard
+
+    base = get_adapter("merge_state").default_guard()
+    with pytest.raises(AstraError, match="must lie inside the adapter's T range"):
+        narrowed_guard(base, ["T=1:999999"])
+    with pytest.raises(AstraError, match="expected DIM=MIN:MAX"):
+        narrowed_guard(base, ["Q=1:4"])
+    guard = narrowed_guard(base, ["T=512:65536", "D=128:256"])
+    m = load_patch_manifest(add_from_run(_run_with_sweep(tmp_path, "narrow", winner=1.4, sweep=1.05), guard=guard))
+    assert m.guard.dims["T"].min == 512 and m.guard.dims["D"].min == 128
+    spec = m.guard.dims
+    assert m.check_shapes and all(spec[k].accepts(v) for s in m.check_shapes for k, v in s.items() if k in spec)
+
+
 def test_guard_checks_dtype_device_contiguity_alignment_and_dims():
     torch = pytest.importorskip("torch")
     from astra_sglang.patches.adapters import get_adapter, make_guard
