@@ -7,15 +7,22 @@ host has no GPU. What is tested is what the report makes of what a run recorded.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 
 from astra_sglang.agents.config import TokenCount
 from astra_sglang.cli.main import main
-from astra_sglang.contract.result import BuildReport, CorrectnessReport, EvalResult, ShapeTiming, TimingReport
-from astra_sglang.loop.records import LoopOptions, RoundRecord, RunMeta, StepRecord, WinnerInfo
+from astra_sglang.contract.result import (
+    BaselineShape,
+    BuildReport,
+    CorrectnessReport,
+    EvalResult,
+    ShapeTiming,
+    SweepBaseline,
+    TimingReport,
+)
+from astra_sglang.loop.records import LoopOptions, RoundRecord, RunMeta, StepRecord, TuneOutcome, WinnerInfo
 from astra_sglang.loop.report import load_run, progress_figure, shapes_figure
 from astra_sglang.loop.runfolder import RunFolder, atomic_write, now_iso
 
@@ -67,9 +74,14 @@ def _make_run(runs: Path, run_id: str, label: str, k: int, per_round: list[list[
                         timing=TimingReport(method=INJECTED, copy_ceiling_gbps=CEILING, shapes=_times(div),
                                             geomean_speedup=speed))
     atomic_write(folder.best_dir / "result.json", result.model_dump_json())
-    if sweep:
-        atomic_write(folder.round_dir(0) / "sweep.json", json.dumps(
-            {"shapes": [{"dims": d, "dtype": "bfloat16", "best_us": 7.5} for d, _, _ in SHAPES]}))
+    if sweep:  # what the optimizer's round 0 writes: the tune step's TuneOutcome
+        folder.save_step(0, "tune", TuneOutcome(baseline=SweepBaseline(
+            op_id=meta.op_id, sglang_version="0.5.23", device=f"cpu + {INJECTED}", parameters={"num_warps": [1, 4]},
+            original_config={"num_warps": "4"}, configs=[], shapes=[
+                BaselineShape(dims=d, dtype="bfloat16", original_us=o, best_config={"num_warps": 1}, best_us=b,
+                              speedup=o / b) for (d, o, _), b in zip(SHAPES, (7.5, 3.5))])))
+    else:
+        folder.save_step(0, "tune", TuneOutcome(error="merge_state: nothing to sweep (scripted)"))
     return folder.path
 
 
@@ -109,10 +121,13 @@ def test_report_page_tables_and_plots(two_runs: tuple[Path, Path], tmp_path: Pat
     # Per winner: original / sweep / best / copy bound per shape, speedup, % of the bound, geomean.
     assert "round 3, candidate 0: 2.000x geomean" in page
     assert "| T=5,NH=3,D=64 bfloat16 | 10.00 | 7.50 | 5.00 | 1.00 | 2.000 | 20.0% |" in page
-    assert "| T=64,NH=8,D=128 bfloat16 | 8.00 | 7.50 | 4.00 | 1.00 | 2.000 | 25.0% |" in page
+    assert "| T=64,NH=8,D=128 bfloat16 | 8.00 | 3.50 | 4.00 | 1.00 | 2.000 | 25.0% |" in page
+    # the sweep of the original's own tunables is faster there: said, per shape
+    assert "The winner does NOT beat the sweep baseline on 1 of 2 shapes: T=64,NH=8,D=128 bfloat16." in page
     assert "| **geomean** |  |  |  |  | 2.000 | 22.4% |" in page
     assert "| T=5,NH=3,D=64 bfloat16 | 10.00 | not measured | 8.00 | 1.00 | 1.250 | 12.5% |" in page
-    assert "Sweep baseline: not measured in this run" in page and INJECTED in page
+    assert "Sweep baseline: not measured in this run (merge_state: nothing to sweep (scripted))." in page
+    assert INJECTED in page
 
     # The figures' data, not just their files.
     runs = [load_run(a), load_run(b)]

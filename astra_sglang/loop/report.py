@@ -3,8 +3,8 @@
 Everything on the page is read from the run folders as they were recorded: the label (a scripted run says so,
 a model run says which model), the per-step costs from ``steps.jsonl``, the per-round verdicts from the round
 records and the winner's per-shape times from ``best/result.json``. A number the run did not measure is shown
-as "not measured", never filled in. The sweep baseline is read from round 0 (``rounds/r000/sweep.json``) when
-the run has one.
+as "not measured", never filled in. The sweep baseline is round 0's ``tune`` step (``rounds/r000/tune.json``, the
+original's own tunables swept), when the run has one; the page says whether the winner beats it on every shape.
 """
 
 from __future__ import annotations
@@ -17,14 +17,14 @@ from typing import TYPE_CHECKING, Any
 
 from astra_sglang.contract.result import EvalResult, ShapeTiming
 from astra_sglang.errors import AstraError
-from astra_sglang.loop.records import RoundRecord, RunMeta, StepRecord
+from astra_sglang.loop.records import RoundRecord, RunMeta, StepRecord, TuneOutcome
 from astra_sglang.loop.runfolder import RunFolder, atomic_write
 from astra_sglang.loop.stopping import best_per_round
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-SWEEP_FILES = ("rounds/r000/sweep.json", "rounds/r000/sweep/result.json")
+SWEEP_FILE = "rounds/r000/tune.json"  # RunFolder.save_step(0, "tune", TuneOutcome)
 NOT_MEASURED = "not measured"
 
 
@@ -106,31 +106,27 @@ def _shape_key(dims: dict[str, Any], dtype: str) -> tuple[str, str]:
     return json.dumps({k: int(v) for k, v in dims.items()}, sort_keys=True), str(dtype)
 
 
-def read_sweep(run_dir: Path) -> dict[tuple[str, str], float] | None:
-    """Per-shape times of round 0's sweep baseline, when the run recorded one.
+def _tune_outcome(run_dir: Path) -> TuneOutcome | None:
+    try:
+        return TuneOutcome.model_validate_json((Path(run_dir) / SWEEP_FILE).read_text())
+    except (OSError, ValueError):
+        return None
 
-    Read leniently, as an EvalResult (timing.shapes[].candidate_us) or as ``{"shapes": [{"dims", "dtype",
-    "best_us" | "us" | "time_us" | "candidate_us"}]}``; anything else counts as not measured."""
-    for rel in SWEEP_FILES:
-        path = run_dir / rel
-        if not path.is_file():
-            continue
-        try:
-            data = json.loads(path.read_text())
-        except (OSError, ValueError):
-            return None
-        shapes = (data.get("timing") or {}).get("shapes") if isinstance(data, dict) else None
-        shapes = shapes if shapes is not None else (data.get("shapes") if isinstance(data, dict) else None)
-        out: dict[tuple[str, str], float] = {}
-        for s in shapes or []:
-            if not isinstance(s, dict) or not isinstance(s.get("dims"), dict):
-                continue
-            us = next((s[k] for k in ("best_us", "us", "time_us", "candidate_us") if isinstance(s.get(k), (int, float))),
-                      None)
-            if us is not None:
-                out[_shape_key(s["dims"], s.get("dtype", ""))] = float(us)
-        return out or None
-    return None
+
+def read_sweep(run_dir: Path) -> dict[tuple[str, str], float] | None:
+    """Per-shape best times of round 0's sweep baseline, or None when the run measured none."""
+    outcome = _tune_outcome(run_dir)
+    if outcome is None or outcome.baseline is None:
+        return None
+    return {_shape_key(s.dims, s.dtype): s.best_us for s in outcome.baseline.shapes} or None
+
+
+def sweep_missing(run_dir: Path) -> str:
+    """Why a run has no sweep baseline, in the run's own words where it recorded them."""
+    outcome = _tune_outcome(run_dir)
+    if outcome is None:
+        return "no round-0 sweep record"
+    return (outcome.error or "the sweep recorded no shapes")[:300]
 
 
 def shape_rows(result: EvalResult, sweep: dict[tuple[str, str], float] | None) -> list[ShapeRow]:
@@ -280,13 +276,19 @@ def winner_section(run: RunReport, png: str | None) -> list[str]:
     if not run.rows:
         return lines + ["The winner's result has no per-shape timing.", ""]
     if run.sweep is None:
-        lines += ["Sweep baseline: not measured in this run (no round-0 sweep record).", ""]
+        lines += [f"Sweep baseline: not measured in this run ({sweep_missing(run.folder.path)}).", ""]
     rows = [[r.name, f"{r.original_us:.2f}", _f(r.sweep_us, "{:.2f}", NOT_MEASURED), _f(r.best_us, "{:.2f}"),
              _f(r.bound_us, "{:.2f}"), _f(r.speedup), _f(r.pct_of_bound, "{:.1f}%")] for r in run.rows]
     rows.append(["**geomean**", "", "", "", "", _f(geomean([r.speedup for r in run.rows])),
                  _f(geomean([r.pct_of_bound for r in run.rows]), "{:.1f}%")])
     lines += _table(["shape", "original us", "sweep baseline us", "best us", "copy bound us", "speedup",
                      "% of copy bound"], rows)
+    compared = [r for r in run.rows if r.sweep_us is not None and r.best_us is not None]
+    if compared:
+        lost = [r.name for r in compared if r.best_us >= r.sweep_us]  # type: ignore[operator]
+        lines += ["", "The winner beats the sweep baseline on every shape it was measured on." if not lost else
+                  f"The winner does NOT beat the sweep baseline on {len(lost)} of {len(compared)} shapes: "
+                  f"{', '.join(lost)}."]
     if png:
         lines += [f"![{run.name} per shape]({png})", ""]
     return lines
