@@ -209,9 +209,9 @@ def test_a_rounds_candidates_in_the_queue_are_evaluated_as_one_batch(op_dir: Pat
     real = harness_evaluate.evaluate_many
     batches: list[list[str | None]] = []
 
-    def recording(op, candidates, config=None):
+    def recording(op, candidates, config=None, on_result=None):
         batches.append([Path(c).parent.name if c is not None else None for c in candidates])
-        return real(op, candidates, config)
+        return real(op, candidates, config, on_result=on_result)
 
     monkeypatch.setattr(harness_evaluate, "evaluate_many", recording)
     queue = tmp_path / "queue"
@@ -229,3 +229,36 @@ def test_a_rounds_candidates_in_the_queue_are_evaluated_as_one_batch(op_dir: Pat
     for item in ("run1--r001-c0", "run1--r001-c1", "run2--r000-original"):
         result = EvalResult.model_validate_json((queue / item / RESULT_NAME).read_text())
         assert result.correctness is not None and result.correctness.ok, (item, result.error)
+
+
+def test_a_queue_pass_cut_short_keeps_the_results_it_finished(op_dir: Path, tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch):
+    """The GPU pass's time limit may stop a batch midway: the candidates already judged keep their result, the
+    rest stay pending for the next pass (nothing measured is lost)."""
+    import astra_sglang.harness.evaluate as harness_evaluate
+
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    real = harness_evaluate.run_checker
+    calls = {"n": 0}
+
+    def cut_after_one(*a, **k):
+        calls["n"] += 1
+        if calls["n"] > 1:
+            raise KeyboardInterrupt  # what `timeout` does to the pass
+        return real(*a, **k)
+
+    monkeypatch.setattr(harness_evaluate, "run_checker", cut_after_one)
+    queue = tmp_path / "queue"
+    srcs = []
+    for name in ("r3.py", "r4.py"):  # scripted, both correct
+        srcs.append(tmp_path / name)
+        srcs[-1].write_text(candidate(name))
+    with pytest.raises(EvalPending):
+        QueueEvaluator(op_dir, queue, "run1").evaluate_many([("r001-c0", srcs[0]), ("r001-c1", srcs[1])],
+                                                            EvalSpec(shapes="test", device="cpu"))
+    from astra_sglang.loop.evaluator import process_queue
+
+    with pytest.raises(KeyboardInterrupt):
+        process_queue(queue, op_dir.parent)
+    assert (queue / "run1--r001-c0" / RESULT_NAME).is_file()
+    assert not (queue / "run1--r001-c1" / RESULT_NAME).exists()

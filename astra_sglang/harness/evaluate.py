@@ -13,6 +13,7 @@ import ast
 import math
 import random
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -170,9 +171,12 @@ def evaluate(op_dir: Path, candidate: Path | None, config: EvalConfig | None = N
     return evaluate_many(op_dir, [candidate], config)[0]  # type: ignore[list-item]
 
 
-def evaluate_many(op_dir: Path, candidates: list[Path | None],
-                  config: EvalConfig | None = None) -> list[EvalResult]:
-    """One EvalResult per candidate (None = the original alone), in order; never raises for a bad candidate."""
+def evaluate_many(op_dir: Path, candidates: list[Path | None], config: EvalConfig | None = None,
+                  on_result: Callable[[int, EvalResult], None] | None = None) -> list[EvalResult]:
+    """One EvalResult per candidate (None = the original alone), in order; never raises for a bad candidate.
+
+    ``on_result(i, result)`` is called as each candidate's verdict is final, so a caller can keep it before the
+    rest of the batch is timed (a queue pass cut short by its time limit keeps what it finished)."""
     config = config or EvalConfig()
     op_dir = Path(op_dir).resolve()
     manifest = _load(op_dir)
@@ -214,21 +218,21 @@ def evaluate_many(op_dir: Path, candidates: list[Path | None],
                          sweep=sweep if isinstance(sweep, SweepReport) else None)
         if isinstance(sweep, str):  # a malformed TUNE: the candidate does not build
             res.build, res.error = BuildReport(ok=False, log=sweep), f"build failed: {sweep}"
-            results.append(res)
+            _done(results, res, on_result)
             continue
         if res.sweep is not None and res.sweep.frozen_path is None:
             first = next((c.failure for c in res.sweep.configs if c.failure), "") or ""
             res.error = f"tune: none of the {len(res.sweep.configs)} configs passed (first: {first[:300]})"
             res.correctness = CorrectnessReport(ok=False, first_failure=FailedCase(reason="tune", detail=first))
             res.wall_s = res.sweep.wall_s
-            results.append(res)
+            _done(results, res, on_result)
             continue
         if res.sweep is not None:
             res.wall_s += res.sweep.wall_s
         if not build.ok:
             res.error = "build failed: " + (build.log.strip().splitlines() or ["(no compiler output)"])[-1][:300]
             res.wall_s = build.seconds
-            results.append(res)
+            _done(results, res, on_result)
             continue
         job = CheckJob(op_dir=str(op_dir), manifest=manifest, candidate=str(cand) if cand else None,
                        device=device, config=config.model_copy(update={"simulate_timing": config.simulate_timing
@@ -240,8 +244,14 @@ def evaluate_many(op_dir: Path, candidates: list[Path | None],
         outcome = run_checker(job, timeout_s=config.timeout_s + 60.0, max_wall_s=config.max_wall_s)
         _fill(res, outcome, config, device)
         res.wall_s += time.monotonic() - start + (build.seconds if len(candidates) == 1 else build_wall / len(candidates))
-        results.append(res)
+        _done(results, res, on_result)
     return results
+
+
+def _done(results: list[EvalResult], res: EvalResult, on_result: Callable[[int, EvalResult], None] | None) -> None:
+    results.append(res)
+    if on_result is not None:
+        on_result(len(results) - 1, res)
 
 
 def _tune_all(op_dir: Path, manifest: Manifest, candidates: list[Path | None], config: EvalConfig, device: str,

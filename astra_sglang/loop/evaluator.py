@@ -433,7 +433,7 @@ def process_queue(queue_dir: Path, extracted_root: Path, device: str | None = No
 
     Pending evaluations of one op under one spec (a K-candidate round, or runs sharing a queue) go to the
     harness together, so their builds run in parallel on this host's cores and only the timing is serial;
-    each result is written as soon as its batch returns."""
+    each result is written the moment its verdict is final, so a pass cut short keeps what it finished."""
     from astra_sglang.harness.evaluate import evaluate_many
 
     done: list[tuple[str, EvalResult]] = []
@@ -455,10 +455,13 @@ def process_queue(queue_dir: Path, extracted_root: Path, device: str | None = No
         batches.setdefault((request.op, spec.model_dump_json()), []).append((item_dir, request, candidate))
     for (op, spec_json), items in batches.items():
         spec = EvalSpec.model_validate_json(spec_json)
-        results = evaluate_many(Path(extracted_root) / op, [c for _, _, c in items], to_eval_config(spec))
-        for (item_dir, request, _), result in zip(items, results):
+
+        def keep(i: int, result: EvalResult, items: list[tuple[Path, QueueRequest, Path | None]] = items) -> None:
+            item_dir, request, _ = items[i]
             atomic_write(item_dir / RESULT_NAME, result.model_dump_json(indent=1))
             done.append((request.item_id, result))
+
+        evaluate_many(Path(extracted_root) / op, [c for _, _, c in items], to_eval_config(spec), on_result=keep)
     return done
 
 
