@@ -199,6 +199,15 @@ def test_evaluate_json_reports_what_it_evaluated(op_dir: Path, tmp_path: Path, c
     assert json.loads(capsys.readouterr().out) == {"evaluated": [], "done": 1, "pending": 0}
 
 
+def _two_correct_scripted(tmp_path: Path) -> list[Path]:
+    """Scripted merge_state candidates r3 and r4 (both correct), as a round's two files."""
+    out = []
+    for name in ("r3.py", "r4.py"):
+        out.append(tmp_path / name)
+        out[-1].write_text(candidate(name))
+    return out
+
+
 def test_a_rounds_candidates_in_the_queue_are_evaluated_as_one_batch(op_dir: Path, tmp_path: Path,
                                                                      monkeypatch: pytest.MonkeyPatch):
     """K candidates of one round (same op, same spec) reach the harness together, so their builds run in
@@ -216,10 +225,7 @@ def test_a_rounds_candidates_in_the_queue_are_evaluated_as_one_batch(op_dir: Pat
     monkeypatch.setattr(harness_evaluate, "evaluate_many", recording)
     queue = tmp_path / "queue"
     spec = EvalSpec(shapes="test", device="cpu")
-    srcs = []
-    for name in ("r3.py", "r4.py"):  # scripted, both correct
-        srcs.append(tmp_path / name)
-        srcs[-1].write_text(candidate(name))
+    srcs = _two_correct_scripted(tmp_path)
     with pytest.raises(EvalPending):
         QueueEvaluator(op_dir, queue, "run1").evaluate_many([("r001-c0", srcs[0]), ("r001-c1", srcs[1])], spec)
     with pytest.raises(EvalPending):
@@ -249,10 +255,7 @@ def test_a_queue_pass_cut_short_keeps_the_results_it_finished(op_dir: Path, tmp_
 
     monkeypatch.setattr(harness_evaluate, "run_checker", cut_after_one)
     queue = tmp_path / "queue"
-    srcs = []
-    for name in ("r3.py", "r4.py"):  # scripted, both correct
-        srcs.append(tmp_path / name)
-        srcs[-1].write_text(candidate(name))
+    srcs = _two_correct_scripted(tmp_path)
     with pytest.raises(EvalPending):
         QueueEvaluator(op_dir, queue, "run1").evaluate_many([("r001-c0", srcs[0]), ("r001-c1", srcs[1])],
                                                             EvalSpec(shapes="test", device="cpu"))
