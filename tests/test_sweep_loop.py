@@ -99,3 +99,23 @@ def test_the_gpu_host_answers_a_tune_job_for_an_op_with_nothing_to_sweep_with_on
     assert process_queue(queue, Path(op).parent) == []  # no EvalResult: the tune answer is its own file
     out = TuneOutcome.model_validate_json((queue / "run2--r000-tune" / TUNE_RESULT_NAME).read_text())
     assert out.baseline is None and out.error and "exposes no launch or template parameters" in out.error
+
+
+def test_a_round_of_k_candidates_shares_one_sweep_budget(tmp_path, restored_op):
+    """Four candidates a round may declare 16 TUNE points each (64 shared): the coding agent's check says so
+    before the GPU trip, and the GPU host refuses the same source the same way; one candidate keeps all 64."""
+    from astra_sglang.contract.eval_config import EvalConfig
+    from astra_sglang.harness.evaluate import evaluate_many
+    from astra_sglang.harness.tune_space import tune_cap
+
+    assert (tune_cap(1), tune_cap(2), tune_cap(4), tune_cap(16)) == (64, 32, 16, 8)
+    op = restored_op("merge_state")
+    cand = Path(__file__).parent / "candidates" / "merge_state" / "tunable" / "rows_x_warps.py"  # 24 points
+    k4 = EvalSpec(shapes="test", device="cpu", harness={"max_tune_configs": tune_cap(4)})
+    report = QueueEvaluator(op, tmp_path / "queue", "run1").check(cand, k4)
+    assert not report.built and report.how == "static"
+    assert "TUNE declares 24 configs, more than the cap of 16 a candidate has in a round of several" in report.log
+    assert not (tmp_path / "queue").exists() or not any((tmp_path / "queue").iterdir())  # nothing went to the GPU
+    (res,) = evaluate_many(op, [cand], EvalConfig(shapes="test", device="cpu", max_tune_configs=16))
+    assert not res.build.ok and "more than the cap of 16" in (res.error or "")
+    assert QueueEvaluator(op, tmp_path / "queue", "run2").static(cand, k4.model_copy(update={"harness": {}})) is None

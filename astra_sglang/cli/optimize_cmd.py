@@ -52,6 +52,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
+    from astra_sglang.harness.tune_space import tune_cap
     from astra_sglang.loop.session import OptimizeRequest, run_optimize
 
     model = model_options(args)
@@ -61,7 +62,9 @@ def handle(args: argparse.Namespace) -> int:
         retry=retry_policy(args),
         eval_queue=str(Path(args.eval_queue).resolve()) if args.eval_queue else None,
         eval_wait_s=args.eval_wait_s or 0.0,
-        eval=EvalSpec(shapes=args.shapes, device=args.device, mode=args.mode), ncu=args.ncu, label=args.label,
+        eval=EvalSpec(shapes=args.shapes, device=args.device, mode=args.mode,
+                      harness={"max_tune_configs": tune_cap(args.candidates)} if args.candidates > 1 else {}),
+        ncu=args.ncu, label=args.label,
         candidates=args.candidates, patience=args.patience, stop_at_bound_margin=args.stop_at_bound_margin)
     overrides = {**model_overrides(args), "rounds": args.rounds, "eval_wait_s": args.eval_wait_s,
                  "patience": args.patience, "stop_at_bound_margin": args.stop_at_bound_margin}

@@ -47,6 +47,8 @@ class EvalConfig(Model):
     arch: str = "sm_90a"
     cache_dir: Path | None = None
     build_workers: int = 8
+    max_tune_configs: int = Field(64, ge=1, le=64, description="TUNE points one candidate may declare (a round of "
+                                  "K candidates shares 64: optimize sets 64 // K)")
     timeout_s: float = Field(120.0, description="a worker silent for this long is killed (hang)")
     max_wall_s: float = Field(1800.0, description="hard cap on one candidate's worker")
 

@@ -267,7 +267,7 @@ def _tune_all(op_dir: Path, manifest: Manifest, candidates: list[Path | None], c
             out.append(None)
             continue
         try:
-            space = declared_space(cand)
+            space = declared_space(cand, config.max_tune_configs)
         except TuneError as e:
             out.append(f"tune: {e}")
             continue

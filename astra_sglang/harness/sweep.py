@@ -36,7 +36,7 @@ from astra_sglang.harness.suite import (
     timed_shapes,
     timing_dtypes,
 )
-from astra_sglang.harness.tune_space import TuneSpace, find_space, freeze, variant_source
+from astra_sglang.harness.tune_space import MAX_CONFIGS, TuneSpace, find_space, freeze, variant_source
 
 SWEEP_WARMUP, SWEEP_REP = 10, 50  # per side per shape per config; the frozen source is timed in full afterwards
 CPU_NOTE = ("CPU: no meaningful timing here (host timers or none): the choice is arbitrary among the configs "
@@ -211,9 +211,9 @@ def sweep_method(config: EvalConfig, device: str, untimed: bool) -> str:
             "wall-clock cross-check (the frozen source's full evaluation has it)")
 
 
-def declared_space(candidate: Path) -> TuneSpace | None:
-    """The candidate's TUNE space (TuneError if malformed); None for a candidate that declares none."""
+def declared_space(candidate: Path, max_configs: int = MAX_CONFIGS) -> TuneSpace | None:
+    """The candidate's TUNE space (TuneError if malformed or over ``max_configs``); None if it declares none."""
     try:
-        return find_space(candidate.read_text())
+        return find_space(candidate.read_text(), max_configs)
     except (OSError, UnicodeDecodeError):
         return None

@@ -66,8 +66,15 @@ def _own_lines(tree: ast.Module, stmt: ast.stmt, name: str) -> tuple[int, int]:
     return start, end
 
 
-def find_space(source: str) -> TuneSpace | None:
-    """The declared space, None when the source declares no TUNE; TuneError when the declaration is malformed."""
+def tune_cap(candidates_per_round: int) -> int:
+    """Each candidate's share of a round's sweep budget: K candidates of MAX_CONFIGS points each made one merge_state
+    round need more than 6 GPU-minutes on the H200 (2026-12-01), against ~1 minute for one."""
+    return max(8, MAX_CONFIGS // max(1, candidates_per_round))
+
+
+def find_space(source: str, max_configs: int = MAX_CONFIGS) -> TuneSpace | None:
+    """The declared space, None when the source declares no TUNE; TuneError when the declaration is malformed or
+    declares more than ``max_configs`` points (a K-candidate round shares one budget: see tune_cap)."""
     try:
         tree = ast.parse(source)
     except SyntaxError:
@@ -92,8 +99,10 @@ def find_space(source: str) -> TuneSpace | None:
             raise TuneError(f"TUNE[{k.value!r}] lists a value twice")
         params[k.value] = values
     n = math.prod(len(v) for v in params.values())
-    if n > MAX_CONFIGS:
-        raise TuneError(f"TUNE declares {n} configs, more than the cap of {MAX_CONFIGS}; narrow the lists")
+    if n > max_configs:
+        raise TuneError(f"TUNE declares {n} configs, more than the cap of {max_configs}"
+                        + (f" a candidate has in a round of several ({MAX_CONFIGS} shared)" if max_configs < MAX_CONFIGS
+                           else "") + "; narrow the lists")
     configs = _module_assign(tree, "CONFIG")
     if len(configs) != 1 or not isinstance(configs[0].value, ast.Dict):
         raise TuneError("a candidate with TUNE must assign CONFIG once at module level, a dict literal with the "

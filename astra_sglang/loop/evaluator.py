@@ -144,8 +144,9 @@ class Evaluator(ABC):
         """A round's candidates (label, source) at once, results in order."""
         return [self.evaluate(label, candidate, spec) for label, candidate in items]
 
-    def static(self, candidate: Path) -> CheckReport | None:
-        problem = check_source(Path(candidate).read_text(), self.op_dir, self.manifest)
+    def static(self, candidate: Path, spec: EvalSpec | None = None) -> CheckReport | None:
+        source = Path(candidate).read_text()
+        problem = check_source(source, self.op_dir, self.manifest) or _tune_problem(source, spec)
         return CheckReport(built=False, how="static", log=problem,
                            ran="nothing ran: the form check rejected it before any build") if problem else None
 
@@ -225,7 +226,7 @@ class LocalEvaluator(Evaluator):
         return outcome
 
     def check(self, candidate: Path, spec: EvalSpec) -> CheckReport:
-        static = self.static(candidate)
+        static = self.static(candidate, spec)
         if static is not None:
             return static
         spec = spec.model_copy(update={"include_heldout": False})
@@ -325,7 +326,7 @@ class QueueEvaluator(Evaluator):
             time.sleep(min(self.poll_s, max(0.05, deadline - time.monotonic())))
 
     def check(self, candidate: Path, spec: EvalSpec) -> CheckReport:
-        static = self.static(candidate)
+        static = self.static(candidate, spec)
         if static is not None:
             return static
         recipe = self.manifest.recipe
@@ -337,6 +338,18 @@ class QueueEvaluator(Evaluator):
             return _compile_only(self.op_dir, self.manifest, candidate)
         return CheckReport(built=True, how="static", log="form checked only: this host cannot build or run it",
                            ran="form checked only: this host cannot build or run it")
+
+
+def _tune_problem(source: str, spec: EvalSpec | None) -> str | None:
+    """A malformed or over-budget TUNE, said before the round's evaluation (the GPU would only refuse it there)."""
+    from astra_sglang.harness.tune_space import MAX_CONFIGS, TuneError, find_space
+
+    cap = int((spec.harness if spec is not None else {}).get("max_tune_configs", MAX_CONFIGS))
+    try:
+        find_space(source, cap)
+    except TuneError as e:
+        return f"tune: {e}"
+    return None
 
 
 def _gpu_here() -> bool:
