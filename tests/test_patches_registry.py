@@ -13,13 +13,17 @@ from astra_sglang.contract.base import sha256_file
 from astra_sglang.contract.op import entry_and_call
 from astra_sglang.contract.patch import file_problem, load_patch_manifest
 from astra_sglang.contract.result import (
+    BaselineShape,
     BuildReport,
     CorrectnessReport,
     EvalResult,
     ShapeTiming,
+    SweepBaseline,
     TimingReport,
 )
 from astra_sglang.errors import AstraError
+from astra_sglang.loop.records import TuneOutcome
+from astra_sglang.loop.runfolder import RunFolder
 from astra_sglang.patches import registry, status
 from astra_sglang.patches.tooling.add import add_from_run
 
@@ -200,14 +204,16 @@ def test_add_from_run_copies_the_winner(root, tmp_path):
 def _run_with_sweep(tmp_path: Path, name: str, winner: float, sweep: float) -> Path:
     run = tmp_path / "runs" / "merge_state" / name
     (run / "best").mkdir(parents=True)
-    (run / "rounds" / "r000").mkdir(parents=True)
     (run / "best" / "candidate.py").write_text("def merge_state_triton(*a):\n    pass\n")
     (run / "best" / "result.json").write_text(_result(winner).model_dump_json())
     (run / "best" / "summary.json").write_text(json.dumps({
         "model": "file:/m", "rounds": 3, "mode": "multi-agent", "candidates_per_round": 4, "source_sha256": "ab" * 32,
         "label": "SCRIPTED run written by the tests"}))
-    (run / "rounds" / "r000" / "record.json").write_text(json.dumps({"sweep_baseline": {"baseline": {"shapes": [
-        {"dims": {"T": 64, "H": 4096}, "dtype": "bfloat16", "speedup": sweep}]}}}))
+    RunFolder(run).save_step(0, "tune", TuneOutcome(baseline=SweepBaseline(  # what optimize's round 0 writes
+        op_id="attention.merge_state_triton", sglang_version="0.5.23", device="NVIDIA H200 (sm_90)",
+        parameters={"num_warps": [1, 4]}, original_config={"num_warps": "4"}, configs=[],
+        shapes=[BaselineShape(dims={"T": 64, "H": 4096}, dtype="bfloat16", original_us=5.0,
+                              best_config={"num_warps": 1}, best_us=5.0 / sweep, speedup=sweep)])))
     return run
 
 

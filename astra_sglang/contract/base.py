@@ -39,6 +39,16 @@ def validation_reason(e: ValidationError, limit: int = 5) -> str:
     return "; ".join(parts) + (f"; and {more} more" if more > 0 else "")
 
 
+def fit_dim(value: int, lo: int, hi: int | None, multiple_of: int) -> int:
+    """``value`` moved into [lo, hi] on a multiple of ``multiple_of`` (rounded up, down past ``hi``): one rule for
+    the harness's invented shapes and for the check shapes a patch's guard covers."""
+    m = max(1, multiple_of)
+    value = -(-max(lo, value) // m) * m
+    if hi is not None and value > hi:
+        value = hi // m * m
+    return max(value, m)
+
+
 def sha256_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 

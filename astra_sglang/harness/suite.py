@@ -12,6 +12,7 @@ import math
 import operator
 import random
 
+from astra_sglang.contract.base import fit_dim
 from astra_sglang.contract.eval_config import DISTRIBUTIONS, EvalConfig
 from astra_sglang.contract.op import Manifest
 from astra_sglang.errors import AstraError
@@ -108,12 +109,7 @@ def _fit(manifest: Manifest, name: str, value: int) -> int:
     dim = next((d for d in manifest.signature.dims if d.name == name), None)
     if dim is None:
         return max(1, value)
-    m = max(1, dim.multiple_of)
-    value = max(dim.min, value)
-    value = -(-value // m) * m
-    if dim.max is not None and value > dim.max:
-        value = dim.max // m * m
-    return max(value, m)
+    return fit_dim(value, dim.min, dim.max, dim.multiple_of)
 
 
 def _is_discrete(values: list[int]) -> bool:

@@ -63,10 +63,10 @@ def load_triton_wrapper(source: Path, wrapper: str, closure: PyClosure | None = 
                         op_dir: Path | None = None) -> Callable[..., Any]:
     """The Triton launch wrapper of an extracted op or a candidate; no sglang import is needed or made. With a
     closure, ``source`` (the op's source or a candidate replacing it) runs among the op folder's vendored modules."""
-    from astra_sglang.loader.msgspec_standin import install_if_missing
-
-    install_if_missing()  # SGLang's sources declare msgspec Structs; the GPU image has no msgspec
     if closure is None:
+        from astra_sglang.loader.msgspec_standin import install_if_missing
+
+        install_if_missing()  # SGLang's sources declare msgspec Structs; the GPU image has no msgspec
         return load_function(source, wrapper, prefix="astra_triton")
     module = import_closure(Path(op_dir or "."), closure, root_source=source)
     fn: Callable[..., Any] | None = getattr(module, wrapper, None)
@@ -234,7 +234,7 @@ def import_closure(op_dir: Path, closure: PyClosure, root_source: Path | None = 
     name = f"{package}.{_below_sglang(closure.modules[0].name)}"
     from astra_sglang.loader.msgspec_standin import install_if_missing
 
-    install_if_missing()
+    install_if_missing()  # the vendored registry (sglang.kernels.spec) declares msgspec Structs
     try:
         return importlib.import_module(name)
     except Exception as e:

@@ -24,7 +24,6 @@ from astra_sglang.loop.stopping import best_per_round
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-SWEEP_FILE = "rounds/r000/tune.json"  # RunFolder.save_step(0, "tune", TuneOutcome)
 NOT_MEASURED = "not measured"
 
 
@@ -107,10 +106,7 @@ def _shape_key(dims: dict[str, Any], dtype: str) -> tuple[str, str]:
 
 
 def _tune_outcome(run_dir: Path) -> TuneOutcome | None:
-    try:
-        return TuneOutcome.model_validate_json((Path(run_dir) / SWEEP_FILE).read_text())
-    except (OSError, ValueError):
-        return None
+    return RunFolder(run_dir).load_step(0, "tune", TuneOutcome)
 
 
 def read_sweep(run_dir: Path) -> dict[tuple[str, str], float] | None:

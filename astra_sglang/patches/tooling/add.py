@@ -10,8 +10,9 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from astra_sglang.contract.base import sha256_file
+from astra_sglang.contract.base import fit_dim, sha256_file
 from astra_sglang.contract.op import (
     MANIFEST_NAME,
     Manifest,
@@ -35,6 +36,9 @@ from astra_sglang.contract.restore import materialize
 from astra_sglang.data_paths import user_cache
 from astra_sglang.errors import AstraError
 from astra_sglang.patches.registry import op_folder, patches_root
+
+if TYPE_CHECKING:
+    from astra_sglang.contract.result import EvalResult
 
 IMPORT_TIMEOUT_S = 300
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -220,6 +224,10 @@ def load_evidence(paths: list[Path]) -> Evidence:
     return Evidence(results=results)
 
 
+# what best/summary.json (loop/optimizer.py write_best) and run.json say about the run, first file wins
+_RUN_KEYS = ("model", "rounds", "label", "mode", "candidates_per_round", "source_sha256")
+
+
 def add_from_run(
     run_dir: Path,
     *,
@@ -237,7 +245,7 @@ def add_from_run(
 
     ``best/`` must hold exactly one kernel source (``*.cuh`` or ``*.py``); every ``*.json`` in it that parses
     as a harness EvalResult becomes evidence. ``model``/``rounds`` default to what ``best/``'s or the run's
-    JSON files say (keys ``model`` and ``rounds``), if anything.
+    JSON files say; label, mode and the winner's hash come from them too (``_RUN_KEYS``).
     """
     run_dir = Path(run_dir)
     best = run_dir / "best" if (run_dir / "best").is_dir() else run_dir
@@ -259,17 +267,16 @@ def add_from_run(
             try:
                 results.append(EvalResult.model_validate(it))
             except Exception:
-                meta.update({k: it[k] for k in ("model", "rounds") if k in it and k not in meta})
-    summary = _read_json(best / "summary.json")
-    mode = summary.get("mode")
-    if mode and summary.get("candidates_per_round"):
-        mode = f"{mode}, K={summary['candidates_per_round']}"
+                meta.update({k: it[k] for k in _RUN_KEYS if k in it and k not in meta})
+    mode = meta.get("mode")
+    if mode and meta.get("candidates_per_round"):
+        mode = f"{mode}, K={meta['candidates_per_round']}"
     prov = Provenance(
         kind="run",
         run=str(run_dir),
         model=model or meta.get("model"),
         rounds=rounds if rounds is not None else meta.get("rounds"),
-        label=summary.get("label"), mode=mode, candidate_sha256=summary.get("source_sha256") or sha256_file(sources[0]),
+        label=meta.get("label"), mode=mode, candidate_sha256=meta.get("source_sha256") or sha256_file(sources[0]),
     )
     notes = [sweep_note(run_dir, results, force)] if results else []
     return add_patch(op, sources[0], patch_id=patch_id or f"{run_dir.name}", provenance=prov,
@@ -277,28 +284,22 @@ def add_from_run(
                      archs=archs, guard=guard)
 
 
-def _read_json(path: Path) -> dict:
-    try:
-        raw = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
-        return {}
-    return raw if isinstance(raw, dict) else {}
-
-
-def sweep_note(run_dir: Path, results: list, force: bool) -> str:
+def sweep_note(run_dir: Path, results: list[EvalResult], force: bool) -> str:
     """The winner against the run's round-0 sweep baseline (the original's own tunables swept), per timed shape.
 
     A winner that a mechanical sweep of SGLang's kernel matches is no reason to replace SGLang's kernel: it is
     refused unless ``force``. Shapes are matched by dims and dtype; the sweep's speedup is over the original."""
-    record = _read_json(Path(run_dir) / "rounds" / "r000" / "record.json")
-    baseline = (record.get("sweep_baseline") or {}).get("baseline") or {}
-    sweep = {(json.dumps(s["dims"], sort_keys=True), s["dtype"]): float(s["speedup"])
-             for s in baseline.get("shapes", []) if s.get("speedup")}
+    from astra_sglang.loop.records import TuneOutcome
+    from astra_sglang.loop.runfolder import RunFolder
+
+    outcome = RunFolder(run_dir).load_step(0, "tune", TuneOutcome)
+    shapes = outcome.baseline.shapes if outcome is not None and outcome.baseline is not None else []
+    sweep = {(json.dumps(s.dims, sort_keys=True), s.dtype): s.speedup for s in shapes if s.speedup}
     timed = next((r for r in results if r.timing is not None and r.timing.shapes), None)
     if timed is None:
         return "sweep baseline: the run's winner has no timing to compare"
     if not sweep:
-        why = (record.get("sweep_baseline") or {}).get("error") or "no round-0 sweep baseline in the run"
+        why = (outcome.error if outcome is not None else None) or "no round-0 sweep baseline in the run"
         return f"sweep baseline: none ({why[:200]})"
     rows, losses = [], []
     for s in timed.timing.shapes:
@@ -339,17 +340,8 @@ def covered_check_shapes(shapes: list[dict[str, int]], guard: GuardSpec) -> list
     plugin's first-call check runs on calls the patch will really serve; duplicates dropped, order kept."""
     out: list[dict[str, int]] = []
     for shape in shapes:
-        moved = {}
-        for name, value in shape.items():
-            r = guard.dims.get(name)
-            if r is None:
-                moved[name] = value
-                continue
-            v = max(r.min, value if r.max is None else min(value, r.max))
-            v = -(-v // r.multiple_of) * r.multiple_of
-            if r.max is not None and v > r.max:
-                v = r.max // r.multiple_of * r.multiple_of
-            moved[name] = v
+        moved = {name: value if (r := guard.dims.get(name)) is None else fit_dim(value, r.min, r.max, r.multiple_of)
+                 for name, value in shape.items()}
         if moved not in out:
             out.append(moved)
     return out
