@@ -318,7 +318,7 @@ class Manifest(Model):
     @model_serializer(mode="wrap")
     def _without_empty_findings(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         """No findings is written as no key, so manifests from before findings existed keep their pinned bytes."""
-        data = handler(self)
+        data: dict[str, Any] = handler(self)
         if not data.get("findings"):
             data.pop("findings", None)
         return data

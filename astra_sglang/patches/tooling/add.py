@@ -295,14 +295,14 @@ def sweep_note(run_dir: Path, results: list[EvalResult], force: bool) -> str:
     outcome = RunFolder(run_dir).load_step(0, "tune", TuneOutcome)
     shapes = outcome.baseline.shapes if outcome is not None and outcome.baseline is not None else []
     sweep = {(json.dumps(s.dims, sort_keys=True), s.dtype): s.speedup for s in shapes if s.speedup}
-    timed = next((r for r in results if r.timing is not None and r.timing.shapes), None)
-    if timed is None:
+    timing = next((r.timing for r in results if r.timing is not None and r.timing.shapes), None)
+    if timing is None:
         return "sweep baseline: the run's winner has no timing to compare"
     if not sweep:
         why = (outcome.error if outcome is not None else None) or "no round-0 sweep baseline in the run"
         return f"sweep baseline: none ({why[:200]})"
     rows, losses = [], []
-    for s in timed.timing.shapes:
+    for s in timing.shapes:
         key = (json.dumps(s.dims, sort_keys=True), s.dtype)
         if s.speedup is None or key not in sweep:
             continue
