@@ -36,6 +36,7 @@ COMMANDS: dict[str, str] = {
     "doctor": "doctor_cmd",
     "validate-contract": "validate_contract_cmd",
     "tune": "tune_cmd",
+    "validate": "validate_cmd",
 }
 EXIT_INTERRUPTED = 130
 EXIT_TERMINATED = 143  # 128 + SIGTERM, what a shell reports for a process SIGTERM ended

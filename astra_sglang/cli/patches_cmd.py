@@ -242,7 +242,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 def cmd_status(args: argparse.Namespace) -> int:
     from astra_sglang.patches.status_file import status_root
-    from astra_sglang.patches.tooling.status_report import aggregate, server_dirs, states_text
+    from astra_sglang.patches.tooling.status_report import aggregate, server_dirs
 
     servers = [aggregate(d) for d in server_dirs(args.dir or status_root())]
     if args.json:
@@ -251,30 +251,38 @@ def cmd_status(args: argparse.Namespace) -> int:
     if not servers:
         print(f"no status records under {args.dir or status_root()}: no server with ASTRA_SGLANG_PATCHES set wrote one")
         return 1
-    from astra_sglang.cli.output import Table, console
+    from astra_sglang.cli.output import console
 
     c = console(width=200)  # eight columns with reasons: a log or pipe gets them unwrapped
     for srv in servers:
-        running = sum(p["running"] for p in srv["processes"])
-        t = Table(title=f"{srv['dir']}: {len(srv['processes'])} process(es), {running} running",
-                  caption="captured = calls made during CUDA-graph capture; each graph replay reruns them "
-                          "without a Python call, so they are counted once")
-        for col in ("patch", "op", "state per process", "patch calls", "original calls", "captured (patch/orig)",
-                    "first-call check", "fallbacks / reasons"):
-            t.add_column(col)
-        for r in srv["patches"]:
-            states = r["states"].values()
-            why = r["fallbacks"] or [x for x in r["reasons"] if "failed" in states]
-            check = "; ".join(r["first_call_checks"]) or ("not run yet" if "pending" in states else "not run")
-            t.add_row(r["patch_id"], r["op"], states_text(r["states"]), str(r["served_by_patch"]),
-                      str(r["served_by_original"]), f"{r['captured_by_patch']}/{r['captured_by_original']}",
-                      check, "; ".join(why) or "-")
-        c.print(t)
+        c.print(status_table(srv))
         if not srv["patches"]:
             print("  no patches selected in these processes")
         for u in srv["unreadable"]:
             print(f"  skipped {u}")
     return 0
+
+
+def status_table(srv: dict) -> object:
+    """One server's aggregated records (``status_report.aggregate``) as the table ``patches status`` prints."""
+    from astra_sglang.cli.output import Table
+    from astra_sglang.patches.tooling.status_report import states_text
+
+    running = sum(p["running"] for p in srv["processes"])
+    t = Table(title=f"{srv['dir']}: {len(srv['processes'])} process(es), {running} running",
+              caption="captured = calls made during CUDA-graph capture; each graph replay reruns them "
+                      "without a Python call, so they are counted once")
+    for col in ("patch", "op", "state per process", "patch calls", "original calls", "captured (patch/orig)",
+                "first-call check", "fallbacks / reasons"):
+        t.add_column(col)
+    for r in srv["patches"]:
+        states = r["states"].values()
+        why = r["fallbacks"] or [x for x in r["reasons"] if "failed" in states]
+        check = "; ".join(r["first_call_checks"]) or ("not run yet" if "pending" in states else "not run")
+        t.add_row(r["patch_id"], r["op"], states_text(r["states"]), str(r["served_by_patch"]),
+                  str(r["served_by_original"]), f"{r['captured_by_patch']}/{r['captured_by_original']}",
+                  check, "; ".join(why) or "-")
+    return t
 
 
 def cmd_enable(args: argparse.Namespace, on: bool) -> int:

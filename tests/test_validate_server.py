@@ -1,0 +1,172 @@
+"""``astra-sglang validate`` on CPU against a STAND-IN server (tests/standin/sglang_standin.py, labelled as such:
+no model, no GPU): real processes, real HTTP, the plugin's real status records; the H200 run is in
+docs/measurements."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from astra_sglang.cli.main import main
+from astra_sglang.serving.client import Completion
+from astra_sglang.serving.compare import compare
+from astra_sglang.serving.launch import free_port
+
+STANDIN = Path(__file__).parent / "standin"
+FAST = ["--max-tokens", "8", "--repeat", "1", "--load-rounds", "2", "--concurrency", "4"]
+
+
+@pytest.fixture
+def standin_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(STANDIN), os.environ.get("PYTHONPATH", "")]))
+    for k in ("STANDIN_DIVERGE", "STANDIN_FALLBACK", "STANDIN_CRASH"):
+        monkeypatch.delenv(k, raising=False)
+    pidfile = tmp_path / "children.txt"
+    monkeypatch.setenv("STANDIN_CHILD_PIDFILE", str(pidfile))
+    return pidfile
+
+
+def _validate(tmp_path: Path, *extra: str) -> tuple[int, dict]:
+    out = tmp_path / "report.json"
+    code = main(["validate", "--launch-module", "sglang_standin", "--workdir", str(tmp_path / "work"),
+                 "--out", str(out), "--startup-timeout", "60", *FAST, *extra, "--", "--model-path", "m"])
+    return code, (json.loads(out.read_text()) if out.exists() else {})
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie of an exited child counts as gone
+        return "Z" not in Path(f"/proc/{pid}/stat").read_text().split(")")[1].split()[0]
+    except OSError:
+        return False
+
+
+def test_identical_servers_pass_with_throughput_status_and_plugin_lines_and_leave_no_process(
+        standin_env: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, rep = _validate(tmp_path, "--expect", "standin-patch")
+    assert code == 0, capsys.readouterr()
+    assert rep["agreement"]["identical_rate"] == 1.0 and rep["floor"]["identical_rate"] == 1.0
+    assert 0 < rep["agreement"]["max_abs_logprob_diff"] < 0.01  # the patched side's 1e-3 is seen, not hidden
+    off, on = rep["servers"]
+    assert off["patches"] == "off" and on["patches"] == "all"
+    assert len(off["load"]) == len(on["load"]) == 2 and off["tokens_per_s"] > 0 and on["tokens_per_s"] > 0
+    row = next(p for p in on["status"]["patches"] if p["patch_id"] == "standin-patch")
+    assert row["served_by_patch"] > 0 and "active" in row["states"].values()
+    assert any("1 patch installed: standin-patch" in x for x in on["plugin_lines"])
+    out = capsys.readouterr().out
+    assert "PASS" in out and "throughput patched / unpatched" in out
+    children = [int(x) for x in standin_env.read_text().split()]
+    assert len(children) == 2
+    deadline = time.monotonic() + 10
+    while any(_alive(p) for p in children) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not any(_alive(p) for p in children), "a server's child process outlived validate"
+
+
+def test_diverging_outputs_fail_and_name_the_first_divergence(standin_env: Path, tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("STANDIN_DIVERGE", "1")
+    code, rep = _validate(tmp_path)
+    assert code == 1
+    diverged = [r for r in rep["agreement"]["per_prompt"] if r["first_divergence"] is not None]
+    assert diverged and all(r["first_divergence"] == 5 for r in diverged)
+    assert rep["floor"]["identical_rate"] == 1.0  # the unpatched server agrees with itself: the patch is to blame
+    assert any("outputs diverge" in f for f in rep["failures"])
+    assert "FAIL: outputs diverge" in capsys.readouterr().out
+
+
+def test_a_patch_that_fell_back_fails_validation_even_with_identical_tokens(standin_env: Path, tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("STANDIN_FALLBACK", "1")
+    code, rep = _validate(tmp_path)
+    assert code == 1
+    assert rep["agreement"]["identical_rate"] == 1.0
+    assert any("fell back" in f and "standin-patch" in f for f in rep["failures"])
+
+
+def test_an_expected_patch_that_no_process_reports_fails(standin_env: Path, tmp_path: Path) -> None:
+    code, rep = _validate(tmp_path, "--expect", "no-such-patch")
+    assert code == 1
+    assert any("no-such-patch" in f for f in rep["failures"])
+
+
+def test_a_server_that_dies_at_startup_is_one_error_quoting_its_log(standin_env: Path, tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("STANDIN_CRASH", "1")
+    code, _ = _validate(tmp_path)
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "exited with 3 before it was ready" in err and "out of memory (simulated)" in err
+    assert "Traceback" not in err
+
+
+def test_two_running_servers_by_url(standin_env: Path, tmp_path: Path) -> None:
+    procs, urls = [], []
+    env_on = dict(os.environ, ASTRA_SGLANG_PATCHES="all", ASTRA_SGLANG_STATUS_DIR=str(tmp_path / "st"))
+    for env in (dict(os.environ, ASTRA_SGLANG_PATCHES="off"), env_on):
+        port = free_port()
+        procs.append(subprocess.Popen([sys.executable, "-m", "sglang_standin", "--port", str(port)], env=env,
+                                      start_new_session=True))
+        urls.append(f"http://127.0.0.1:{port}")
+    try:
+        import requests
+
+        for u in urls:
+            for _ in range(100):
+                try:
+                    if requests.get(f"{u}/health", timeout=5).status_code == 200:
+                        break
+                except requests.RequestException:
+                    time.sleep(0.1)
+        out = tmp_path / "r.json"
+        code = main(["validate", "--url-off", urls[0], "--url-on", urls[1], "--status-dir", str(tmp_path / "st"),
+                     "--out", str(out), *FAST, "--expect", "standin-patch"])
+        rep = json.loads(out.read_text())
+    finally:
+        for p in procs:
+            os.killpg(p.pid, 9)
+            p.wait()
+    assert code == 0, rep["failures"]
+    assert rep["servers"][1]["status"]["patches"][0]["served_by_patch"] > 0
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["validate", "--url-off", "http://127.0.0.1:9"], "give both --url-off and --url-on"),
+    (["validate", "--launch-module", "sglang_standin"], "nothing to launch"),
+    (["validate", "--launch-module", "sglang_standin", "--", "--port", "30000"], "leave --port out"),
+    (["validate", "--min-identical", "2", "--", "--model-path", "m"], "bad option"),
+])
+def test_bad_invocations_are_one_line(argv: list[str], says: str, capsys: pytest.CaptureFixture[str],
+                                      standin_env: Path) -> None:
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert says in err and "Traceback" not in err
+
+
+def test_a_bad_prompt_file_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "p.jsonl"
+    bad.write_text('{"prompt": "ok"}\n{"prompt": 3.5}\n')
+    assert main(["validate", "--prompts", str(bad), "--url-off", "http://a", "--url-on", "http://b"]) == 2
+    err = capsys.readouterr().err
+    assert "prompt 2" in err and "Traceback" not in err
+
+
+def test_logprobs_are_compared_only_before_the_first_divergence() -> None:
+    a = Completion(token_ids=[1, 2, 3, 4], logprobs=[-0.1, -0.2, -0.3, -0.4])
+    b = Completion(token_ids=[1, 2, 9, 4], logprobs=[-0.1, -0.25, -5.0, -0.4])
+    short = Completion(token_ids=[1, 2], logprobs=[-0.1, -0.2])
+    g = compare([a, a], [b, short])
+    assert [r.first_divergence for r in g.per_prompt] == [2, 2]
+    assert g.per_prompt[0].max_abs_logprob_diff == pytest.approx(0.05)  # not the 4.7 after the divergence
+    assert g.identical_prompts == 0 and g.token_agreement == pytest.approx(4 / 8)
