@@ -314,3 +314,18 @@ def test_serve_runs_sglang_launch_server_with_patches(monkeypatch, capsys):
     monkeypatch.setenv("ASTRA_SGLANG_PATCHES", "a,b")
     assert main(["serve", "--dry-run", "--", "--port", "1"]) == 0
     assert capsys.readouterr().out.startswith("ASTRA_SGLANG_PATCHES=a,b ")
+
+
+def test_every_shipped_patch_hooks_the_kernel_sglang_serves_for_its_op():
+    """A patch measured against what SGLang serves must replace that kernel: fused-add-rmsnorm-mr-k4 once hooked
+    the JIT entry point, which RMSNorm reaches only with cast_x_before_out_mul=True, so a LLaMA server never
+    called it (found on the way to the server A/B run)."""
+    from astra_sglang.contract.patch import served_targets
+    from astra_sglang.patches.registry import discover, load_op
+
+    entries = discover()
+    assert entries
+    for e in entries:
+        assert e.manifest.targets == served_targets(load_op(e.manifest)), e.manifest.patch_id
+    fused = [e for e in entries if e.manifest.op == "fused_add_rmsnorm"]
+    assert fused and all(e.manifest.targets == ["sgl_kernel.fused_add_rmsnorm"] for e in fused)

@@ -77,3 +77,26 @@ def test_manifest_with_missing_and_mistyped_fields_is_one_warning_line(plugin_en
     assert infos == ["astra-sglang: patches installed (checked at first call): none; refused: broken "
                      f"({d / 'manifest.json'}: invalid patch manifest: field 'source' missing; field 'guard.dtypes' "
                      "wrong type (expected list))"]
+
+
+def test_a_target_whose_import_fails_with_a_page_of_text_is_one_short_warning(plugin_env, caplog, tmp_path):
+    """sgl_kernel's import error (no GPU, or a torch it was not built for) is 20 lines; the log gets one."""
+    from astra_sglang.patches import install
+
+    root = tmp_path / "patches"
+    copy_as_regular(SHIPPED, root / "silu_and_mul" / "triton-silu-and-mul-v1")
+    page = "\n[sgl_kernel] CRITICAL: Could not load any common_ops library!\n\n" + "\n".join(
+        f"- attempt {i}: undefined symbol _ZN3c104cuda19CUDAErrorLogCaptureC1Ev" for i in range(30))
+
+    def boom(target: str) -> object:
+        raise ImportError(page)
+
+    plugin_env.setattr(install, "resolve_target", boom)
+    plugin_env.setenv("ASTRA_SGLANG_PATCHES", "triton-silu-and-mul-v1")
+    plugin_env.setenv("ASTRA_SGLANG_PATCHES_DIR", str(root))
+    caplog.set_level(logging.INFO, logger="astra_sglang")
+    plugin.load()
+    warnings = [m for lvl, m in _lines(caplog) if lvl >= logging.WARNING]
+    assert len(warnings) == 1 and "\n" not in warnings[0] and len(warnings[0]) < 520, warnings
+    assert "cannot prepare (ImportError: [sgl_kernel] CRITICAL: Could not load any common_ops library!" in warnings[0]
+    assert status.get("triton-silu-and-mul-v1").state == "failed"

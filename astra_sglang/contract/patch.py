@@ -18,7 +18,7 @@ from typing import Literal
 from pydantic import Field
 
 from astra_sglang.contract.base import Model, read_versioned, sha256_file
-from astra_sglang.contract.op import Manifest
+from astra_sglang.contract.op import Manifest, hook_target
 from astra_sglang.contract.result import EvalResult
 
 SCHEMA_VERSION = 2
@@ -163,6 +163,18 @@ def pin_files(patch_dir: Path, roles: dict[str, str] | None = None) -> list[Patc
         role = (roles or {}).get(rel) or ("evidence" if p.suffix == ".json" else "kernel")
         out.append(PatchFile(path=rel, sha256=sha256_file(p), role=role))
     return out
+
+
+def served_targets(op: Manifest) -> list[str]:
+    """Where a patch must hook to stand in for what SGLang serves: the call sites of a same-function baseline
+    that serves every shape on the default path (fused_add_rmsnorm: ``sgl_kernel.fused_add_rmsnorm``, FlashInfer's
+    kernel; the JIT entry point is reached only with ``cast_x_before_out_mul=True``, another function), else the
+    entry point as SGLang binds it. The harness times candidates against that same served kernel, so the
+    patch replaces the kernel its evidence beat."""
+    always = {b.name for b in op.baselines
+              if b.same_function and b.serves and any(not (r.dims or r.dtypes or r.scalars) for r in b.serves)}
+    sites = sorted({cs.target for cs in op.call_sites if cs.binds in always and cs.same_function and cs.target})
+    return sites or [hook_target(op.entry_point)]
 
 
 def target_problem(op: Manifest, targets: list[str]) -> str | None:

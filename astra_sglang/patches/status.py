@@ -47,7 +47,13 @@ def get(patch_id: str, op: str = "") -> PatchStatus:
 
 
 def fail(patch_id: str, reason: str, op: str = "") -> None:
-    """Mark the patch failed (the original serves from now on) and warn once, naming patch and reason."""
+    """Mark the patch failed (the original serves from now on) and warn once, naming patch and reason.
+
+    The reason is made one line of at most 400 characters: an exception's message can span a page (sgl_kernel's
+    "could not load common_ops" is 20 lines), and one warning must stay one line in SGLang's log."""
+    reason = " ".join(reason.split())
+    if len(reason) > 400:
+        reason = reason[:399] + "…"
     st = get(patch_id, op)
     if st.state == "active":
         st.fallbacks.append(reason)

@@ -17,7 +17,6 @@ from astra_sglang.contract.op import (
     MANIFEST_NAME,
     Manifest,
     entry_and_call,
-    hook_target,
     load_manifest,
 )
 from astra_sglang.contract.patch import (
@@ -29,6 +28,7 @@ from astra_sglang.contract.patch import (
     Provenance,
     ValidatedOn,
     pin_files,
+    served_targets,
     target_problem,
     write_patch_manifest,
 )
@@ -69,7 +69,7 @@ def add_patch(
     """Copy a kernel source into ``patches/<op>/<patch_id>/`` and write its manifest.
 
     How the kernel is called, and the tolerances it is checked with, come from the extracted op's manifest
-    (pinned by its SHA-256); ``targets`` default to the op's entry point as SGLang binds it, and must be among
+    (pinned by its SHA-256); ``targets`` default to where SGLang serves the op (``served_targets``), and must be among
     the op's call sites; guard and check shapes default to the op adapter's. ``validated_on`` defaults to the
     SGLang version the evidence was measured with and the arch of its device, and may not be empty (a patch
     validated nowhere is one nobody can use). The source is screened and built first (``check_source``).
@@ -87,7 +87,7 @@ def add_patch(
     folder = op_folder(op)
     op_manifest = load_manifest(folder)
     entry_and_call(op_manifest, kind)  # refuses a CUDA kernel for a Triton op
-    targets = targets or [hook_target(op_manifest.entry_point)]
+    targets = targets or served_targets(op_manifest)
     problem = target_problem(op_manifest, targets)
     if problem:
         raise AstraError(problem)

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Run ON THE H200 from the repository root, with .srv carried: site312.tar.xz (build_site.sh) and astra-sglang's
+# wheel (`pip wheel --no-deps -w .srv .` from a clean tree: a stale build/ leaks deleted patches into it).
+# Steps: unpack the SGLang runtime into /tmp/srv-site (kept while the machine stays warm), build the torch-2.11
+# shim for sgl_kernel, install astra-sglang beside it (its entry point is what SGLang's load_plugins finds),
+# check sgl_kernel's kernels against torch, make a random-weights LLaMA, then `astra-sglang validate`.
+# Usage: device.sh [smoke|validate] [validate options...]   Results go to $OUT.
+set -uo pipefail
+STEP=${1:-validate}; shift || true
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+SITE=/tmp/srv-site
+export CUDA_HOME=/usr/local/cuda PYTHONUNBUFFERED=1 SGLANG_CACHE_DIR=/tmp/sgl-cache TORCHINDUCTOR_CACHE_DIR=/tmp/inductor
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+if [ ! -f $SITE/.ready ]; then
+  rm -rf $SITE && mkdir -p $SITE && tar xJf .srv/site312.tar.xz -C $SITE || exit 1
+  TL=$(python3 -c "import torch, os; print(os.path.join(os.path.dirname(torch.__file__), 'lib'))")
+  ${CXX:-g++} -std=c++17 -O2 -fPIC -shared -o $SITE/libsgl_kernel_torch211_shim.so $SITE/sgl_kernel_torch211_shim.cpp \
+      -L$TL -lc10 -lc10_cuda -ltorch_cpu -Wl,-rpath,$TL || exit 1
+  touch $SITE/.ready
+fi
+rm -rf $SITE/astra && python3 -m pip install -q --no-deps --no-index --target $SITE/astra .srv/astra_sglang-*.whl \
+    > $OUT/pip-astra.log 2>&1 || { tail -20 $OUT/pip-astra.log; exit 1; }
+export PYTHONPATH=$SITE/astra:$SITE
+python3 scripts/h200_server/smoke.py 2>&1 | tee $OUT/smoke.log | tail -25
+[ "$STEP" = smoke ] && exit 0
+[ -f /tmp/model/config.json ] || python3 scripts/h200_server/make_model.py /tmp/model ${LAYERS:-4} > $OUT/make_model.log 2>&1 \
+    || { tail -20 $OUT/make_model.log; exit 1; }
+tail -1 $OUT/make_model.log 2>/dev/null
+timeout ${VALIDATE_S:-450} python3 -m astra_sglang validate --workdir $OUT/validate --out $OUT/validate.json "$@" \
+    -- --model-path /tmp/model --attention-backend triton --sampling-backend pytorch --cuda-graph-max-bs-decode 16 \
+       --dtype bfloat16 --log-level info ${SERVER_ARGS:-} 2>&1 | tee $OUT/validate.log | tail -60
+echo "validate exit ${PIPESTATUS[0]}"
