@@ -14,6 +14,10 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("wheel")
+    # what an earlier build in this tree left behind: a patch since deleted from patches/ (setuptools keeps build/lib)
+    stale = ROOT / "build" / "lib" / "astra_sglang" / "_data" / "patches" / "merge_state" / "retired-v0"
+    stale.mkdir(parents=True, exist_ok=True)
+    (stale / "manifest.json").write_text("{}")
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(out),
                     str(ROOT)], check=True, capture_output=True, cwd=out)
     wheel = next(out.glob("astra_sglang-*.whl"))
@@ -22,6 +26,7 @@ def installed(tmp_path_factory) -> Path:
         names = z.namelist()
         z.extractall(target)
     assert not [n for n in names if "/src/" in n or "/baseline_src/" in n or "/build/" in n], "SGLang files in wheel"
+    assert not [n for n in names if "retired-v0" in n], "a file deleted from the tree (left in build/lib) was shipped"
     assert any(n.endswith("agents/prompts/coding.md") for n in names)
     return target
 
