@@ -238,3 +238,38 @@ def test_restore_says_what_it_overwrote_and_keeps_the_edit(tmp_path: Path) -> No
     assert f"overwrote 1 file(s) that differed from the installed package: {kernel} (your version: {backup_rel})" \
         in r.stdout
     assert all(sha256_file(op / f.path) == f.sha256 for f in manifest.files)
+
+
+CTRL_C_SCRIPT = r'''
+import asyncio, os, signal, sys, threading, time
+from astra_sglang.cli.main import run_handler
+
+async def model_call_that_drains_first():
+    # what openai-agents does with an in-flight model call: on cancellation it waits for the call to finish
+    call = asyncio.ensure_future(asyncio.sleep(60))
+    try:
+        await asyncio.shield(call)
+    except asyncio.CancelledError:
+        await call
+        raise
+
+def handler(args):
+    threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT)).start()
+    asyncio.run(model_call_that_drains_first())
+    return 0
+
+t0 = time.monotonic()
+code = run_handler(handler, None)
+print(f"exit {code} after {time.monotonic() - t0:.1f} s")
+sys.exit(code)
+'''
+
+
+def test_ctrl_c_interrupts_a_model_call_that_drains_before_honouring_cancellation(tmp_path: Path) -> None:
+    """Ctrl-C once waited for the in-flight model answer: asyncio.run turned it into a cancellation of its main
+    task, which openai-agents lets finish the call first (the SIGINT case of test_loop_resume timed out so)."""
+    r = subprocess.run([sys.executable, "-c", CTRL_C_SCRIPT], capture_output=True, text=True, timeout=50)
+    assert r.returncode == 130, r.stdout + r.stderr
+    assert "interrupted; everything written so far is kept" in r.stderr and "Traceback" not in r.stderr
+    seconds = float(r.stdout.split("after ")[1].split(" s")[0])
+    assert seconds < 10, r.stdout

@@ -100,3 +100,20 @@ def test_a_target_whose_import_fails_with_a_page_of_text_is_one_short_warning(pl
     assert len(warnings) == 1 and "\n" not in warnings[0] and len(warnings[0]) < 520, warnings
     assert "cannot prepare (ImportError: [sgl_kernel] CRITICAL: Could not load any common_ops library!" in warnings[0]
     assert status.get("triton-silu-and-mul-v1").state == "failed"
+
+
+def test_the_start_up_line_reaches_stderr_when_nothing_configured_logging_yet(tmp_path):
+    """SGLang calls load_plugins() before configuring logging; the INFO line was silently dropped there (seen
+    in a real SGLang 0.5.23 server's log, which had the plugin's warnings but not its start-up line)."""
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, ASTRA_SGLANG_PATCHES="off")
+    code = "from astra_sglang.patches import plugin; plugin.load(); import logging; logging.basicConfig(force=True)\n" \
+           "logging.getLogger('astra_sglang.patches').info('after SGLang configured logging')"
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    lines = [x for x in r.stderr.splitlines() if "astra-sglang" in x or "after SGLang" in x]
+    assert len(lines) == 2, r.stderr
+    assert lines[0].endswith("] astra-sglang: patches off (set ASTRA_SGLANG_PATCHES)") and lines[0].startswith("[")
+    assert lines[1].endswith("after SGLang configured logging")  # once, not twice

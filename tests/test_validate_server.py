@@ -170,3 +170,18 @@ def test_logprobs_are_compared_only_before_the_first_divergence() -> None:
     assert [r.first_divergence for r in g.per_prompt] == [2, 2]
     assert g.per_prompt[0].max_abs_logprob_diff == pytest.approx(0.05)  # not the 4.7 after the divergence
     assert g.identical_prompts == 0 and g.token_agreement == pytest.approx(4 / 8)
+
+
+def test_a_reason_in_brackets_is_printed_as_written(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """rich reads "[sgl_kernel]" as markup and dropped it from a refusal reason in the status table."""
+    from astra_sglang.contract.status import PatchCounts, ProcessStatus
+
+    d = tmp_path / "pg-1"
+    d.mkdir()
+    rec = ProcessStatus(pid=999999, pgid=1, started=0.0, updated=0.0, exited=True, patches=[
+        PatchCounts(patch_id="p", op="fused_add_rmsnorm", state="failed",
+                    reason="cannot prepare (ImportError: [sgl_kernel] CRITICAL: Could not load any common_ops library!)")])
+    (d / "999999.json").write_text(rec.model_dump_json())
+    assert main(["patches", "status", "--dir", str(d)]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "[sgl_kernel] CRITICAL" in out

@@ -6,7 +6,9 @@ serving-side commands never import the optimizer's dependencies.
 
 Every way a command can end is decided here once: an ``AstraError`` is one line and exit 2; Ctrl-C or SIGTERM
 is "interrupted" (130 / 143) after the command has written down what it finished; a closed stdout pipe
-(``... --json | head``) ends the command quietly.
+(``... --json | head``) ends the command quietly. Both signals raise in the main thread where it stands: left to
+itself, ``asyncio.run`` turns Ctrl-C into a cancellation of its main task only, and openai-agents finishes an
+in-flight model call before it honours that, so Ctrl-C waited for the model's answer (up to the request timeout).
 """
 
 from __future__ import annotations
@@ -63,6 +65,10 @@ def _on_sigterm(signum: int, frame: Any) -> None:
     raise Terminated()
 
 
+def _on_sigint(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt()
+
+
 def _quiet_stdout() -> None:
     """After a reader closed the pipe, Python's final flush of stdout would print a second traceback."""
     try:
@@ -84,10 +90,16 @@ def main(argv: list[str] | None = None) -> int:
     if handler is None:
         parser.print_help()
         return 2
+    return run_handler(handler, args)
+
+
+def run_handler(handler: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
     in_main_thread = threading.current_thread() is threading.main_thread()
-    previous = signal.getsignal(signal.SIGTERM)
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
     if in_main_thread:
         signal.signal(signal.SIGTERM, _on_sigterm)
+        if previous[signal.SIGINT] is signal.default_int_handler:  # not where Ctrl-C was set to be ignored
+            signal.signal(signal.SIGINT, _on_sigint)
     try:
         code = int(handler(args) or 0)
         sys.stdout.flush()  # a closed pipe shows here, inside the handling below
@@ -103,7 +115,8 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_TERMINATED if isinstance(e, Terminated) else EXIT_INTERRUPTED
     finally:
         if in_main_thread:
-            signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
+            for sig, handler_before in previous.items():
+                signal.signal(sig, handler_before if handler_before is not None else signal.SIG_DFL)
 
 
 if __name__ == "__main__":

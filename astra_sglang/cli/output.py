@@ -68,3 +68,13 @@ def console(stderr: bool = False, width: int | None = None) -> Any:
         return PlainConsole(stderr=stderr)
     c = _RichConsole(stderr=stderr)
     return _RichConsole(stderr=stderr, width=width) if width and not c.is_terminal else c
+
+
+def literal(text: str) -> str:
+    """Text shown as written: rich reads ``[word]`` as markup and drops it (sgl_kernel's own ``[sgl_kernel]``
+    prefix vanished from a refusal reason in ``patches status``); the plain console drops nothing."""
+    if _RichConsole is None:
+        return text
+    from rich.markup import escape
+
+    return escape(text)

@@ -265,7 +265,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 def status_table(srv: dict) -> object:
     """One server's aggregated records (``status_report.aggregate``) as the table ``patches status`` prints."""
-    from astra_sglang.cli.output import Table
+    from astra_sglang.cli.output import Table, literal
     from astra_sglang.patches.tooling.status_report import states_text
 
     running = sum(p["running"] for p in srv["processes"])
@@ -281,7 +281,7 @@ def status_table(srv: dict) -> object:
         check = "; ".join(r["first_call_checks"]) or ("not run yet" if "pending" in states else "not run")
         t.add_row(r["patch_id"], r["op"], states_text(r["states"]), str(r["served_by_patch"]),
                   str(r["served_by_original"]), f"{r['captured_by_patch']}/{r['captured_by_original']}",
-                  check, "; ".join(why) or "-")
+                  literal(check), literal("; ".join(why) or "-"))
     return t
 
 

@@ -21,7 +21,23 @@ def _register_with_sglang(target: str, original: object, hook: object) -> None:
     HookRegistry.register(target, hook, HookType.REPLACE)
 
 
+def _visible() -> None:
+    """SGLang runs plugins before it configures logging (``launch_server``'s main, each scheduler process), so
+    with no handler anywhere Python drops INFO records: the start-up line never reached a real server's log.
+    Then, and only then, this logger gets its own stderr handler in SGLang's format (and stops propagating, so
+    the handler SGLang adds later does not print each line twice)."""
+    lg = logging.getLogger("astra_sglang")
+    if lg.handlers or logging.getLogger().handlers:
+        return
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("[%(asctime)s] %(message)s", "%Y-%m-%d %H:%M:%S"))
+    lg.addHandler(handler)
+    lg.setLevel(logging.INFO)
+    lg.propagate = False
+
+
 def load() -> None:
+    _visible()
     if not patches_requested():
         logger.info("astra-sglang: patches off (set %s)", ENV_SELECT)
         return

@@ -24,6 +24,9 @@ S="$W/site"
 rm -rf "$S"/sgl_kernel/flash_ops.abi3.so "$S"/sgl_kernel/sm100 "$S"/sgl_kernel/infllm_ops*.so \
        "$S"/sgl_kernel/flashmla_ops.abi3.so "$S"/triton_kernels "$S"/sglang/multimodal_gen \
        "$S"/sglang/srt/rust_extensions/_*.so
+# Built for torch 2.14.1, the radix cache's Rust TreeCore misreads torch 2.11's tensors ("insert value must be an
+# int64 tensor, got ComplexHalf", seen on the first request); without it SGLang logs "Using the Python TreeCore".
+rm -f "$S"/sglang/srt/mem_cache/rust_tree_core/*.so
 find "$S" -name __pycache__ -prune -exec rm -rf {} +
 cp scripts/h200_server/sitecustomize.py scripts/h200_server/sgl_kernel_torch211_shim.cpp "$S"/
 mkdir -p .srv
