@@ -9,6 +9,8 @@ whatever goes wrong, SGLang keeps serving with its own kernels and one warning l
 from __future__ import annotations
 
 import logging
+import sys
+import time
 
 from astra_sglang.patches.env import ENV_SELECT, patches_requested
 
@@ -21,32 +23,28 @@ def _register_with_sglang(target: str, original: object, hook: object) -> None:
     HookRegistry.register(target, hook, HookType.REPLACE)
 
 
-def _visible() -> None:
-    """SGLang runs plugins before it configures logging (``launch_server``'s main, each scheduler process), so
-    with no handler anywhere Python drops INFO records: the start-up line never reached a real server's log.
-    Then, and only then, this logger gets its own stderr handler in SGLang's format (and stops propagating, so
-    the handler SGLang adds later does not print each line twice)."""
-    lg = logging.getLogger("astra_sglang")
-    if lg.handlers or logging.getLogger().handlers:
+def _startup(line: str) -> None:
+    """The process's one start-up line, where an operator will see it. SGLang runs plugins before it applies
+    ``--log-level`` (``launch_server``'s main, each scheduler process): by then an import has left the root logger
+    at WARNING, so an INFO record was dropped and a real server's log had the plugin's warnings but not this line.
+    Then it goes straight to stderr, in SGLang's log format."""
+    if logger.isEnabledFor(logging.INFO) and logger.hasHandlers():
+        logger.info(line)
         return
-    handler = logging.StreamHandler()
-    handler.setFormatter(logging.Formatter("[%(asctime)s] %(message)s", "%Y-%m-%d %H:%M:%S"))
-    lg.addHandler(handler)
-    lg.setLevel(logging.INFO)
-    lg.propagate = False
+    sys.stderr.write(f"[{time.strftime('%Y-%m-%d %H:%M:%S')}] {line}\n")
+    sys.stderr.flush()
 
 
 def load() -> None:
-    _visible()
     if not patches_requested():
-        logger.info("astra-sglang: patches off (set %s)", ENV_SELECT)
+        _startup(f"astra-sglang: patches off (set {ENV_SELECT})")
         return
     try:
         from astra_sglang.patches import status_file
         from astra_sglang.patches.install import install_selected, startup_line
 
         installed = install_selected(_register_with_sglang)
-        logger.info(startup_line(installed))
+        _startup(startup_line(installed))
         status_file.start()
     except Exception as e:  # the plugin must never take SGLang down
         logger.warning("astra-sglang patches not installed, SGLang's originals serve: %s: %s", type(e).__name__, e)

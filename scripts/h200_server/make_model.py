@@ -46,4 +46,4 @@ with torch.no_grad():
         if "norm" in name:  # RMSNorm gains near 1, as in a trained model
             p.normal_(1.0, 0.1)
 model.to(torch.bfloat16).save_pretrained(out, safe_serialization=True)
-print(f"model: {out}: {layers} layers, hidden 4096, vocab {vocab} (tokenizer {len(fast)})")
+print(f"model: {out}: {layers} layers, hidden {cfg.hidden_size}, {cfg.torch_dtype}, vocab {vocab} (tokenizer {len(fast)})")
