@@ -101,6 +101,15 @@ def single_reply(source: str) -> dict[str, Any]:
 
 # ---------------------------------------------------------------------------------------- running it
 
+def ctrl_c_deliverable() -> None:
+    """``preexec_fn`` for a child that a test interrupts with SIGINT: a shell starts a background job (``pytest ... &``)
+    with SIGINT ignored, children inherit that, and Ctrl-C would never arrive; a terminal's foreground process has
+    the default disposition, which is what these tests are about."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def loop_env(extra: dict[str, str] | None = None, interpret: bool = True) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")

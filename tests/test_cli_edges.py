@@ -268,7 +268,10 @@ sys.exit(code)
 def test_ctrl_c_interrupts_a_model_call_that_drains_before_honouring_cancellation(tmp_path: Path) -> None:
     """Ctrl-C once waited for the in-flight model answer: asyncio.run turned it into a cancellation of its main
     task, which openai-agents lets finish the call first (the SIGINT case of test_loop_resume timed out so)."""
-    r = subprocess.run([sys.executable, "-c", CTRL_C_SCRIPT], capture_output=True, text=True, timeout=50)
+    from loop_support import ctrl_c_deliverable
+
+    r = subprocess.run([sys.executable, "-c", CTRL_C_SCRIPT], capture_output=True, text=True, timeout=50,
+                       preexec_fn=ctrl_c_deliverable)
     assert r.returncode == 130, r.stdout + r.stderr
     assert "interrupted; everything written so far is kept" in r.stderr and "Traceback" not in r.stderr
     seconds = float(r.stdout.split("after ")[1].split(" s")[0])

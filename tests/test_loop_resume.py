@@ -17,6 +17,7 @@ from loop_support import (
     REPO,
     candidate,
     code_reply,
+    ctrl_c_deliverable,
     diagnosis_reply,
     grep_tree,
     loop_env,
@@ -50,7 +51,7 @@ def _wait_for(cond, timeout: float, what: str, proc: subprocess.Popen) -> None:
 def _start(op_dir: Path, runs: Path, url: str, run_id: str, rounds: int) -> subprocess.Popen:
     args = optimize_args(op_dir, runs, url, "--rounds", str(rounds), "--run-id", run_id, "--request-timeout-s", "300")
     return subprocess.Popen([PY, "-m", "astra_sglang", *args], cwd=REPO, env=loop_env(),
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, preexec_fn=ctrl_c_deliverable)
 
 
 def _resume_with_plan_and_code(runs: Path, run_id: str, rnd: int) -> list[str]:
