@@ -300,3 +300,17 @@ def test_single_agent_with_two_candidates_runs_two_single_agents(op_dir: Path, t
     (r1,) = [r for r in _jsonl(run / "log.jsonl") if r["round"] == 1]
     assert [(c["candidate"], c["status"]) for c in r1["candidates"]] == [(0, "ok"), (1, "incorrect")]
     assert r1["candidate"] == 0 and r1["diagnosis_text"] == "memory-bound"
+
+
+def test_the_candidate_check_path_parses_python_through_one_lock():
+    """K coding agents check candidates at once, from the loop and from tool threads; CPython 3.11's AST converter
+    is not thread-safe ("SystemError: AST constructor recursion depth mismatch" lost a candidate's round in CI).
+    Every parse on the check path goes through astra_sglang.pyast's lock."""
+    import re
+
+    root = Path(__file__).resolve().parents[1] / "astra_sglang"
+    check_path = [root / "harness" / n for n in ("screen.py", "tune_space.py", "launch_params.py", "suite.py",
+                                                 "evaluate.py")] + [root / "loop" / "static_check.py"]
+    direct = [f"{p.relative_to(root)}:{i}" for p in check_path
+              for i, line in enumerate(p.read_text().splitlines(), 1) if re.search(r"\bast\.parse\(", line)]
+    assert direct == []

@@ -9,7 +9,6 @@ measured by the first checker and reused.
 
 from __future__ import annotations
 
-import ast
 import math
 import random
 import time
@@ -17,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from astra_sglang import pyast
 from astra_sglang.contract.base import sha256_file
 from astra_sglang.contract.eval_config import EvalConfig
 from astra_sglang.contract.op import Manifest, ManifestError, load_manifest, states_serving
@@ -110,7 +110,7 @@ def _check_triton(source: Path) -> BuildReport:
     reach, and import errors surface in the worker."""
     t0 = time.monotonic()
     try:
-        ast.parse(source.read_text(), filename=str(source))
+        pyast.parse(source.read_text(), filename=str(source))
     except (OSError, SyntaxError, ValueError) as e:
         return BuildReport(ok=False, seconds=time.monotonic() - t0, log=f"{type(e).__name__}: {e}")
     return BuildReport(ok=True, seconds=time.monotonic() - t0)

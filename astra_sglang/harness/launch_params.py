@@ -18,6 +18,7 @@ import math
 import re
 from dataclasses import dataclass
 
+from astra_sglang import pyast
 from astra_sglang.contract.result import TuneValue
 from astra_sglang.harness.tune_space import MAX_CONFIGS, TuneError
 
@@ -75,7 +76,7 @@ def _pow2_range(v: int) -> list[TuneValue]:
 
 def find_launch_params(source: str, kernels: list[str]) -> list[LaunchParam]:
     """Every sweepable launch parameter of the named kernels' launches (TuneError when there is none)."""
-    tree = ast.parse(source)
+    tree = pyast.parse(source)
     defs = _kernels(tree, kernels)
     params: list[LaunchParam] = []
     seen: dict[str, int] = {}
@@ -146,5 +147,5 @@ class _Apply(ast.NodeTransformer):
 
 
 def launch_variant(source: str, params: list[LaunchParam], config: dict[str, TuneValue]) -> str:
-    tree = _Apply(params, config).visit(ast.parse(source))
+    tree = _Apply(params, config).visit(pyast.parse(source))
     return ast.unparse(ast.fix_missing_locations(tree)) + "\n"

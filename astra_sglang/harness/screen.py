@@ -75,6 +75,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from astra_sglang import pyast
 from astra_sglang.contract.op import CudaJitRecipe, Manifest, TritonRecipe
 from astra_sglang.contract.result import BuildReport
 
@@ -306,7 +307,7 @@ class _PythonScreen:
                 for c in ast.walk(a):
                     if isinstance(c, ast.Constant) and isinstance(c.value, str):
                         try:
-                            expr = ast.parse(c.value.strip(), mode="eval")
+                            expr = pyast.parse_eval(c.value.strip())
                         except SyntaxError:
                             self.add("forbidden-builtin", c, f"has an annotation string that is no expression: "
                                                              f"{c.value[:60]!r}")
@@ -383,7 +384,7 @@ class _PythonScreen:
 def screen_python(source: str) -> list[Finding]:
     """Every finding in a Python/Triton candidate, by line; [] for a clean or an unparsable source."""
     try:
-        tree = ast.parse(source)
+        tree = pyast.parse(source)
     except (SyntaxError, ValueError):
         return []
     return _PythonScreen(tree).run()

@@ -12,6 +12,7 @@ import math
 import operator
 import random
 
+from astra_sglang import pyast
 from astra_sglang.contract.base import fit_dim
 from astra_sglang.contract.eval_config import DISTRIBUTIONS, EvalConfig
 from astra_sglang.contract.op import Manifest
@@ -39,7 +40,7 @@ def eval_dim(expr: str, dims: dict[str, int]) -> int:
             return _OPS[type(node.op)](ev(node.left), ev(node.right))
         raise AstraError(f"shape expression {expr!r} is not simple arithmetic over dim names")
 
-    return ev(ast.parse(expr, mode="eval"))
+    return ev(pyast.parse_eval(expr))
 
 
 def shape_of(shape: list[str], dims: dict[str, int]) -> tuple[int, ...]:

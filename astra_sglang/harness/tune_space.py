@@ -16,6 +16,7 @@ import itertools
 import math
 from dataclasses import dataclass
 
+from astra_sglang import pyast
 from astra_sglang.contract.op import Manifest, entry_and_call
 from astra_sglang.contract.result import TuneValue
 from astra_sglang.errors import AstraError
@@ -76,7 +77,7 @@ def find_space(source: str, max_configs: int = MAX_CONFIGS) -> TuneSpace | None:
     """The declared space, None when the source declares no TUNE; TuneError when the declaration is malformed or
     declares more than ``max_configs`` points (a K-candidate round shares one budget: see tune_cap)."""
     try:
-        tree = ast.parse(source)
+        tree = pyast.parse(source)
     except SyntaxError:
         return None  # the build reports the syntax error
     tunes = _module_assign(tree, "TUNE")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+from astra_sglang import pyast
 from astra_sglang.contract.op import CudaJitRecipe, Manifest, TritonRecipe
 from astra_sglang.errors import AstraError
 from astra_sglang.harness.screen import screen_source
@@ -54,7 +55,7 @@ def check_source(source: str, op_dir: Path, manifest: Manifest) -> str | None:
     r = manifest.recipe
     if isinstance(r, TritonRecipe):
         try:
-            tree = ast.parse(source)
+            tree = pyast.parse(source)
         except SyntaxError as e:
             line = (e.text or "").rstrip()
             return f"SyntaxError: {e.msg} (line {e.lineno}){': ' + line if line else ''}"
@@ -62,7 +63,7 @@ def check_source(source: str, op_dir: Path, manifest: Manifest) -> str | None:
         if fn is None:
             return f"the file defines no top-level function {r.wrapper!r} (the entry point must keep its name)"
         try:
-            orig = _wrapper(ast.parse(original_source_path(op_dir, manifest).read_text()), r.wrapper)
+            orig = _wrapper(pyast.parse(original_source_path(op_dir, manifest).read_text()), r.wrapper)
         except (OSError, SyntaxError):
             orig = None
         if orig is not None and _params(orig) != _params(fn):
