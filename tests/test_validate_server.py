@@ -33,6 +33,7 @@ def standin_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
 
 
 def _validate(tmp_path: Path, *extra: str) -> tuple[int, dict]:
+    tmp_path.mkdir(parents=True, exist_ok=True)
     out = tmp_path / "report.json"
     code = main(["validate", "--launch-module", "sglang_standin", "--workdir", str(tmp_path / "work"),
                  "--out", str(out), "--startup-timeout", "60", *FAST, *extra, "--", "--model-path", "m"])
@@ -79,10 +80,34 @@ def test_diverging_outputs_fail_and_name_the_first_divergence(standin_env: Path,
     code, rep = _validate(tmp_path)
     assert code == 1
     diverged = [r for r in rep["agreement"]["per_prompt"] if r["first_divergence"] is not None]
-    assert diverged and all(r["first_divergence"] == 5 for r in diverged)
+    assert len(diverged) > 2
     assert rep["floor"]["identical_rate"] == 1.0  # the unpatched server agrees with itself: the patch is to blame
-    assert any("outputs diverge" in f for f in rep["failures"])
+    probes = rep["ties"]["probes"]
+    assert [p["index"] for p in probes] == [r["index"] for r in diverged]
+    for p in probes:  # the unpatched server's token wins by 2 nats there, the patched one's by 1: no tie
+        assert not p["near_tie"] and p["gap_a"] == pytest.approx(2.0) and p["gap_b"] == pytest.approx(1.0)
+    assert any("outputs diverge" in f and "gaps 2 / 1 nats" in f for f in rep["failures"])
     assert "FAIL: outputs diverge" in capsys.readouterr().out
+
+
+def test_near_tie_flips_are_told_apart_from_wrong_tokens_and_strict_counts_them(
+        standin_env: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """A one-ulp flip where the top two tokens are 0.0005 nats apart: not a wrong token, and said so."""
+    monkeypatch.setenv("STANDIN_DIVERGE", "tie")
+    code, rep = _validate(tmp_path / "a")
+    a = rep["agreement"]
+    assert a["identical_rate"] < 0.9, "the stand-in's near ties should flip most prompts"
+    ties = rep["ties"]
+    assert ties["margin"] == pytest.approx(2e-3)  # twice the 1e-3 measured on identical tokens
+    assert len(ties["probes"]) == a["prompts"] - a["identical_prompts"]
+    assert all(p["near_tie"] and abs(p["gap_a"]) <= 1e-3 and abs(p["gap_b"]) <= 1e-3 for p in ties["probes"])
+    assert code == 0, rep["failures"]
+    out = capsys.readouterr().out
+    assert "near-tie flips, listed above" in out and "near tie: a gap of at most 0.002 nats" in out, out
+    code, rep = _validate(tmp_path / "b", "--strict-tokens")
+    assert code == 1 and any("outputs diverge" in f for f in rep["failures"])
+    code, rep = _validate(tmp_path / "c", "--tie-margin", "0.0001")  # tighter than the stand-in's gaps
+    assert code == 1 and not any(p["near_tie"] for p in rep["ties"]["probes"])
 
 
 def test_a_patch_that_fell_back_fails_validation_even_with_identical_tokens(standin_env: Path, tmp_path: Path,
@@ -190,3 +215,35 @@ def test_a_reason_in_brackets_is_printed_as_written(tmp_path: Path, capsys: pyte
     assert main(["patches", "status", "--dir", str(d)]) == 0
     out = " ".join(capsys.readouterr().out.split())
     assert "[sgl_kernel] CRITICAL" in out
+
+
+def test_a_server_without_generate_leaves_the_divergence_unexplained_not_a_crash(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from astra_sglang.errors import AstraError
+    from astra_sglang.serving import ties
+    from astra_sglang.serving.prompts import Prompt
+
+    def no_generate(*args: object, **kwargs: object) -> ties.TopK:
+        raise AstraError("http://x: /generate answered 404: not found")
+
+    monkeypatch.setattr(ties, "top_k_next", no_generate)
+    a = Completion(token_ids=[1, 2, 3], logprobs=[-0.1, -0.2, -0.3])
+    b = Completion(token_ids=[1, 5, 3], logprobs=[-0.1, -0.2, -0.3])
+    g = compare([a], [b])
+    r = ties.probe_divergences(("http://x", "http://y"), [Prompt(prompt=[7, 8])], [a], [b], g, 5, 0.1, 5.0)
+    (p,) = r.probes
+    assert (p.position, p.token_a, p.token_b, p.near_tie) == (1, 2, 5, False) and "404" in p.note
+
+
+def test_the_default_tie_margin_follows_the_measured_drift_but_is_capped() -> None:
+    """A patch drifting by 0.3 nats on identical tokens must not excuse its flips with a 0.6-nat margin."""
+    from astra_sglang.serving.compare import Agreement
+    from astra_sglang.serving.ties import MARGIN_CAP, default_margin
+
+    def drift(x: float) -> Agreement:
+        a = Completion(token_ids=[1, 2], logprobs=[-0.5, -0.5])
+        return compare([a], [Completion(token_ids=[1, 2], logprobs=[-0.5 + x, -0.5])])
+
+    assert default_margin(drift(0.01), 0.5) == pytest.approx(0.02)
+    assert default_margin(drift(0.3), 0.5) == MARGIN_CAP == 0.1
+    assert default_margin(drift(0.0), 0.5) == 0.0

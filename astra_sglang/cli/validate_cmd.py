@@ -33,12 +33,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    "(default: a built-in set of short and long prompts)")
     p.add_argument("--max-tokens", type=int, default=32)
     p.add_argument("--concurrency", type=int, default=8, help="requests in flight during the load passes")
-    p.add_argument("--load-rounds", type=int, default=2, help="load passes per server, alternated (0: none)")
-    p.add_argument("--repeat", type=int, default=4, help="copies of the prompt set in one load pass")
+    p.add_argument("--load-rounds", type=int, default=4, help="load passes per server, alternated (0: none)")
+    p.add_argument("--repeat", type=int, default=16, help="copies of the prompt set in one load pass")
     p.add_argument("--min-identical", type=float, default=0.9,
                    help="least share of prompts whose greedy completions must be identical (default 0.9)")
     p.add_argument("--max-logprob-diff", type=float, default=0.5,
                    help="largest |logprob difference| allowed on the identical prefix (default 0.5)")
+    p.add_argument("--strict-tokens", action="store_true",
+                   help="count a near-tie flip (the two tokens' logprobs within --tie-margin on both servers) as a "
+                        "divergence too; by default it counts as agreement and is reported")
+    p.add_argument("--tie-margin", type=float, default=None,
+                   help="nats (default: twice the largest |logprob diff| measured on identical tokens, at most 0.1)")
     p.add_argument("--expect", action="append", default=[], metavar="PATCH_ID",
                    help="a patch that must be active and serve calls in the patched server (repeatable)")
     p.add_argument("--startup-timeout", type=float, default=1200.0, help="seconds for each server to be ready")
@@ -63,7 +68,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
         opts = ab.LoadOptions(max_tokens=args.max_tokens, concurrency=args.concurrency, rounds=args.load_rounds,
                               repeat=args.repeat)
         thresholds = ab.Thresholds(min_identical=args.min_identical, max_logprob_diff=args.max_logprob_diff,
-                                   expect=args.expect)
+                                   expect=args.expect, strict_tokens=args.strict_tokens, tie_margin=args.tie_margin)
     except ValueError as e:
         raise AstraError(f"bad option: {str(e).splitlines()[-1].strip()}") from None
     sglang_args = [a for a in args.sglang_args if a != "--"]
@@ -139,6 +144,12 @@ def _print(report) -> None:  # type: ignore[no-untyped-def]
         t.add_row(name, f"{g.identical_prompts}/{g.prompts} ({g.identical_rate:.3f})", f"{g.token_agreement:.4f}",
                   f"{g.max_abs_logprob_diff:.4g}", div or "-")
     c.print(t)
+    if f.identical_rate < 1.0 and "--disable-radix-cache" not in report.servers[0].command:
+        print("note: the unpatched server disagrees with itself; SGLang's radix cache computes a cached prefix "
+              "with other kernel shapes (other rounding): --disable-radix-cache gives a clean floor")
+    for name, ties in (("patched vs unpatched", report.ties), ("unpatched vs itself", report.floor_ties)):
+        if ties is not None and ties.probes:
+            c.print(ties_table(name, ties))
     o = report.options
     lt = Table(title=f"load: {report.prompts * o.repeat} requests x {o.rounds} round(s) per server, "
                      f"{o.concurrency} in flight, alternated")
@@ -150,7 +161,10 @@ def _print(report) -> None:  # type: ignore[no-untyped-def]
                    ", ".join(f"{p.tokens_per_s:.0f}" for p in s.load) or "-", f"{s.latency_p50_s * 1e3:.1f} ms",
                    f"{s.latency_p90_s * 1e3:.1f} ms")
     c.print(lt)
-    print(f"throughput patched / unpatched: {report.throughput_ratio:.3f}x")
+    lo, hi = report.throughput_ratio_range
+    noise = " (within pass-to-pass noise)" if lo <= 1.0 <= hi else ""
+    print(f"throughput patched / unpatched: {report.throughput_ratio:.3f}x (medians; pass ratios {lo:.3f}-{hi:.3f}"
+          f"){noise}")
     on = report.servers[1]
     for line in on.plugin_lines:
         print(f"  log: {line}")
@@ -159,6 +173,23 @@ def _print(report) -> None:  # type: ignore[no-untyped-def]
     else:
         print("no patch status records from the patched server (ASTRA_SGLANG_STATUS_DIR not known or not written)")
     if report.passed:
-        print("PASS: the patched server's outputs agree within the thresholds and no patch fell back")
+        ties = report.ties
+        flips = 0 if ties is None or report.thresholds.strict_tokens else ties.near_ties
+        print("PASS: the patched server's outputs agree within the thresholds and no patch fell back"
+              + (f" ({flips} divergence(s) were near-tie flips, listed above)" if flips else ""))
     for failure in report.failures:
         print(f"FAIL: {failure}")
+
+
+def ties_table(name: str, ties):  # type: ignore[no-untyped-def]
+    from astra_sglang.cli.output import Table
+
+    t = Table(title=f"{name}: first divergences asked again (top {ties.top_k})",
+              caption=f"near tie: a gap of at most {ties.margin:.3g} nats on both servers")
+    for col in ("prompt", "token", "tokens chosen", "gap, first server", "gap, second server", "near tie", "note"):
+        t.add_column(col)
+    for p in ties.probes:
+        t.add_row(str(p.index), str(p.position), f"{p.token_a} / {p.token_b}",
+                  "-" if p.gap_a is None else f"{p.gap_a:.4g}", "-" if p.gap_b is None else f"{p.gap_b:.4g}",
+                  "yes" if p.near_tie else "no", p.note or "-")
+    return t

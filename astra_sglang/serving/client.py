@@ -25,6 +25,7 @@ class Completion(Model):
     logprobs: list[float | None] = Field(default_factory=list)
     text: str = ""
     latency_s: float = 0.0
+    prompt_token_ids: list[int] = Field(default_factory=list, description="as the server tokenized the prompt")
 
 
 class LoadPass(Model):
@@ -62,11 +63,12 @@ def complete(client: requests.Session, url: str, model: str, prompt: Prompt, max
         choice = r.json()["choices"][0]
         ids = [int(t) for t in choice["token_ids"]]
         lps = (choice.get("logprobs") or {}).get("token_logprobs") or []
+        pids = [int(t) for t in choice.get("prompt_token_ids") or []]
     except (KeyError, IndexError, TypeError, ValueError) as e:
         raise AstraError(f"{url}: a completion without token ids ({type(e).__name__}: {e}); "
                          "is this an SGLang server (return_token_ids)?") from None
     return Completion(token_ids=ids, logprobs=[None if x is None else float(x) for x in lps],
-                      text=str(choice.get("text") or ""), latency_s=latency)
+                      text=str(choice.get("text") or ""), latency_s=latency, prompt_token_ids=pids)
 
 
 def complete_all(url: str, model: str, prompts: list[Prompt], max_tokens: int, concurrency: int,

@@ -4,6 +4,7 @@
 # Steps: unpack the SGLang runtime into /tmp/srv-site (kept while the machine stays warm), build the torch-2.11
 # shim for sgl_kernel, install astra-sglang beside it (its entry point is what SGLang's load_plugins finds),
 # check sgl_kernel's kernels against torch, make a random-weights LLaMA, then `astra-sglang validate`.
+# SERVER_ARGS: extra launch_server arguments (default --disable-radix-cache: a clean floor, README says why).
 # Usage: device.sh [smoke|validate] [validate options...]   Results go to $OUT.
 set -uo pipefail
 STEP=${1:-validate}; shift || true
@@ -36,5 +37,5 @@ python3 scripts/h200_server/smoke.py 2>&1 | tee $OUT/smoke.log | tail -25
 tail -1 $OUT/make_model.log 2>/dev/null
 timeout ${VALIDATE_S:-450} python3 -m astra_sglang validate --workdir $OUT/validate --out $OUT/validate.json "$@" \
     -- --model-path /tmp/model --attention-backend triton --sampling-backend pytorch --cuda-graph-max-bs-decode 16 \
-       --dtype bfloat16 --log-level info ${SERVER_ARGS:-} 2>&1 | tee $OUT/validate.log | tail -60
+       --dtype bfloat16 --log-level info ${SERVER_ARGS---disable-radix-cache} 2>&1 | tee $OUT/validate.log | tail -60
 echo "validate exit ${PIPESTATUS[0]}"

@@ -3,7 +3,11 @@ on the spot (the image has transformers and tokenizers but no network, hence no 
 
 Shapes are chosen to reach the shipped fused_add_rmsnorm patch's guard (hidden 4096; prefill batches of 128..512
 tokens): hidden 4096, intermediate 11008, 32 heads of 128 (8 KV heads), a few layers. Weights are N(0, 0.02)
-with a fixed seed, so both servers load the same model. Usage: make_model.py OUT_DIR [LAYERS]
+with a fixed seed, so both servers load the same model. The output head is N(0, 6/sqrt(hidden)) instead: logits
+then spread by about 6 nats and the greedy token usually leads by a nat or more, as in a trained model. With
+N(0, 0.02) the 640-way distribution is nearly flat (the top five within 0.2 nats of each other, measured on the
+CPU host), every step is a near tie, and a one-ulp difference anywhere flips tokens: a test of nothing.
+Usage: make_model.py OUT_DIR [LAYERS]
 """
 
 import sys
@@ -45,5 +49,6 @@ with torch.no_grad():
     for name, p in model.named_parameters():
         if "norm" in name:  # RMSNorm gains near 1, as in a trained model
             p.normal_(1.0, 0.1)
+    model.lm_head.weight.normal_(0.0, 6.0 / cfg.hidden_size ** 0.5)
 model.to(torch.bfloat16).save_pretrained(out, safe_serialization=True)
 print(f"model: {out}: {layers} layers, hidden {cfg.hidden_size}, {cfg.torch_dtype}, vocab {vocab} (tokenizer {len(fast)})")
