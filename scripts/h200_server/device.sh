@@ -35,6 +35,7 @@ python3 scripts/h200_server/smoke.py 2>&1 | tee $OUT/smoke.log | tail -25
 [ -f /tmp/model/config.json ] || python3 scripts/h200_server/make_model.py /tmp/model ${LAYERS:-4} > $OUT/make_model.log 2>&1 \
     || { tail -20 $OUT/make_model.log; exit 1; }
 tail -1 $OUT/make_model.log 2>/dev/null
+python3 scripts/h200_server/logit_gaps.py /tmp/model 2>&1 | tail -1 | tee $OUT/logit_gaps.log
 timeout ${VALIDATE_S:-450} python3 -m astra_sglang validate --workdir $OUT/validate --out $OUT/validate.json "$@" \
     -- --model-path /tmp/model --attention-backend triton --sampling-backend pytorch --cuda-graph-max-bs-decode 16 \
        --dtype bfloat16 --log-level info ${SERVER_ARGS---disable-radix-cache} 2>&1 | tee $OUT/validate.log | tail -60

@@ -9,9 +9,10 @@ import sys
 import torch
 from transformers import AutoModelForCausalLM
 
-m = AutoModelForCausalLM.from_pretrained(sys.argv[1], dtype=torch.float32)
+dev = "cuda" if torch.cuda.is_available() else "cpu"
+m = AutoModelForCausalLM.from_pretrained(sys.argv[1], dtype=torch.float32).to(dev)
 torch.manual_seed(1)
-ids = torch.randint(3, 590, (8, 64))
+ids = torch.randint(3, 590, (8, 64)).to(dev)
 with torch.no_grad():
     lp = m(ids).logits.float().log_softmax(-1)
 top = lp.topk(2, -1).values
