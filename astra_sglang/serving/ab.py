@@ -79,6 +79,11 @@ class ValidateReport(Model):
     def passed(self) -> bool:
         return not self.failures
 
+    @property
+    def near_tie_flips(self) -> int:
+        """Divergences that count as agreement: the probed near ties, none under ``strict_tokens``."""
+        return 0 if self.thresholds.strict_tokens or self.ties is None else self.ties.near_ties
+
 
 def _side(server: Server, patches: str, passes: list[LoadPass]) -> ServerSide:
     lat = [x for p in passes for x in p.latencies_s]
@@ -103,14 +108,13 @@ def read_status(server: Server) -> dict[str, Any] | None:
 def judge(report: ValidateReport, status: dict[str, Any] | None) -> list[str]:
     t, a = report.thresholds, report.agreement
     out = []
-    ties = report.ties
-    near = 0 if t.strict_tokens or ties is None else ties.near_ties
+    near = report.near_tie_flips
     agreeing = a.identical_prompts + near
     if agreeing < t.min_identical * a.prompts:
-        probed = {p.index: p for p in (ties.probes if ties else [])}
+        probed = {p.index: p for p in (report.ties.probes if report.ties else [])}
         worst = [_divergence(r.index, r.first_divergence, probed.get(r.index)) for r in a.per_prompt
-                 if r.first_divergence is not None and not (near and probed.get(r.index, _NO_PROBE).near_tie)]
-        tie_note = "" if t.strict_tokens or ties is None else f", {near} near-tie flip(s)"
+                 if r.first_divergence is not None and not (near and probed[r.index].near_tie)]
+        tie_note = "" if t.strict_tokens or report.ties is None else f", {near} near-tie flip(s)"
         out.append(f"outputs diverge: {a.identical_prompts}/{a.prompts} prompts identical{tie_note} "
                    f"({agreeing / a.prompts:.2f} < {t.min_identical:.2f}; unpatched against itself "
                    f"{report.floor.identical_rate:.2f}); divergences: {', '.join(worst[:6])}")
@@ -133,9 +137,6 @@ def judge(report: ValidateReport, status: dict[str, Any] | None) -> list[str]:
         elif row["served_by_patch"] == 0:
             out.append(f"patch {pid} is active but served no call (its guard does not cover this model's shapes?)")
     return out
-
-
-_NO_PROBE = Probe(index=-1, position=-1, token_a=-1, token_b=-1)
 
 
 def _divergence(index: int, position: int | None, probe: Probe | None) -> str:

@@ -61,10 +61,6 @@ class TieReport(Model):
     def near_ties(self) -> int:
         return sum(p.near_tie for p in self.probes)
 
-    @property
-    def unexplained(self) -> list[Probe]:
-        return [p for p in self.probes if not p.near_tie]
-
 
 MARGIN_CAP = 0.1  # nats
 
@@ -98,17 +94,22 @@ def prompt_ids(prompt: Prompt, done: Completion) -> list[int] | None:
     return list(done.prompt_token_ids) or None
 
 
-def probe_one(client: requests.Session, urls: tuple[str, str], index: int, prompt: Prompt, a: Completion,
-              b: Completion, position: int, k: int, margin: float, timeout_s: float) -> Probe:
+def diverging(index: int, position: int, a: Completion, b: Completion) -> Probe:
+    """The probe's subject: the two tokens chosen at the first divergence (none when one completion ended)."""
     if position >= min(len(a.token_ids), len(b.token_ids)):
         return Probe(index=index, position=position, token_a=-1, token_b=-1, note="the completions' lengths differ")
-    ta, tb = a.token_ids[position], b.token_ids[position]
-    probe = Probe(index=index, position=position, token_a=ta, token_b=tb)
+    return Probe(index=index, position=position, token_a=a.token_ids[position], token_b=b.token_ids[position])
+
+
+def probe_one(client: requests.Session, urls: tuple[str, str], probe: Probe, prompt: Prompt, a: Completion,
+              k: int, margin: float, timeout_s: float) -> None:
+    """Both servers' top k at the divergence's context, and the two tokens' gaps, into ``probe``."""
     ids = prompt_ids(prompt, a)
     if ids is None:
         probe.note = "no prompt token ids (the server returned no prompt_token_ids)"
-        return probe
-    context = ids + a.token_ids[:position]
+        return
+    ta, tb = probe.token_a, probe.token_b
+    context = ids + a.token_ids[:probe.position]
     probe.top_a = top_k_next(client, urls[0], context, k, timeout_s)
     probe.top_b = top_k_next(client, urls[1], context, k, timeout_s)
     la_a, la_b = probe.top_a.logprob(ta), probe.top_a.logprob(tb)
@@ -119,7 +120,6 @@ def probe_one(client: requests.Session, urls: tuple[str, str], index: int, promp
                       and abs(probe.gap_a) <= margin and abs(probe.gap_b) <= margin)
     if probe.gap_a is None or probe.gap_b is None:
         probe.note = f"one server does not have the other's token in its top {k}"
-    return probe
 
 
 def probe_divergences(urls: tuple[str, str], prompts: list[Prompt], a: list[Completion], b: list[Completion],
@@ -131,13 +131,11 @@ def probe_divergences(urls: tuple[str, str], prompts: list[Prompt], a: list[Comp
             if row.first_divergence is None:
                 continue
             i = row.index
-            try:
-                probe = probe_one(client, urls, i, prompts[i], a[i], b[i], row.first_divergence, k, margin,
-                                  timeout_s)
-            except AstraError as e:  # a server without /generate: the divergence stays unexplained, not fatal
-                pos = row.first_divergence
-                both = pos < min(len(a[i].token_ids), len(b[i].token_ids))
-                probe = Probe(index=i, position=pos, token_a=a[i].token_ids[pos] if both else -1,
-                              token_b=b[i].token_ids[pos] if both else -1, note=f"probe failed: {e}"[:300])
+            probe = diverging(i, row.first_divergence, a[i], b[i])
+            if not probe.note:
+                try:
+                    probe_one(client, urls, probe, prompts[i], a[i], k, margin, timeout_s)
+                except AstraError as e:  # a server without /generate: the divergence stays unexplained, not fatal
+                    probe.note = f"probe failed: {e}"[:300]
             report.probes.append(probe)
     return report
