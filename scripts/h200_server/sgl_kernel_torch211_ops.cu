@@ -36,13 +36,18 @@ void dispatch_half(at::ScalarType dtype, F&& f) {
   }
 }
 
-void rmsnorm(at::Tensor& output, at::Tensor& input, at::Tensor& weight, double eps, bool enable_pdl) {
+// Both norms take input [T, H], a second [T, H] tensor of its dtype (output, or residual) and weight [H].
+void check_norm_args(const at::Tensor& input, const at::Tensor& other, const char* other_name, const at::Tensor& weight) {
   check_2d_rows(input, "input");
-  check_2d_rows(output, "output");
+  check_2d_rows(other, other_name);
   TORCH_CHECK(weight.is_cuda() && weight.dim() == 1 && weight.is_contiguous(), "weight must be a contiguous 1-D CUDA tensor");
-  TORCH_CHECK(output.sizes() == input.sizes(), "output and input shapes differ");
+  TORCH_CHECK(other.sizes() == input.sizes(), other_name, " and input shapes differ");
   TORCH_CHECK(weight.size(0) == input.size(1), "weight and hidden size differ");
-  TORCH_CHECK(output.scalar_type() == input.scalar_type() && weight.scalar_type() == input.scalar_type(), "dtypes differ");
+  TORCH_CHECK(other.scalar_type() == input.scalar_type() && weight.scalar_type() == input.scalar_type(), "dtypes differ");
+}
+
+void rmsnorm(at::Tensor& output, at::Tensor& input, at::Tensor& weight, double eps, bool enable_pdl) {
+  check_norm_args(input, output, "output", weight);
   const c10::cuda::CUDAGuard guard(input.device());
   auto stream = c10::cuda::getCurrentCUDAStream().stream();
   dispatch_half(input.scalar_type(), [&](auto* tag) {
@@ -57,12 +62,7 @@ void rmsnorm(at::Tensor& output, at::Tensor& input, at::Tensor& weight, double e
 // The C++ signatures are those of the kernels sglang-kernel registers (nm -C of its library): the dispatcher
 // refuses a second kernel for an op with another one.
 void fused_add_rmsnorm(at::Tensor input, at::Tensor residual, at::Tensor weight, double eps, bool enable_pdl) {
-  check_2d_rows(input, "input");
-  check_2d_rows(residual, "residual");
-  TORCH_CHECK(weight.is_cuda() && weight.dim() == 1 && weight.is_contiguous(), "weight must be a contiguous 1-D CUDA tensor");
-  TORCH_CHECK(residual.sizes() == input.sizes(), "residual and input shapes differ");
-  TORCH_CHECK(weight.size(0) == input.size(1), "weight and hidden size differ");
-  TORCH_CHECK(residual.scalar_type() == input.scalar_type() && weight.scalar_type() == input.scalar_type(), "dtypes differ");
+  check_norm_args(input, residual, "residual", weight);
   const c10::cuda::CUDAGuard guard(input.device());
   auto stream = c10::cuda::getCurrentCUDAStream().stream();
   dispatch_half(input.scalar_type(), [&](auto* tag) {
