@@ -156,3 +156,34 @@ def test_report_bad_input_is_one_line(tmp_path: Path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "no finished round" in err[0]
     assert not (tmp_path / "r.md").exists()
+
+
+def test_report_shows_the_winner_against_library_kernels_timed_beside_it(two_runs: tuple[Path, Path],
+                                                                         tmp_path: Path):
+    """A 2x over SGLang's Triton original can be 1.07x over the FlashInfer kernel SGLang's FlashInfer backend
+    serves at the same shapes (merge_state on the H200, 2026-12-02): the page must show both, and must not
+    claim the library kernel is served where the op manifest does not say so per shape."""
+    a, _ = two_runs
+    best = RunFolder(a).best_dir / "result.json"
+    result = EvalResult.model_validate_json(best.read_text())
+    assert result.timing is not None
+    first, second = result.timing.shapes  # best 5.0 us and 4.0 us (INJECTED)
+    result.timing.shapes = [first.model_copy(update={"baseline_name": "flashinfer_x", "baseline_us": 6.0}),
+                            second.model_copy(update={"baseline_name": "flashinfer_x", "baseline_us": 5.0,
+                                                      "served_by": "flashinfer_x", "served_us": 5.0,
+                                                      "served_speedup": 1.25})]
+    atomic_write(best, result.model_dump_json())
+    out = tmp_path / "r.md"
+    assert main(["report", str(a), "--out", str(out)]) == 0
+    page = out.read_text()
+    assert "| T=5,NH=3,D=64 bfloat16 | flashinfer_x | 6.00 | 5.00 | 1.200 | not stated per shape" in page
+    assert "| T=64,NH=8,D=128 bfloat16 | flashinfer_x | 5.00 | 4.00 | 1.250 | flashinfer_x |" in page
+    assert "| **geomean** |  |  |  | 1.225 |  |" in page
+    # the main table still reads against the original
+    assert "| T=5,NH=3,D=64 bfloat16 | 10.00 | 7.50 | 5.00 | 1.00 | 2.000 | 20.0% |" in page
+
+
+def test_report_without_library_kernels_has_no_such_table(two_runs: tuple[Path, Path], tmp_path: Path):
+    out = tmp_path / "r.md"
+    assert main(["report", str(two_runs[0]), "--out", str(out)]) == 0
+    assert "Library kernels timed beside" not in out.read_text()

@@ -39,6 +39,9 @@ class ShapeRow:
     bound_us: float | None
     speedup: float | None
     pct_of_bound: float | None
+    library: str | None = None  # a library kernel the harness timed beside the original (the op's baseline)
+    library_us: float | None = None
+    served_by: str | None = None  # what the op manifest says SGLang serves at this shape; None: it does not say
 
     @property
     def name(self) -> str:
@@ -134,8 +137,25 @@ def shape_rows(result: EvalResult, sweep: dict[tuple[str, str], float] | None) -
         rows.append(ShapeRow(dims=dict(s.dims), dtype=s.dtype, original_us=s.original_us,
                              sweep_us=(sweep or {}).get(_shape_key(s.dims, s.dtype)), best_us=s.candidate_us,
                              bound_us=copy_bound_us(s, t.copy_ceiling_gbps), speedup=s.speedup,
-                             pct_of_bound=s.candidate_pct_ceiling))
+                             pct_of_bound=s.candidate_pct_ceiling, library=s.baseline_name,
+                             library_us=s.baseline_us, served_by=s.served_by))
     return rows
+
+
+def library_lines(rows: list[ShapeRow]) -> list[str]:
+    """The winner against each library kernel the harness timed in the same run. Such a kernel is often what
+    SGLang serves on some path (FlashInfer's, under some backend), so a speedup over the extracted original
+    alone would overstate what a user sees there; where the op manifest does not say it serves a shape, the
+    page says so instead of guessing."""
+    timed = [r for r in rows if r.library and r.library_us]
+    if not timed:
+        return []
+    ratios: list[float | None] = [r.library_us / r.best_us if r.library_us and r.best_us else None for r in timed]
+    body = [[r.name, r.library or "", f"{r.library_us:.2f}", _f(r.best_us, "{:.2f}"), _f(x),
+             r.served_by or "not stated per shape (the op manifest's baseline `when` says where)"] for r, x in zip(timed, ratios)]
+    body.append(["**geomean**", "", "", "", _f(geomean(ratios)), ""])
+    return ["", "Library kernels timed beside the original in the same run (medians, interleaved):", ""] + _table(
+        ["shape", "library kernel", "its us", "best us", "best vs it", "SGLang serves here"], body)
 
 
 def copy_bound_us(shape: ShapeTiming, ceiling_gbps: float) -> float | None:
@@ -285,6 +305,7 @@ def winner_section(run: RunReport, png: str | None) -> list[str]:
         lines += ["", "The winner beats the sweep baseline on every shape it was measured on." if not lost else
                   f"The winner does NOT beat the sweep baseline on {len(lost)} of {len(compared)} shapes: "
                   f"{', '.join(lost)}."]
+    lines += library_lines(run.rows)
     if png:
         lines += [f"![{run.name} per shape]({png})", ""]
     return lines

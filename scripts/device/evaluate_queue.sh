@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Run ON THE H200 from the repository root, with carry [".whl", "extracted", "QUEUE"]: one evaluation pass over
+# the queue, then the whole queue folder as $OUT/queue.tar. Every kind of answer comes back (result.json of a
+# candidate, baseline.json of a round-0 sweep); a pass that took only result.json once left two runs waiting
+# on their sweep (2026-12-02). Here afterwards: `tar xf <files_at>/queue.tar` and `optimize --resume RUN`.
+# Usage: evaluate_queue.sh QUEUE [SECONDS]   (SECONDS: stop the pass there, keeping what it finished)
+set -uo pipefail
+QUEUE=${1:?usage: evaluate_queue.sh QUEUE [SECONDS]}; LIMIT=${2:-540}
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    || { echo "evaluate_queue.sh: carry .whl (scripts/device/wheels.sh)"; exit 2; }
+export PYTHONPATH=/tmp/site:. PYTHONUNBUFFERED=1
+timeout "$LIMIT" python3 -m astra_sglang evaluate "$QUEUE" 2>&1 | tee "$OUT/queue_pass.log"
+rc=${PIPESTATUS[0]}
+tar cf "$OUT/queue.tar" "$QUEUE"
+exit "$rc"

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Run HERE (the CPU host), from the repository root: the wheels `evaluate` needs on the H200 image, which has
+# torch, triton and rich but not pydantic or tvm-ffi (KINDS.md's package list). Same versions as .venv, for the
+# device's CPython 3.12. .whl/ is git-ignored; name it in the device call's carry.
+set -euo pipefail
+PY=${PY:-.venv/bin/python}
+rm -rf .whl && mkdir -p .whl
+for name in pydantic pydantic_core annotated-types typing-inspection apache-tvm-ffi typing_extensions; do
+  version=$("$PY" -m pip show "$name" 2>/dev/null | awk '/^Version:/{print $2}')
+  [ -n "$version" ] || { echo "wheels.sh: $name is not installed in $PY's environment (run scripts/setup_env.sh)"; exit 2; }
+  python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+      --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_24_x86_64 \
+      --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d .whl "$name==$version"
+done
+ls .whl
