@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Run ON THE H200 from the repository root, with carry [".whl", "extracted"]: `pytest -m gpu` on the named test
+# files (default: all), one line per test as it ends (-v), so a call cut by its limit still says which tests
+# passed; JUnit XML and what the acceptance tests measured go to $OUT. A -q run cut at 300 s once came back as
+# four dots and no names (2026-12-02).
+# Usage: gpu_tests.sh [SECONDS] [pytest args...]   (SECONDS: the whole run's limit, default 540)
+set -uo pipefail
+LIMIT=${1:-540}; shift || true
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT/measurements"
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    || { echo "gpu_tests.sh: carry .whl (scripts/device/wheels.sh)"; exit 2; }
+export PYTHONPATH=/tmp/site:. PYTHONUNBUFFERED=1 ASTRA_SGLANG_MEASUREMENTS="$OUT/measurements"
+timeout "$LIMIT" python3 -m pytest -m gpu -v -p no:cacheprovider --junitxml="$OUT/gpu_tests.xml" "${@:-tests}" 2>&1 \
+    | tee "$OUT/gpu_tests.log" | grep -E "PASSED|FAILED|ERROR|SKIPPED|XFAIL|passed|failed"
+exit "${PIPESTATUS[0]}"
