@@ -150,9 +150,10 @@ def library_lines(rows: list[ShapeRow]) -> list[str]:
     timed = [r for r in rows if r.library and r.library_us]
     if not timed:
         return []
-    ratios: list[float | None] = [r.library_us / r.best_us if r.library_us and r.best_us else None for r in timed]
-    body = [[r.name, r.library or "", f"{r.library_us:.2f}", _f(r.best_us, "{:.2f}"), _f(x),
-             r.served_by or "not stated per shape (the op manifest's baseline `when` says where)"] for r, x in zip(timed, ratios)]
+    ratios = [r.library_us / r.best_us if r.library_us and r.best_us else None for r in timed]
+    body = [[r.name, str(r.library), f"{r.library_us:.2f}", _f(r.best_us, "{:.2f}"), _f(x),
+             r.served_by or "not stated per shape (the op manifest's baseline `when` says where)"]
+            for r, x in zip(timed, ratios)]
     body.append(["**geomean**", "", "", "", _f(geomean(ratios)), ""])
     return ["", "Library kernels timed beside the original in the same run (medians, interleaved):", ""] + _table(
         ["shape", "library kernel", "its us", "best us", "best vs it", "SGLang serves here"], body)

@@ -7,9 +7,7 @@
 set -uo pipefail
 QUEUE=${1:?usage: evaluate_queue.sh QUEUE [SECONDS]}; LIMIT=${2:-540}
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-    || { echo "evaluate_queue.sh: carry .whl (scripts/device/wheels.sh)"; exit 2; }
-export PYTHONPATH=/tmp/site:. PYTHONUNBUFFERED=1
+. "$(dirname "$0")/site.sh"
 timeout "$LIMIT" python3 -m astra_sglang evaluate "$QUEUE" 2>&1 | tee "$OUT/queue_pass.log"
 rc=${PIPESTATUS[0]}
 tar cf "$OUT/queue.tar" "$QUEUE"

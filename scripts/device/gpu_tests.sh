@@ -7,9 +7,8 @@
 set -uo pipefail
 LIMIT=${1:-540}; shift || true
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT/measurements"
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-    || { echo "gpu_tests.sh: carry .whl (scripts/device/wheels.sh)"; exit 2; }
-export PYTHONPATH=/tmp/site:. PYTHONUNBUFFERED=1 ASTRA_SGLANG_MEASUREMENTS="$OUT/measurements"
+. "$(dirname "$0")/site.sh"
+export ASTRA_SGLANG_MEASUREMENTS="$OUT/measurements"
 timeout "$LIMIT" python3 -m pytest -m gpu -v -p no:cacheprovider --junitxml="$OUT/gpu_tests.xml" "${@:-tests}" 2>&1 \
     | tee "$OUT/gpu_tests.log" | grep -E "PASSED|FAILED|ERROR|SKIPPED|XFAIL|passed|failed"
 exit "${PIPESTATUS[0]}"

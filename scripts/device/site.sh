@@ -1,0 +1,5 @@
+# Sourced ON THE H200 by the scripts beside it: astra-sglang's dependencies missing from the device image
+# (carried as .whl/, scripts/device/wheels.sh) installed into /tmp/site, and the repository on PYTHONPATH.
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    || { echo "$(basename "$0"): carry .whl (scripts/device/wheels.sh)"; exit 2; }
+export PYTHONPATH=/tmp/site:. PYTHONUNBUFFERED=1
