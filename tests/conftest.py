@@ -8,6 +8,9 @@
 - Under ``CI=true`` a test skipped by ``pytest.importorskip`` of a package ``scripts/setup_env.sh`` installs
   (sglang, torch, triton, matplotlib, openai-agents) fails too: there the skip means the set-up broke.
 - ``measurements``: where GPU acceptance tests write their JSON (``docs/measurements/``).
+- Nothing is written under the user's home: the patch status records (of the plugin's test children and fake
+  patches, which ``patches status`` would show as a server's), the patch state file and the held-out secret
+  go to a temporary folder for the whole session (``_user_paths_in_tmp``, ``USER_PATHS``).
 """
 
 from __future__ import annotations
@@ -29,6 +32,25 @@ MEASUREMENTS = REPO / "docs" / "measurements"
 RESTORE_HINT = "run `astra-sglang extract --restore`"
 CI_REQUIRED = ("sglang", "torch", "triton", "matplotlib", "agents")  # what scripts/setup_env.sh installs
 _IMPORT_SKIP = re.compile(r"could not import '([\w.]+)'")
+
+
+# Per-user paths the suite would write -> where they go instead: status records (the user cache's status/),
+# the `patches enable/disable` state and the held-out key (both under ~/.config; the key stays a file, as for a
+# user: in the environment every candidate's worker would inherit it). The user cache itself is left alone:
+# ASTRA_SGLANG_CACHE also moves the loader's builds out of the op folders, where tests of the loader look for
+# them, and the suite writes nothing else there (restored files only for an op folder without them).
+USER_PATHS = {"ASTRA_SGLANG_STATUS_DIR": "status", "ASTRA_SGLANG_STATE_FILE": "patches-state.json",
+              "XDG_CONFIG_HOME": "config"}
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _user_paths_in_tmp(tmp_path_factory: pytest.TempPathFactory) -> Generator[Path, None, None]:
+    """The session's stand-in for the user's folders; children (servers, workers) inherit it by the environment."""
+    base = tmp_path_factory.mktemp("user")
+    with pytest.MonkeyPatch.context() as mp:
+        for env, name in USER_PATHS.items():
+            mp.setenv(env, str(base / name))
+        yield base
 
 
 def _in_ci() -> bool:

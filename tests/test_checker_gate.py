@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from astra_sglang.checker import compare_outputs
-from astra_sglang.contract.base import sha256_file
+from astra_sglang.contract.op import manifest_sha256
 from astra_sglang.contract.patch import (
     GuardSpec,
     PatchManifest,
@@ -39,7 +39,7 @@ def _runtime(tmp_path: Path, op: str, target: str, dtype: str, dims: dict[str, A
     monkeypatch.setenv("ASTRA_SGLANG_EXTRACTED_DIR", str(REPO / "extracted"))
     ranges = {k: (1, None, 1) for k in dims}
     m = PatchManifest(
-        patch_id=f"gate-{op}", op=op, op_manifest_sha256=sha256_file(op_folder(op) / "manifest.json"),
+        patch_id=f"gate-{op}", op=op, op_manifest_sha256=manifest_sha256(op_folder(op)),
         source=PatchSource(kind="triton", file="kernel.py"), targets=[target],
         validated_on=ValidatedOn(sglang_versions=["0.5.23"], archs=["cpu-interpret"]),
         guard=GuardSpec(dtypes=[dtype], dims=dim_ranges(**ranges), align_bytes=1), check_shapes=[dims],

@@ -16,8 +16,8 @@ import pytest
 from fake_openai_server import FakeOpenAIServer, Script, final
 
 from astra_sglang.cli.main import main
-from astra_sglang.contract.op import load_manifest
-from astra_sglang.contract.validation import manifest_sha256, read_validations, require_validated
+from astra_sglang.contract.op import load_manifest, manifest_sha256
+from astra_sglang.contract.validation import read_validations, require_validated
 
 KEY = "sk-astra-draft-test-51c0"
 

@@ -61,7 +61,11 @@ def test_materialize_completes_a_committed_only_folder_in_a_cache(tmp_path):
     clone = _clone_committed_part(tmp_path, "fused_add_rmsnorm")
     assert not is_complete(clone)
     done = materialize(clone, tmp_path / "cache")
-    assert done != clone and is_complete(done) and not is_complete(clone)
+    assert done != clone and is_complete(done, for_build=True) and not is_complete(clone, for_build=True)
+    assert not (done / "baseline_src").exists()  # FlashInfer's files: the harness's, never a build's
+    from astra_sglang.contract.base import umask
+
+    assert done.stat().st_mode & 0o777 == 0o777 & ~umask()  # a shared cache: not mkdtemp's 0700
     assert materialize(clone, tmp_path / "cache") == done  # reused, keyed by the manifest's hash
     restored = ROOT / "extracted" / "fused_add_rmsnorm"
     assert materialize(restored, tmp_path / "cache") == restored

@@ -9,8 +9,7 @@ import pytest
 from patch_support import copy_as_regular
 
 from astra_sglang.cli.main import main
-from astra_sglang.contract.base import sha256_file
-from astra_sglang.contract.op import entry_and_call
+from astra_sglang.contract.op import entry_and_call, manifest_sha256
 from astra_sglang.contract.patch import file_problem, load_patch_manifest
 from astra_sglang.contract.result import (
     BaselineShape,
@@ -148,7 +147,7 @@ def test_add_is_one_command_with_evidence(root, tmp_path, capsys):
     d = root / "silu_and_mul" / "hw-silu"
     m = load_patch_manifest(d)
     assert m.source.kind == "cuda_jit" and m.source.file == "kernel.cuh" and m.op == "silu_and_mul"
-    assert m.op_manifest_sha256 == sha256_file(REPO / "extracted" / "silu_and_mul" / "manifest.json")
+    assert m.op_manifest_sha256 == manifest_sha256(REPO / "extracted" / "silu_and_mul")
     assert m.validated_on.sglang_versions == ["0.5.23"] and m.validated_on.archs == ["sm_90"]
     assert m.evidence.results[0].geomean_speedup == 1.25
     assert m.targets == ["sglang.kernels.ops.activation.activation.silu_and_mul"]
@@ -197,8 +196,19 @@ def test_add_from_run_copies_the_winner(root, tmp_path):
     assert m.provenance.kind == "run" and m.provenance.model == "o4-mini" and m.provenance.rounds == 5
     assert m.source.kind == "triton" and entry_and_call(registry.load_op(m), "triton")[0] == "merge_state_triton"
     assert m.evidence.results[0].geomean_speedup == 1.4
-    with pytest.raises(AstraError, match="expected one kernel source"):
+    with pytest.raises(AstraError, match="does not exist"):
         add_from_run(tmp_path / "empty")
+    (tmp_path / "two" / "best").mkdir(parents=True)
+    for name in ("a.py", "b.py"):
+        (tmp_path / "two" / "best" / name).write_text("")
+    with pytest.raises(AstraError, match="expected one kernel source"):
+        add_from_run(tmp_path / "two")
+    # a run whose rounds produced no correct candidate has no best/: say so, not "found 0 kernel sources"
+    lost = tmp_path / "runs" / "merge_state" / "run-8"
+    lost.mkdir(parents=True)
+    (lost / "run.json").write_text(json.dumps({"model": "o4-mini", "rounds": 5}))
+    with pytest.raises(AstraError, match="has no winner"):
+        add_from_run(lost)
 
 
 def _run_with_sweep(tmp_path: Path, name: str, winner: float, sweep: float) -> Path:

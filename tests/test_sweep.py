@@ -16,7 +16,6 @@ import torch
 from astra_sglang.cli.main import main
 from astra_sglang.contract.eval_config import EvalConfig
 from astra_sglang.contract.op import load_manifest
-from astra_sglang.contract.result import SweepBaseline
 from astra_sglang.harness.evaluate import evaluate, evaluate_many
 from astra_sglang.harness.launch_params import find_launch_params, launch_variant
 from astra_sglang.harness.tune_space import MAX_CONFIGS, TuneError, find_space, freeze, variant_source
@@ -155,20 +154,6 @@ def test_a_malformed_tune_in_the_loop_is_that_candidate_s_build_failure(merge_op
 
 
 # ------------------------------------------------------------------------------------ tune OP, bad input
-
-
-def test_tune_op_on_cpu_writes_a_baseline_with_the_original_s_configs(merge_op, tmp_path, capsys):
-    out = tmp_path / "baseline.json"
-    rc = main(["tune", str(merge_op), "--device", "cpu", "--shapes", "test", "--dtype", "bfloat16", "--seed", "5",
-               "--out", str(out)])
-    printed = capsys.readouterr().out
-    assert rc == 0, printed
-    b = SweepBaseline.model_validate_json(out.read_text())
-    assert b.parameters == {"merge_state_kernel.num_warps": [1, 2, 4, 8]}
-    assert b.original_config == {"merge_state_kernel.num_warps": "4 (Triton's default)"}
-    assert len(b.configs) == 4 and all(c.ok for c in b.configs)
-    assert len(b.shapes) == 3 and all(s.best_config["merge_state_kernel.num_warps"] in (1, 2, 4, 8) for s in b.shapes)
-    assert "arbitrary among the configs" in printed and "best config" in printed and str(out) in printed
 
 
 def test_the_original_s_launch_parameters_are_found_and_changed_by_ast():

@@ -23,7 +23,7 @@ def op(restored_op, tmp_path: Path) -> Path:
 def test_validate_contract_records_tampering_and_manifest_changes(op: Path, capsys) -> None:
     with pytest.raises(AstraError, match="merge_state: its contract is not validated"):
         require_validated(op, "merge_state")
-    assert main(["validate-contract", str(op), "--device", "cpu"]) == 0
+    assert main(["validate-contract", str(op), "--device", "cpu", "--record"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("merge_state: PASS |") and "on cpu (TRITON_INTERPRET=1)" in out
     passing = require_validated(op, "merge_state")
@@ -34,7 +34,7 @@ def test_validate_contract_records_tampering_and_manifest_changes(op: Path, caps
     good = ref.read_text()
     ref.write_text(good + "\n_real = reference\n\n\ndef reference(**args):\n    out = _real(**args)\n"
                    "    out['output'] = out['output'] * 1.5\n    return out\n")
-    assert main(["validate-contract", str(op), "--device", "cpu"]) == 1
+    assert main(["validate-contract", str(op), "--device", "cpu", "--record"]) == 1
     line = capsys.readouterr().out.strip()
     assert line.startswith("merge_state: FAIL: reference mismatch at dims=") and "output" in line
     records = read_validations(op).validations  # type: ignore[union-attr]
@@ -66,14 +66,14 @@ def test_a_declared_kernel_finding_is_confirmed_apart_and_kept_out_of_the_candid
     ref.write_text(good + "\n_real = reference\n\n\ndef reference(**args):\n    out = _real(**args)\n"
                    "    if bool((args['prefix_output'] == 0).all()):\n        out['output'] = out['output'] + 1.0\n"
                    "    return out\n")
-    assert main(["validate-contract", str(op), "--device", "cpu"]) == 1
+    assert main(["validate-contract", str(op), "--device", "cpu", "--record"]) == 1
     assert "distribution=zeros" in capsys.readouterr().out
 
     manifest = op / "manifest.json"
     data = json.loads(manifest.read_text())
     data["findings"] = [{"distribution": "zeros", "why": "test: plays a kernel bug on all-zero inputs"}]
     manifest.write_text(json.dumps(data, indent=2) + "\n")
-    assert main(["validate-contract", str(op), "--device", "cpu"]) == 0
+    assert main(["validate-contract", str(op), "--device", "cpu", "--record"]) == 0
     line = capsys.readouterr().out
     assert line.startswith("merge_state: PASS (kernel finding on 'zeros' reproduced) |")
     v = require_validated(op, "merge_state")
@@ -83,5 +83,5 @@ def test_a_declared_kernel_finding_is_confirmed_apart_and_kept_out_of_the_candid
     assert cases and all(c.distribution != "zeros" for c in cases)
 
     ref.write_text(good)  # the kernel "fixed": the finding no longer reproduces, and the line says so
-    assert main(["validate-contract", str(op), "--device", "cpu"]) == 0
+    assert main(["validate-contract", str(op), "--device", "cpu", "--record"]) == 0
     assert "(kernel finding on 'zeros' NOT reproduced: drop it from the manifest)" in capsys.readouterr().out

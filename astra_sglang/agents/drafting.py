@@ -168,7 +168,8 @@ class _Session:
 
 def _accept(req: DraftRequest, target: DraftTarget, judged: _Judged, progress: Progress) -> Path:
     """The accepted draft into ``--out`` (the extractor swaps the folder in atomically) with its record."""
-    from astra_sglang.contract.validation import manifest_sha256, record_validation
+    from astra_sglang.contract.op import manifest_sha256
+    from astra_sglang.contract.validation import record_validation
     from astra_sglang.extract.extractor import write_op
     from astra_sglang.harness.contract_validation import validate_contract, validation_config
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from astra_sglang.cli.args import positive_float
+from astra_sglang.cli.args import existing_file, positive_float
 from astra_sglang.contract.op import find_op_dir
 from astra_sglang.errors import AstraError
 
@@ -16,7 +16,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Builds, checks and times OP (a folder under --extracted, or a path) and, with --candidate, "
                     "a replacement source against it, each in an isolated worker process.")
     p.add_argument("op", metavar="OP", help="extracted op short name (extracted/<OP>) or a folder path")
-    p.add_argument("--candidate", type=Path, help=".cuh (CUDA ops) or .py (Triton ops) replacing the kernel source")
+    p.add_argument("--candidate", type=existing_file, help=".cuh (CUDA ops) or .py (Triton ops) replacing the kernel source")
     p.add_argument("--shapes", choices=["paper", "decode", "prefill", "all", "test"], default="paper",
                    help="shapes to time (and check); 'test' = tiny shapes for CPU runs")
     p.add_argument("--dtype", action="append", dest="dtypes", metavar="DTYPE",

@@ -13,6 +13,8 @@ import os
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
+from pydantic import Field
+
 from astra_sglang.contract.base import Model
 from astra_sglang.errors import AstraError
 
@@ -30,6 +32,8 @@ class PatchFact(Model):
     why_not: str | None = None
     validated_here: bool
     validation: str
+    builds_here: bool = Field(description="its kernel can be built in this environment (toolchain, SGLang's headers)")
+    build_problem: str | None = None
 
 
 class DoctorReport(Model):
@@ -132,6 +136,7 @@ def _optimizer_extra() -> Fact:
 
 def _patches(arch: str | None) -> list[PatchFact]:
     from astra_sglang.patches.registry import (
+        build_problem,
         device_problem,
         discover,
         installed_sglang_version,
@@ -144,8 +149,9 @@ def _patches(arch: str | None) -> list[PatchFact]:
     for e in discover():
         problem = static_problem(e, sglang) or (device_problem(e.manifest, arch) if e.manifest else None)
         ok, why = validated_here(e, sglang, arch)
+        cannot = build_problem(e.manifest) if e.manifest else "unreadable manifest"
         out.append(PatchFact(patch_id=e.patch_id, op=e.op, applies_here=problem is None, why_not=problem,
-                             validated_here=ok, validation=why))
+                             validated_here=ok, validation=why, builds_here=cannot is None, build_problem=cannot))
     return out
 
 
@@ -172,5 +178,6 @@ def handle(args: argparse.Namespace) -> int:
     for p in r.patches:
         verdict = "applies here" if p.applies_here else f"does not apply: {p.why_not}"
         print(f"  {p.patch_id} ({p.op}): {verdict}; validated here: "
-              f"{'yes' if p.validated_here else 'no'} ({p.validation})")
+              f"{'yes' if p.validated_here else 'no'} ({p.validation}); builds here: "
+              f"{'yes' if p.builds_here else 'no (' + (p.build_problem or '').removeprefix('cannot build here: ') + ')'}")
     return 0

@@ -22,7 +22,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--extracted", type=Path, default=Path("extracted"), help="extracted ops root on this host")
     p.add_argument("--device", choices=["auto", "cuda", "cpu"], default=None, help="override the requests' device")
     p.add_argument("--watch", type=non_negative_float, default=0.0, metavar="S",
-                   help="keep polling the queue for this many seconds (default: one pass)")
+                   help="keep polling the queue for this many seconds (default 0: one pass)")
     p.add_argument("--json", action="store_true", help="print what was evaluated (item and EvalResult) as JSON")
     p.set_defaults(handler=handle)
 

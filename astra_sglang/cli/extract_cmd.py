@@ -17,7 +17,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="pull SGLang kernels into stand-alone folders",
         description="Extract SGLang kernels (op id, 'module:attr', or an unambiguous short name) into OUT/<name>/.",
     )
-    p.add_argument("ops", nargs="*", metavar="OP")
+    p.add_argument("ops", nargs="*", metavar="OP",
+                   help="kernels to extract: op id, 'module:attr' or short name (see --list)")
     p.add_argument("--out", type=Path, default=Path("extracted"), help="destination folder (default: extracted/)")
     p.add_argument("--list", action="store_true", help="list every kernel of the installed SGLang")
     p.add_argument("--json", action="store_true", help="with --list: JSON for machines")
@@ -46,13 +47,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _draft(args: argparse.Namespace) -> int:
-    from astra_sglang.agents.drafting import DraftRequest, draft_op
-    from astra_sglang.cli.output import console
+    from astra_sglang.extract.discovery import check_names
 
     if len(args.ops) != 1:
         raise AstraError("--draft takes exactly one OP")
+    check_names(args.ops)
+    model = model_options(args)
+    if model.kind == "openai":
+        from astra_sglang.agents.models import _api_key
+
+        _api_key(model)  # a missing key: one line now, not after SGLang's import and registry scan
+    from astra_sglang.agents.drafting import DraftRequest, draft_op
+    from astra_sglang.cli.output import console
+
     err = console(stderr=True)
-    req = DraftRequest(op=args.ops[0], out=args.out, model=model_options(args), retry=retry_policy(args),
+    req = DraftRequest(op=args.ops[0], out=args.out, model=model, retry=retry_policy(args),
                        attempts=args.draft_attempts, max_turns=args.max_turns, drafts_dir=args.drafts_dir,
                        resume=args.resume, device=args.device)
     done = draft_op(req, progress=lambda line: err.print(line, highlight=False, soft_wrap=True, markup=False))
@@ -97,9 +106,20 @@ def _list(as_json: bool, only_extractable: bool, check_load: bool = False) -> in
     return 0
 
 
+def _check_arguments(args: argparse.Namespace) -> None:
+    """Mistakes in the command line itself, refused before anything slow (SGLang's import, the registry scan)."""
+    listing = [f for f, on in (("--json", args.json), ("--extractable", args.extractable),
+                               ("--check-load", args.check_load)) if on]
+    if listing:
+        raise AstraError(f"{', '.join(listing)}: option(s) of --list, given without it")
+    if args.out.exists() and not args.out.is_dir():
+        raise AstraError(f"--out {args.out} is a file, not a folder")
+
+
 def run(args: argparse.Namespace) -> int:
     if args.list:
         return _list(args.json, args.extractable, args.check_load)
+    _check_arguments(args)
     if args.restore:
         from astra_sglang.extract.restore import restore_all
 
@@ -125,7 +145,10 @@ def run(args: argparse.Namespace) -> int:
             added = add_trace(folder, args.add_trace)
             err.print(f"{folder}: {added} traced shape(s) added")
         return 0
+    from astra_sglang.extract.discovery import check_names
     from astra_sglang.extract.extractor import extract
+
+    check_names(list(args.ops))  # a typo: one line now, not after SGLang's import and registry scan
 
     def progress(name: str, done) -> None:
         note = done.note()

@@ -23,7 +23,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--runs-dir", type=Path, default=Path("runs"), help="runs root (default: runs)")
     p.add_argument("--run-id", help="name of the new run folder (default: timestamp)")
     p.add_argument("--resume", metavar="RUN", help="continue a run (its folder or run id) without repeating finished steps")
-    p.add_argument("--rounds", type=non_negative_int, default=None, help="optimization rounds R (default 5; on resume: extend)")
+    p.add_argument("--rounds", type=positive_int, default=None,
+                   help="optimization rounds R, at least 1 (default 5; on resume: extend)")
     p.add_argument("--single-agent", action="store_true", help="one agent with the same tools does all four jobs")
     p.add_argument("--candidates", type=at_most_16, default=1, metavar="K",
                    help="K distinct directions a round: K plans, K coding agents at once, K candidates evaluated "
@@ -35,7 +36,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_model_arguments(p)
     p.add_argument("--max-fix-attempts", type=non_negative_int, default=3, help="build-error fix attempts per round (default 3)")
     p.add_argument("--shapes", default="paper", help="harness shape set timed and checked (default paper; test = tiny CPU suite)")
-    p.add_argument("--device", default="auto", choices=["auto", "cuda", "cpu"])
+    p.add_argument("--device", default="auto", choices=["auto", "cuda", "cpu"],
+                   help="where candidates are checked and timed: auto = the GPU if there is one; cpu = correctness "
+                        "only (Triton ops, TRITON_INTERPRET=1, no timing, so no winner)")
     p.add_argument("--mode", default="cold", choices=["cold", "warm"], help="timing mode (default cold L2)")
     p.add_argument("--eval-queue", metavar="DIR", help="evaluate through a queue folder filled by `evaluate DIR` on a GPU host")
     p.add_argument("--eval-wait-s", type=non_negative_float, default=None,
@@ -51,10 +54,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=handle)
 
 
+def refuse_taken_run_id(args: argparse.Namespace) -> None:
+    """A new run under an existing --run-id is refused before anything runs: the model probe would otherwise
+    create the file: provider's folder and take a request first."""
+    if not args.run_id or args.resume or not args.op:
+        return
+    from astra_sglang.contract.op import find_op_dir, load_manifest
+    from astra_sglang.loop.runfolder import RunFolder
+
+    RunFolder.new_path(args.runs_dir, load_manifest(find_op_dir(args.op, args.extracted)).short_name, args.run_id)
+
+
 def handle(args: argparse.Namespace) -> int:
     from astra_sglang.harness.tune_space import tune_cap
     from astra_sglang.loop.session import OptimizeRequest, run_optimize
 
+    refuse_taken_run_id(args)
     model = model_options(args)
     options = LoopOptions(
         rounds=5 if args.rounds is None else args.rounds, single_agent=args.single_agent,

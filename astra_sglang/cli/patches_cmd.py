@@ -14,15 +14,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("patches", help="the patch registry: list, show, verify, enable, disable, add")
     sub = p.add_subparsers(dest="patches_command", metavar="ACTION")
     ls = sub.add_parser("list", help="every patch: enabled, applicable here, validated here, and why not")
-    ls.add_argument("--json", action="store_true")
+    ls.add_argument("--json", action="store_true", help="print the rows as JSON")
     ls.set_defaults(handler=cmd_list)
     sh = sub.add_parser("show", help="one patch's manifest, provenance and evidence")
-    sh.add_argument("patch_id")
-    sh.add_argument("--json", action="store_true")
+    sh.add_argument("patch_id", help="the patch's id (see `patches list`)")
+    sh.add_argument("--json", action="store_true", help="print the manifest as JSON")
     sh.set_defaults(handler=cmd_show)
     v = sub.add_parser("verify", help="rebuild and re-check against the installed SGLang on this device")
-    v.add_argument("patch_id", nargs="?")
-    v.add_argument("--shapes", default="all", choices=["paper", "decode", "prefill", "all", "test"])
+    v.add_argument("patch_id", nargs="?", help="the patch to verify (default: every patch)")
+    v.add_argument("--shapes", default="all", choices=["paper", "decode", "prefill", "all", "test"],
+                   help="harness shape set to check and time; 'test' = tiny shapes for CPU runs")
     v.add_argument("--no-harness", action="store_true", help="only the plugin's own check, no harness run")
     v.add_argument("--record", action="store_true",
                    help="on success, add this SGLang version and arch to the manifest's validated_on "
@@ -31,44 +32,62 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     st = sub.add_parser("status", help="what a running server's processes patched: states, calls, fallbacks")
     st.add_argument("--dir", type=Path, help="a status folder (default: $ASTRA_SGLANG_STATUS_DIR or the cache's); "
                     "one server's pg-<pgid> folder, or the folder holding them")
-    st.add_argument("--json", action="store_true")
+    st.add_argument("--json", action="store_true", help="print each server's aggregated records as JSON")
+    st.add_argument("--all", action="store_true",
+                    help="also the tables of servers none of whose processes runs any more (stale records)")
     st.set_defaults(handler=cmd_status)
     for name, on in (("enable", True), ("disable", False)):
         e = sub.add_parser(name, help=f"{name} a patch for ASTRA_SGLANG_PATCHES=all (persisted per user)")
-        e.add_argument("patch_id")
+        e.add_argument("patch_id", help="the patch's id (see `patches list`)")
         e.set_defaults(handler=lambda a, on=on: cmd_enable(a, on))
     a = sub.add_parser("add", help="register a kernel source as a patch (one command after measuring it)")
-    a.add_argument("--op", required=True, choices=["silu_and_mul", "fused_add_rmsnorm", "merge_state"])
+    a.add_argument("--op", required=True, choices=["silu_and_mul", "fused_add_rmsnorm", "merge_state"],
+                   help="the extracted op the kernel replaces")
     a.add_argument("--source", required=True, type=Path, help="a .cuh (cuda_jit) or a Triton .py")
-    a.add_argument("--id", dest="patch_id", required=True)
-    a.add_argument("--provenance", required=True, choices=["hand-written", "scripted", "run"])
+    a.add_argument("--id", dest="patch_id", required=True, help="patch id: its folder is patches/<op>/<id>")
+    a.add_argument("--provenance", required=True, choices=["hand-written", "scripted", "run"],
+                   help="who wrote the kernel: a person, a script (developers' candidate), or an optimizer run")
     a.add_argument("--evidence", type=Path, action="append", default=[],
                    help="harness EvalResult JSON (bench --json / evaluate output); repeatable")
     a.add_argument("--sglang-version", action="append", help="validated on (default: from the evidence)")
     a.add_argument("--arch", action="append", help="validated on, e.g. sm_90 (default: from the evidence)")
-    a.add_argument("--kind", choices=["triton", "cuda_jit"])
+    a.add_argument("--kind", choices=["triton", "cuda_jit"], help="the source's kind (default: .py = triton, else cuda_jit)")
     a.add_argument("--target", action="append",
                    help="HookRegistry target to replace, one of the op's call sites (default: its entry point)")
     a.add_argument("--run", help="the run it came from (provenance 'run')")
-    a.add_argument("--model")
-    a.add_argument("--rounds", type=int)
-    a.add_argument("--author")
-    a.add_argument("--note", default="")
-    a.add_argument("--description", default="")
+    a.add_argument("--model", help="the model that wrote the kernel (recorded in the provenance)")
+    a.add_argument("--rounds", type=int, help="optimizer rounds it took (recorded in the provenance)")
+    a.add_argument("--author", help="who wrote or submitted it (recorded in the provenance)")
+    a.add_argument("--note", default="", help="free text recorded in the provenance (default: none)")
+    a.add_argument("--description", default="", help="what the patch does, for its manifest (default: none)")
     a.add_argument("--force", action="store_true", help="replace an existing patch folder of that id")
     a.set_defaults(handler=cmd_add)
     r = sub.add_parser("add-run", help="register an optimizer run's winner (runs/<op>/<id>/best/)")
-    r.add_argument("run_dir", type=Path)
-    r.add_argument("--id", dest="patch_id")
-    r.add_argument("--model")
-    r.add_argument("--rounds", type=int)
-    r.add_argument("--force", action="store_true")
+    r.add_argument("run_dir", type=Path, help="the run folder (runs/<op>/<run-id>) or its best/ folder")
+    r.add_argument("--id", dest="patch_id", help="patch id (default: the run folder's name)")
+    r.add_argument("--model", help="the model to record (default: what the run recorded)")
+    r.add_argument("--rounds", type=int, help="the rounds to record (default: what the run recorded)")
+    r.add_argument("--force", action="store_true", help="replace an existing patch folder of that id")
     r.add_argument("--sglang-version", action="append", help="validated on (default: from the run's results)")
     r.add_argument("--arch", action="append", help="validated on, e.g. sm_90 (default: from the run's results)")
     r.add_argument("--guard-dim", action="append", default=[], metavar="DIM=MIN:MAX",
                    help="narrow the op adapter's default guard for one dim (e.g. T=1:512 where the winner measured "
                         "slower than what SGLang serves above 512 rows); repeatable")
+    r.add_argument("--evidence", type=Path, action="append", default=[],
+                   help="the winner measured over more shapes (`bench OP --candidate F --shapes all --heldout "
+                        "--json`); the guard is derived from every timed shape; repeatable")
     r.set_defaults(handler=cmd_add_run)
+    g = sub.add_parser("guard", help="derive a patch's guard from per-shape measurements: it serves exactly where it "
+                                     "beat what SGLang serves, beyond the spread")
+    g.add_argument("patch_id", help="the patch's id (see `patches list`)")
+    g.add_argument("--evidence", type=Path, action="append", default=[], required=True,
+                   help="harness EvalResult JSON of the patch's kernel (`bench OP --candidate PATCH/kernel --shapes "
+                        "all --heldout --json` on the GPU); repeatable; added to the patch's evidence")
+    g.add_argument("--write", action="store_true",
+                   help="write the derived guard, check shapes and evidence table into the patch's manifest "
+                        "(default: print them only)")
+    g.add_argument("--json", action="store_true", help="print the derived guard and the table as JSON")
+    g.set_defaults(handler=cmd_guard)
     p.set_defaults(handler=lambda args: (p.print_help(), 2)[1])
 
 
@@ -80,6 +99,7 @@ def _console():
 
 def _rows() -> list[dict]:
     from astra_sglang.patches.registry import (
+        build_problem,
         device_problem,
         discover,
         installed_sglang_version,
@@ -99,6 +119,7 @@ def _rows() -> list[dict]:
         vh, why = validated_here(e, version, arch)
         m = e.manifest
         geo = [r.geomean_speedup for r in m.evidence.results if r.geomean_speedup] if m else []
+        cannot_build = build_problem(m) if m else "unreadable manifest"
         rows.append({
             "patch_id": e.patch_id,
             "op": e.op,
@@ -110,6 +131,8 @@ def _rows() -> list[dict]:
             "why_not": problem or "",
             "validated_here": vh,
             "validated_why": why,
+            "builds_here": cannot_build is None,
+            "build_why": cannot_build or "",
             "geomean_speedup": geo[-1] if geo else None,
             "path": str(e.path),
         })
@@ -131,12 +154,14 @@ def cmd_list(args: argparse.Namespace) -> int:
 
     t = Table(title=f"patches in {patches_root()}  (SGLang {installed_sglang_version() or 'not installed'}, "
                     f"device {probe_arch() or 'none'}, ASTRA_SGLANG_PATCHES={os.environ.get('ASTRA_SGLANG_PATCHES', '')!r})")
-    for col in ("patch", "op", "kind", "provenance", "enabled", "applicable here", "validated here", "speedup"):
+    for col in ("patch", "op", "kind", "provenance", "enabled", "applicable here", "validated here", "builds here",
+                "speedup"):
         t.add_column(col)
     for r in rows:
         t.add_row(r["patch_id"], r["op"], r["kind"], r["provenance"], "yes" if r["enabled"] else "no",
                   "yes" if r["applicable"] else f"no: {r['why_not']}",
                   "yes" if r["validated_here"] else f"no: {r['validated_why']}",
+                  "yes" if r["builds_here"] else f"no: {r['build_why'].removeprefix('cannot build here: ')}",
                   f"{r['geomean_speedup']:.3f}x" if r["geomean_speedup"] else "-")
     _console().print(t)
     if not rows:
@@ -193,16 +218,21 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
+    import sys
+
     from astra_sglang.contract.patch import write_patch_manifest
     from astra_sglang.patches.registry import discover, find, installed_sglang_version
     from astra_sglang.patches.tooling.verify import verify_entry
+
+    def progress(line: str) -> None:  # stderr: a check can take minutes; stdout keeps only the verdicts
+        print(line, file=sys.stderr, flush=True)
 
     entries = [find(args.patch_id)] if args.patch_id else discover()
     if not entries:
         raise AstraError("no patches to verify")
     failed = 0
     for e in entries:
-        out = verify_entry(e, shapes=args.shapes, harness=not args.no_harness, record=args.record)
+        out = verify_entry(e, shapes=args.shapes, harness=not args.no_harness, record=args.record, progress=progress)
         verdict = "OK" if out.ok else "FAILED" if out.here else "NOT VERIFIED"
         print(f"{e.patch_id}: {verdict} on {out.arch or 'no device'}: {out.detail}")
         for n in out.notes:
@@ -217,7 +247,9 @@ def cmd_verify(args: argparse.Namespace) -> int:
                 print(f"  geomean {h.timing.geomean_speedup:.3f}x")
         failed += not out.ok
         slower = [s for s in h.timing.shapes if s.verdict == "slower"] if h is not None and h.timing else None
-        if out.ok and args.record and slower is None:
+        if out.ok and args.record and out.arch == "cpu-interpret":
+            print("  not recorded: an interpreter check is correctness-only (see above)")
+        elif out.ok and args.record and slower is None:
             print("  not recorded: --record needs the harness's timing; " + (
                 "run without --no-harness" if args.no_harness else
                 "this patch is no harness candidate (see above), so verify cannot record it; "
@@ -242,24 +274,35 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 def cmd_status(args: argparse.Namespace) -> int:
     from astra_sglang.patches.status_file import status_root
-    from astra_sglang.patches.tooling.status_report import aggregate, server_dirs
+    from astra_sglang.patches.tooling.status_report import aggregate, server_dirs, stale_line
 
-    servers = [aggregate(d) for d in server_dirs(args.dir or status_root())]
+    root = Path(args.dir or status_root())
+    dirs = server_dirs(root)
+    servers = [aggregate(d) for d in dirs]
     if args.json:
         print(json.dumps({"servers": servers}, indent=2))
         return 0 if servers else 1
     if not servers:
-        print(f"no status records under {args.dir or status_root()}: no server with ASTRA_SGLANG_PATCHES set wrote one")
+        print(f"no status records under {root}: no server with ASTRA_SGLANG_PATCHES set wrote one")
         return 1
     from astra_sglang.cli.output import console
 
-    c = console(width=200)  # eight columns with reasons: a log or pipe gets them unwrapped
-    for srv in servers:
+    # Records outlive their server: only the running ones get tables, unless asked for (--all, or a server's
+    # own folder by --dir); the others are a line each, so old runs never pass for what is served now.
+    named = dirs == [root]
+    tables = [s for s in servers if args.all or named or not s["stale"]]
+    if all(s["stale"] for s in servers) and not named:
+        print(f"no server is running: no live process in the {len(servers)} server record folder(s) under {root}")
+    c = console()
+    for srv in tables:
         c.print(status_table(srv))
         if not srv["patches"]:
             print("  no patches selected in these processes")
         for u in srv["unreadable"]:
             print(f"  skipped {u}")
+    for srv in servers:
+        if srv not in tables:
+            print(stale_line(srv))
     return 0
 
 
@@ -316,8 +359,26 @@ def cmd_add_run(args: argparse.Namespace) -> int:
         op = args.run_dir.parent.name
         guard = narrowed_guard(get_adapter(op).default_guard(), args.guard_dim)
     dest = add_from_run(args.run_dir, patch_id=args.patch_id, model=args.model, rounds=args.rounds, force=args.force,
-                        sglang_versions=args.sglang_version, archs=args.arch, guard=guard)
+                        sglang_versions=args.sglang_version, archs=args.arch, guard=guard,
+                        evidence_paths=args.evidence)
     _report_added(dest)
+    return 0
+
+
+def cmd_guard(args: argparse.Namespace) -> int:
+    from astra_sglang.patches.tooling.add import rederive_guard
+    from astra_sglang.patches.tooling.guard import describe, guard_table_lines
+
+    m, table = rederive_guard(args.patch_id, args.evidence, write=args.write)
+    if args.json:
+        print(json.dumps({"patch_id": m.patch_id, "guard": m.guard.model_dump(mode="json"),
+                          "check_shapes": m.check_shapes, "table": [r.model_dump(mode="json") for r in table],
+                          "written": args.write}, indent=2))
+        return 0
+    for line in guard_table_lines(table):
+        print(line)
+    print(f"guard of {m.patch_id}: {describe(m.guard)}; check shapes {m.check_shapes}")
+    print("written to its manifest" if args.write else "not written (pass --write)")
     return 0
 
 

@@ -22,7 +22,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--patches", default=None,
                    help="ASTRA_SGLANG_PATCHES value: 'all' (default unless already set) or id1,id2")
     p.add_argument("--dry-run", action="store_true", help="print the command and the variable, run nothing")
-    p.add_argument("sglang_args", nargs=argparse.REMAINDER)
+    p.add_argument("sglang_args", nargs=argparse.REMAINDER, metavar="SGLANG_ARGS",
+                   help="sglang.launch_server arguments, passed unchanged (e.g. -- --model-path M)")
     p.set_defaults(handler=cmd_serve)
 
 
@@ -35,6 +36,8 @@ def server_command(sglang_args: list[str]) -> list[str]:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     value = args.patches or os.environ.get("ASTRA_SGLANG_PATCHES") or "all"
+    if not [a for a in args.sglang_args if a != "--"]:  # SGLang's answer to none is its usage, 300 lines
+        raise AstraError("nothing to launch: give the server arguments after `--` (e.g. -- --model-path M)")
     cmd = server_command(args.sglang_args)
     env = dict(os.environ, ASTRA_SGLANG_PATCHES=value)
     if args.dry_run:

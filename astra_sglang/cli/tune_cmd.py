@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from astra_sglang.cli.args import positive_float
+from astra_sglang.contract.eval_config import EvalConfig
 from astra_sglang.contract.op import find_op_dir
 from astra_sglang.errors import AstraError
 
@@ -16,14 +18,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Finds the launch parameters OP's original Triton wrapper passes (num_warps, num_stages, "
                     "block-size constexprs), checks and times every combination against the original in one "
                     "isolated worker, and writes the per-shape best (the sweep baseline) to "
-                    "<op folder>/tune_baseline.json or --out.")
+                    "<op folder>/tune_baseline.json or --out. Without a GPU (--device cpu) it only checks every "
+                    "config under the Triton interpreter on the test shapes and writes nothing: timing needs a GPU.")
     p.add_argument("op", metavar="OP", help="extracted op short name (extracted/<OP>) or a folder path")
     p.add_argument("--out", type=Path, help="where to write the baseline (default: <op folder>/tune_baseline.json)")
-    p.add_argument("--shapes", choices=["paper", "decode", "prefill", "all", "test"], default="paper",
-                   help="shapes to time; 'test' = tiny shapes for CPU runs")
+    p.add_argument("--shapes", choices=["paper", "decode", "prefill", "all", "test"],
+                   help="shapes to time (default: paper); --device cpu checks the test shapes only")
     p.add_argument("--dtype", action="append", dest="dtypes", metavar="DTYPE", help="dtype to time (default bfloat16)")
     p.add_argument("--device", choices=["auto", "cuda", "cpu"], default="auto",
-                   help="cpu = under TRITON_INTERPRET=1: checks only, the choice is not a measurement")
+                   help="cpu = under TRITON_INTERPRET=1: a correctness-only check of every config, nothing "
+                        "timed or written")
     p.add_argument("--timeout", type=positive_float, default=120.0, help="seconds without progress before a worker is killed")
     p.add_argument("--seed", type=int, help="base seed of the quick cases (default: fresh)")
     p.add_argument("--extracted", type=Path, default=Path("extracted"), help="extracted ops root (default: extracted/)")
@@ -33,19 +37,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def handle(args: argparse.Namespace) -> int:
     from astra_sglang.contract.base import write_atomic
-    from astra_sglang.contract.eval_config import EvalConfig
     from astra_sglang.harness.evaluate import resolve_device
     from astra_sglang.harness.tune_baseline import BASELINE_NAME, sweep_baseline
 
     op_dir = find_op_dir(args.op, args.extracted)
-    config = EvalConfig(shapes=args.shapes, dtypes=args.dtypes, timing_dtypes=args.dtypes, device=args.device,
-                        timeout_s=args.timeout, seed=args.seed)
-    if args.device == "cpu":  # host timers mean nothing: run the timing path briefly, as the CPU tests do
-        config = config.model_copy(update=dict(simulate_timing=True, warmup=1, rep=4, max_graph_launches=3))
+    config = EvalConfig(shapes=args.shapes or "paper", dtypes=args.dtypes, timing_dtypes=args.dtypes,
+                        device=args.device, timeout_s=args.timeout, seed=args.seed)
     if args.device == "auto" and resolve_device(config) == "cpu":
-        raise AstraError("no CUDA GPU visible: tuning needs one to time. To check the configs only (Triton ops, "
-                         "under TRITON_INTERPRET=1) pass --device cpu, with --shapes test to keep it fast")
-    baseline = sweep_baseline(op_dir, config)
+        raise AstraError("no CUDA GPU visible: tuning needs one to time. To check every config's correctness only "
+                         "(Triton ops, under TRITON_INTERPRET=1; nothing is written) pass --device cpu")
+    if resolve_device(config) == "cpu":
+        return check_only(args, op_dir, config)
+    baseline = sweep_baseline(op_dir, config, progress=_stderr)
     out = args.out or op_dir / BASELINE_NAME
     write_atomic(out, baseline.model_dump_json(indent=1) + "\n")
     if args.json:
@@ -67,4 +70,39 @@ def handle(args: argparse.Namespace) -> int:
     if baseline.note:
         print(baseline.note)
     print(f"wrote {out}")
+    return 0
+
+
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def check_only(args: argparse.Namespace, op_dir: Path, config: EvalConfig) -> int:
+    """``tune --device cpu``: every config of the original checked under the interpreter on the test shapes,
+    nothing timed and nothing written. Interpreter times are host calls of a simulator: persisted as a
+    baseline they would later be shown as the bar a candidate beat (as an earlier version did)."""
+    from astra_sglang.harness.tune_baseline import BASELINE_NAME, sweep_baseline
+
+    if args.shapes not in (None, "test"):
+        raise AstraError(f"--device cpu checks the configs on the test shapes only (--shapes {args.shapes} would "
+                         "run for hours in the Triton interpreter and time nothing); drop --shapes")
+    config = config.model_copy(update={"shapes": "test", "timing": False})
+    header = [f"{op_dir.name}: correctness-only sweep under the Triton CPU interpreter (no GPU: nothing is timed "
+              "or written), one line per config:"]
+
+    def progress(line: str) -> None:  # the header only once the sweep runs: bad input stays one line
+        while header:
+            _stderr(header.pop())
+        _stderr(line)
+
+    baseline = sweep_baseline(op_dir, config, progress=progress)
+    if args.json:
+        print(baseline.model_dump_json(indent=2))
+    dropped = [c for c in baseline.configs if not c.ok]
+    print(f"{baseline.op_id} on {baseline.device}: {len(baseline.configs)} configs of "
+          + ", ".join(f"{k} in {v}" for k, v in baseline.parameters.items())
+          + f" checked on the test shapes: {len(baseline.configs) - len(dropped)} correct, {len(dropped)} dropped"
+          + (f" (first: {dropped[0].config}: {(dropped[0].failure or '')[:120]})" if dropped else ""))
+    print(f"nothing written to {args.out or op_dir / BASELINE_NAME}: a sweep baseline is a GPU "
+          f"measurement; run `astra-sglang tune {op_dir.name}` on a GPU host")
     return 0

@@ -31,7 +31,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="with --url-on: the patched server's ASTRA_SGLANG_STATUS_DIR (or one pg-<pgid> folder)")
     p.add_argument("--prompts", type=Path, help="JSON lines of {\"prompt\": text or token ids, \"max_tokens\": N} "
                    "(default: a built-in set of short and long prompts)")
-    p.add_argument("--max-tokens", type=int, default=32)
+    p.add_argument("--max-tokens", type=int, default=32,
+                   help="tokens generated per prompt, greedy (a --prompts line's max_tokens wins)")
     p.add_argument("--concurrency", type=int, default=8, help="requests in flight during the load passes")
     p.add_argument("--load-rounds", type=int, default=4, help="load passes per server, alternated (0: none)")
     p.add_argument("--repeat", type=int, default=16, help="copies of the prompt set in one load pass")
@@ -53,7 +54,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--out", type=Path, help="write the full report (JSON) here")
     p.add_argument("--json", action="store_true", help="print the report as JSON instead of tables")
     p.add_argument("--launch-module", default="sglang.launch_server", help=argparse.SUPPRESS)
-    p.add_argument("sglang_args", nargs=argparse.REMAINDER)
+    p.add_argument("sglang_args", nargs=argparse.REMAINDER, metavar="SGLANG_ARGS",
+                   help="sglang.launch_server arguments for both servers (e.g. -- --model-path M)")
     p.set_defaults(handler=cmd_validate)
 
 

@@ -16,19 +16,25 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "validate-contract", help="check an op's original kernel against its contract's reference",
         description="Runs the original kernel of each OP (built stand-alone from its folder) against the "
                     "contract's reference on every manifest shape, dtype and value distribution (on CPU: a Triton "
-                    "op's test shapes under TRITON_INTERPRET=1), times it on its largest shape on a GPU, and "
-                    "appends the result to OP/validation.json. `optimize` needs a passing record. Exit 1 if any "
+                    "op's test shapes under TRITON_INTERPRET=1, less what the interpreter cannot run, said by "
+                    "name), times it on its largest shape on a GPU, and appends the result to OP/validation.json "
+                    "(on CPU only with --record). `optimize` needs a passing record. Exit 1 if any "
                     "contract disagrees with its kernel: a finding, never a reason to loosen a tolerance.")
     p.add_argument("ops", metavar="OP", nargs="*", help="extracted op short names or folders")
     p.add_argument("--all", action="store_true", help="every op folder under --extracted")
     p.add_argument("--shapes", choices=["auto", "all", "test"], default="auto",
                    help="auto = all manifest shapes on a GPU, the test shapes on CPU")
-    p.add_argument("--device", choices=["auto", "cuda", "cpu"], default="auto")
+    p.add_argument("--device", choices=["auto", "cuda", "cpu"], default="auto",
+                   help="auto = the GPU if there is one; cpu = correctness only (Triton ops, TRITON_INTERPRET=1)")
     p.add_argument("--jobs", type=int, default=1,
                    help="validate this many ops at once (correctness only; each is then timed alone, one by one)")
     p.add_argument("--time", metavar="OP,OP", type=lambda v: {x.strip() for x in v.split(",") if x.strip()},
                    help="with --jobs: time only these ops' originals after the parallel check (default: all)")
-    p.add_argument("--no-record", action="store_true", help="report only; leave validation.json alone")
+    rec = p.add_mutually_exclusive_group()
+    rec.add_argument("--record", action="store_true",
+                     help="append the results to OP/validation.json also on CPU (the default on a GPU only: an "
+                          "interpreter run checks the small test shapes and times nothing)")
+    rec.add_argument("--no-record", action="store_true", help="report only; leave validation.json alone")
     p.add_argument("--table", type=Path, help="also write the results as a markdown table to this file")
     p.add_argument("--json", type=Path, help="also write the validation records as JSON to this file")
     p.add_argument("--extracted", type=Path, default=Path("extracted"), help="extracted ops root (default: extracted/)")
@@ -52,9 +58,10 @@ def _line(name: str, v: ContractValidation) -> str:
     t = v.timed
     timed = f"{t.original_us:.1f} us at {t.dims} = {t.pct_copy_ceiling:.0f}% of copy" if t else "not timed"
     verdict = ("PASS" if v.passed else f"FAIL: {v.first_failure}") + _findings(v)
+    skipped = "".join(f" | skipped: {d} {why}" for d, why in v.skipped.items())
     return (f"{name}: {verdict} | {v.cases_run} cases ({v.cases_skipped} refused by the original) over {v.shapes} "
             f"shapes x {'/'.join(v.dtypes)} x {len(v.distributions)} distributions on {v.device} | worst error "
-            f"{worst:.2f} of tolerance | {timed}")
+            f"{worst:.2f} of tolerance | {timed}{skipped}")
 
 
 def _findings(v: ContractValidation) -> str:
@@ -74,6 +81,8 @@ def markdown_table(rows: list[tuple[str, ContractValidation]]) -> str:
         timed = f"{t.original_us:.2f} us {t.dims} {t.dtype}" if t else "-"
         pct = f"{t.pct_copy_ceiling:.0f}%" if t else "-"
         res = ("pass" if v.passed else "FAIL: " + (v.first_failure or "")[:160].replace("|", "/")) + _findings(v)
+        if v.skipped:
+            res += f" ({'/'.join(v.skipped)} skipped: interpreter limit)"
         out.append(f"| {name} | {res} | {v.shapes} | {', '.join(v.dtypes)} | {len(v.distributions)} | "
                    f"{v.cases_run} ({v.cases_skipped}) | {err:.3g} | {share:.2f} | {timed} | {pct} |")
     return "\n".join(out) + "\n"
@@ -85,15 +94,29 @@ def handle(args: argparse.Namespace) -> int:
 
     from astra_sglang.contract.op import Manifest, load_manifest
     from astra_sglang.contract.validation import record_validation
-    from astra_sglang.harness.contract_validation import time_original, validate_contract, validation_config
+    from astra_sglang.harness.contract_validation import (
+        interpreter_limit,
+        time_original,
+        validate_contract,
+        validation_config,
+    )
     from astra_sglang.harness.evaluate import resolve_device
 
     device = resolve_device(validation_config(args.device))
+    record = args.record or (device == "cuda" and not args.no_record)  # an interpreter run only when asked
     todo: list[tuple[Path, Manifest]] = []
-    for folder in _folders(args):
+    folders = _folders(args)
+    need_gpu = interpreter = 0
+    for folder in folders:
         manifest = load_manifest(folder)
+        limit = interpreter_limit(manifest, device)
         if device == "cpu" and manifest.source_kind == "cuda_jit":
+            need_gpu += 1
             print(f"{manifest.short_name}: skipped: a CUDA kernel needs a GPU to run (validate it on a GPU host)")
+            continue
+        if limit is not None and limit[0] is None:
+            interpreter += 1
+            print(f"{manifest.short_name}: skipped: {limit[1]} (validate it on a GPU host)")
             continue
         todo.append((folder, manifest))
     parallel = max(1, args.jobs) > 1
@@ -115,7 +138,7 @@ def handle(args: argparse.Namespace) -> int:
             failed += 1
             print(f"{manifest.short_name}: ERROR: {v}", flush=True)
             return
-        if not args.no_record:
+        if record:
             record_validation(folder, manifest.op_id, v)
         failed += not v.passed
         rows.append((manifest.short_name, v))
@@ -132,7 +155,7 @@ def handle(args: argparse.Namespace) -> int:
             if (parallel and device == "cuda" and v.passed
                     and (args.time is None or name in args.time)):
                 rows[n] = (name, time_original(folder, v, config))
-                if not args.no_record:  # a second record: the same validation, now with the original's time
+                if record:  # a second record: the same validation, now with the original's time
                     record_validation(folder, manifest.op_id, rows[n][1])
                 print(_line(name, rows[n][1]), flush=True)
     finally:
@@ -140,4 +163,30 @@ def handle(args: argparse.Namespace) -> int:
             args.table.write_text(markdown_table(rows))
         if args.json:
             args.json.write_text(json.dumps({n: v.model_dump() for n, v in rows}, indent=2))
+    print(totals_line(len(folders), rows, failed, need_gpu, interpreter))
+    print(where_line(args, device, record, len(rows)))
     return 1 if failed else 0
+
+
+def totals_line(total: int, rows: list[tuple[str, ContractValidation]], failed: int, need_gpu: int,
+                interpreter: int) -> str:
+    """'42 contracts: 27 pass (4 without bfloat16: interpreter limit), 15 skipped (...), 0 fail': a run over
+    many ops is read from its last line; every op is in exactly one of the three counts."""
+    passed = [v for _, v in rows if v.passed]
+    partial = sorted({d for v in passed for d in v.skipped})
+    part = sum(1 for v in passed if v.skipped)
+    why = [f"{need_gpu} need a GPU"] * bool(need_gpu) + [f"{interpreter} interpreter limits"] * bool(interpreter)
+    return (f"{total} contracts: {len(passed)} pass"
+            + (f" ({part} without {'/'.join(partial)}: interpreter limit)" if part else "")
+            + f", {need_gpu + interpreter} skipped" + (f" ({', '.join(why)})" if why else "") + f", {failed} fail")
+
+
+def where_line(args: argparse.Namespace, device: str, record: bool, n: int) -> str:
+    """Where the results went: a CPU run leaves the committed validation.json alone unless asked."""
+    extra = [f"--table {args.table}"] * bool(args.table) + [f"--json {args.json}"] * bool(args.json)
+    also = f" and {', '.join(extra)}" if extra else ""
+    if record:
+        return f"results: appended to validation.json in each of the {n} op folder(s) above{also}"
+    why = ("--no-record" if args.no_record else
+           "a CPU (Triton interpreter) run; --record appends it")
+    return f"results: this output{also}; validation.json left unchanged ({why})"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import tempfile
 from pathlib import Path
 from typing import TypeVar
 
@@ -74,6 +75,27 @@ def pid_alive(pid: int) -> bool:
     except PermissionError:  # alive, someone else's
         return True
     return True
+
+
+def umask() -> int:
+    """This process's umask, read without changing it where Linux tells it (``/proc/self/status``)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)  # elsewhere: set and restore
+    os.umask(mask)
+    return mask
+
+
+def make_temp_dir(prefix: str, parent: Path) -> Path:
+    """A fresh folder under ``parent`` with the mode a plain ``mkdir`` would give it: it is renamed into place (an
+    op folder, a restored copy in a shared cache), and mkdtemp's 0700 would then lock out a serving account."""
+    path = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
+    path.chmod(0o777 & ~umask())
+    return path
 
 
 def write_atomic(path: Path, text: str) -> None:

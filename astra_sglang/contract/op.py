@@ -8,6 +8,7 @@ version they do not know instead of guessing.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any, Literal
 
@@ -391,7 +392,29 @@ def load_manifest(op_dir: Path) -> Manifest:
     return read_versioned(path, Manifest, SCHEMA_VERSION, ManifestError, "manifest")
 
 
+def manifest_text(manifest: Manifest) -> str:
+    """The one on-disk form of a manifest: every field, defaults included, in the model's field order. Re-extracting
+    an unchanged SGLang writes the same bytes, so committed folders stay as they are (tests/test_extract_idempotent)."""
+    return manifest.model_dump_json(indent=2) + "\n"
+
+
 def write_manifest(op_dir: Path, manifest: Manifest) -> Path:
     path = Path(op_dir) / MANIFEST_NAME
-    path.write_text(manifest.model_dump_json(indent=2) + "\n")
+    path.write_text(manifest_text(manifest))
     return path
+
+
+def manifest_digest(manifest: Manifest) -> str:
+    """SHA-256 of what a manifest *says*: fields at their default left out, keys sorted, no layout.
+
+    What patches, validation records and tuned baselines pin. A file hash broke every pin when a writer added a
+    field at its default value (the contract is the same), while any change of a value still changes the digest.
+    """
+    body = manifest.model_dump(mode="json", exclude_defaults=True)
+    body["schema_version"] = manifest.schema_version
+    return sha256_bytes(json.dumps(body, sort_keys=True, separators=(",", ":")).encode())
+
+
+def manifest_sha256(op_dir: Path) -> str:
+    """``manifest_digest`` of the op folder's manifest (ManifestError when it is missing or unreadable)."""
+    return manifest_digest(load_manifest(op_dir))

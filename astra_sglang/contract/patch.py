@@ -62,6 +62,32 @@ class GuardSpec(Model):
     dims: dict[str, DimRange] = Field(description="per symbolic dim of the op adapter (T, H, ...)")
     align_bytes: int = Field(default=16, description="every tensor's data pointer must be a multiple of this")
     contiguous: bool = True
+    regions: list[dict[str, DimRange]] = Field(
+        default_factory=list,
+        description="where the patch measured faster than what SGLang serves: a call's dims must also fall in one "
+                    "of these boxes (empty: ``dims`` alone). One box cannot hold 'every H at T <= 256, and T = 512 "
+                    "only at H = 14336'; `patches guard` derives them from per-shape measurements")
+
+    def accepts_dims(self, dims: dict[str, int]) -> bool:
+        """The guard's dims rule alone (dtype, alignment and layout are the runtime's): a check-shape filter."""
+        def inside(ranges: dict[str, DimRange]) -> bool:
+            return all(name in dims and r.accepts(dims[name]) for name, r in ranges.items())
+
+        return inside(self.dims) and (not self.regions or any(inside(box) for box in self.regions))
+
+
+class GuardRow(Model):
+    """One measured shape behind a derived guard: the patch against what SGLang serves there."""
+
+    dims: dict[str, int]
+    dtype: str
+    served_by: str | None = None
+    served_us: float | None = None
+    candidate_us: float | None = None
+    speedup: float | None = Field(default=None, description="served_us / candidate_us (else vs the original)")
+    spread_pct: float = 0.0
+    wins: bool = Field(description="faster beyond the spread: speedup - 1 > spread_pct / 100, not suspect")
+    served: bool = Field(default=False, description="inside the derived guard: the patch serves this shape")
 
 
 class ValidatedOn(Model):
@@ -88,6 +114,8 @@ class Evidence(Model):
                           description="what the times were measured against")
     results: list[EvalResult] = Field(default_factory=list)
     notes: list[str] = Field(default_factory=list)
+    guard_table: list[GuardRow] = Field(
+        default_factory=list, description="the per-shape measurements the guard was derived from (`patches guard`)")
 
     def speedups(self) -> list[tuple[dict[str, int], str, float | None]]:
         rows: list[tuple[dict[str, int], str, float | None]] = []

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import importlib.util
 import shutil
-import tempfile
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
+from astra_sglang.contract.base import make_temp_dir
 from astra_sglang.contract.base import sha256_file as sha256
-from astra_sglang.contract.op import MANIFEST_NAME, load_manifest
+from astra_sglang.contract.op import MANIFEST_NAME, SourceFile, load_manifest
 from astra_sglang.errors import AstraError
 
 
@@ -70,12 +70,22 @@ class Restored:
         return text
 
 
-def restore_folder(op_dir: Path) -> Restored:
-    """Copy back every non-committed file of one folder and verify every file's hash. A file that is there
-    with another content (an edit) is replaced, and its content kept as ``NAME.edited-<timestamp>``."""
+#: the files only the harness reads (the library kernel SGLang serves with, timed beside the original): a patch's
+#: build never includes them, so a serving environment without that library (FlashInfer) can still build it
+BASELINE_ROLES = frozenset({"baseline_kernel", "baseline_header"})
+
+
+def _needed(f: SourceFile, for_build: bool) -> bool:
+    return not (for_build and f.role in BASELINE_ROLES)
+
+
+def restore_folder(op_dir: Path, *, for_build: bool = False) -> Restored:
+    """Copy back every non-committed file of one folder (``for_build``: only those a build of the op or a patch
+    reads) and verify every such file's hash. A file that is there with another content (an edit) is replaced,
+    and its content kept as ``NAME.edited-<timestamp>``."""
     manifest = load_manifest(op_dir)
     done, bad = Restored(folder=Path(op_dir)), []
-    for f in manifest.files:
+    for f in (f for f in manifest.files if _needed(f, for_build)):
         dest = op_dir / f.path
         if not f.committed:
             src = _package_root(f.origin) / f.origin.split(":", 1)[1]
@@ -107,36 +117,64 @@ def restore_folder(op_dir: Path) -> Restored:
     return done
 
 
-def is_complete(op_dir: Path) -> bool:
-    """Every file the manifest names is present (hashes are checked when a folder is restored)."""
+def is_complete(op_dir: Path, *, for_build: bool = False) -> bool:
+    """Every file the manifest names (``for_build``: every file a build reads) is present (hashes are checked when
+    a folder is restored)."""
     manifest = load_manifest(op_dir)
-    return all((op_dir / f.path).is_file() for f in manifest.files)
+    return all((op_dir / f.path).is_file() for f in manifest.files if _needed(f, for_build))
+
+
+def build_files_problem(op_dir: Path) -> str | None:
+    """Why the files a build of this op reads cannot be had here, or None: each is in the folder or in the
+    installed package it came from with the pinned SHA-256. Cheap (a few small files hashed): the plugin asks at
+    start-up, so an operator reads "cannot build here" in its one line instead of a failure at the first call."""
+    op_dir = Path(op_dir)
+    manifest = load_manifest(op_dir)
+    for f in (f for f in manifest.files if _needed(f, True)):
+        here = op_dir / f.path
+        if here.is_file() and sha256(here) == f.sha256:
+            continue
+        if f.committed:
+            return f"{f.path} is missing from {op_dir}"
+        try:
+            src = _package_root(f.origin) / f.origin.split(":", 1)[1]
+        except AstraError as e:
+            return f"needs {f.path}: {e}"
+        if not src.is_file():
+            return f"needs {f.path}, which the installed package lacks ({src})"
+        if sha256(src) != f.sha256:
+            return (f"the installed {f.origin.split(':', 1)[0]} has another {f.origin.split(':', 1)[1]} than the one "
+                    f"the op was extracted from (SGLang {manifest.sglang_version})")
+    return None
 
 
 def materialize(op_dir: Path, cache_root: Path) -> Path:
-    """``op_dir`` if complete, else a hash-verified copy refilled from the installed SGLang/FlashInfer.
+    """``op_dir`` if it holds every file a build reads, else a hash-verified copy refilled from the installed
+    SGLang.
 
     A wheel carries only the committed part of a folder (SGLang's files are never redistributed), and its
     site-packages may be read-only: the copy goes to ``cache_root``, keyed by the manifest's hash so another
-    extraction never reuses it. A different installed SGLang fails the hash check: the caller falls back.
+    extraction never reuses it. A different installed SGLang fails the hash check: the caller falls back. Only the
+    files a build reads are restored: the library baseline's (FlashInfer's headers, which only the harness times)
+    are not, so a serving environment without flashinfer-python builds patches too.
     """
     op_dir = Path(op_dir)
-    if is_complete(op_dir):
+    if is_complete(op_dir, for_build=True):
         return op_dir
     manifest = load_manifest(op_dir)
     key = sha256(op_dir / MANIFEST_NAME)[:16]
     dest = Path(cache_root) / "extracted" / f"{op_dir.name}-{key}"
-    if dest.is_dir() and is_complete(dest):
+    if dest.is_dir() and is_complete(dest, for_build=True):
         return dest
     dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{op_dir.name}.tmp-", dir=dest.parent))
+    tmp = make_temp_dir(prefix=f".{op_dir.name}.tmp-", parent=dest.parent)
     try:
         shutil.copyfile(op_dir / MANIFEST_NAME, tmp / MANIFEST_NAME)
         for f in manifest.files:
             if f.committed:
                 (tmp / f.path).parent.mkdir(parents=True, exist_ok=True)
                 shutil.copyfile(op_dir / f.path, tmp / f.path)
-        restore_folder(tmp)
+        restore_folder(tmp, for_build=True)
         if dest.exists():  # a concurrent process finished first: keep its copy
             shutil.rmtree(tmp, ignore_errors=True)
         else:

@@ -14,8 +14,8 @@ from typing import Literal
 
 from pydantic import Field
 
-from astra_sglang.contract.base import Model, read_versioned, sha256_file, write_atomic
-from astra_sglang.contract.op import MANIFEST_NAME
+from astra_sglang.contract.base import Model, read_versioned, write_atomic
+from astra_sglang.contract.op import manifest_sha256
 from astra_sglang.errors import AstraError
 
 VALIDATION_NAME = "validation.json"
@@ -57,6 +57,8 @@ class ContractValidation(Model):
     distributions: list[str]
     cases_run: int
     cases_skipped: int = Field(description="cases the original refuses (e.g. a dtype it does not build)")
+    skipped: dict[str, str] = Field(default_factory=dict, description="dtype -> why this run left it out (e.g. "
+                                    "bfloat16 under the Triton CPU interpreter, which computes it wrongly)")
     passed: bool
     max_error: dict[str, tuple[float, float]] = Field(
         default_factory=dict, description="per output: (max |original - reference|, max share of tolerance used)")
@@ -70,10 +72,6 @@ class ValidationFile(Model):
     schema_version: int = VALIDATION_SCHEMA_VERSION
     op_id: str
     validations: list[ContractValidation] = Field(default_factory=list)
-
-
-def manifest_sha256(op_dir: Path) -> str:
-    return sha256_file(Path(op_dir) / MANIFEST_NAME)
 
 
 def read_validations(op_dir: Path) -> ValidationFile | None:
@@ -108,6 +106,6 @@ def require_validated(op_dir: Path, short_name: str) -> ContractValidation:
     v = current_validation(op_dir)
     if v is None:
         raise AstraError(f"{short_name}: its contract is not validated against the original kernel for this "
-                         f"manifest; run `astra-sglang validate-contract {short_name}` (on a GPU host; Triton ops "
-                         "also on CPU with --shapes test)")
+                         f"manifest; run `astra-sglang validate-contract {short_name}` (on a GPU host; a Triton op "
+                         "also on CPU: --device cpu --record)")
     return v

@@ -58,5 +58,11 @@ def scan_call_sites(
             note=serving.get(key, "bound to the entry point (found by scanning sys.modules)"),
         )
     for site in extra:
-        sites.setdefault((site.module, site.attr), site)
+        key2 = (site.module, site.attr)
+        found = sites.get(key2)
+        if found is None:
+            sites[key2] = site
+        elif site.reached_by_serving and not found.reached_by_serving:
+            # the scan proves what the attribute binds; the catalog knows that serving reaches it, and how
+            sites[key2] = found.model_copy(update={"reached_by_serving": True, "note": site.note})
     return list(sites.values()), skipped

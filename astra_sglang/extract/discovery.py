@@ -9,6 +9,7 @@ is a ``forward_*`` method that imports its implementation, the imported modules 
 from __future__ import annotations
 
 import difflib
+import re
 import sys
 
 from pydantic import BaseModel
@@ -125,6 +126,12 @@ def _fused_ops() -> dict[str, bool]:
     return found
 
 
+def no_entry_reason(op_id: str, source: str) -> str:
+    """Why an op with a kernel source cannot be extracted, with the command that drafts the missing contract."""
+    return (f"{source} but no catalog entry (signature, reference, shapes): draft one with "
+            f"`astra-sglang extract {op_id} --draft`")
+
+
 def _info(op_id: str, targets: list[tuple[str, str]], fused: dict[str, bool], registered: bool) -> OpInfo:
     kinds: dict[str, tuple[list[str], str | None]] = {}
     for backend, target in targets:
@@ -148,10 +155,9 @@ def _info(op_id: str, targets: list[tuple[str, str]], fused: dict[str, bool], re
                       extractable=True, short_name=entry.short_name, standalone=standalone,
                       standalone_reason=standalone_reason)
     if kind == "cuda_jit":
-        reason = problem or f"CUDA JIT ({', '.join(sources)}) but no catalog entry (signature, reference, shapes)"
+        reason = problem or no_entry_reason(op_id, f"CUDA JIT ({', '.join(sources)})")
     elif kind == "triton":
-        reason = f"Triton source, but {problem}" if problem else \
-            "Triton source but no catalog entry (signature, reference, shapes)"
+        reason = f"Triton source, but {problem}" if problem else no_entry_reason(op_id, "Triton source")
     elif kind == "compiled_only":
         reason = "compiled only (sgl_kernel wheel): no source in the installed package"
     elif kind == "torch":
@@ -197,9 +203,45 @@ def resolve(name: str, infos: list[OpInfo]) -> OpInfo:
         return suffix[0]
     if len(suffix) > 1:
         raise AstraError(f"op {name!r} is ambiguous: {', '.join(i.op_id for i in suffix[:8])}; give the full op id")
-    names = [i.op_id for i in infos] + [e.short_name for e in catalog.entries()]
+    raise AstraError(_unknown(name, [i.op_id for i in infos] + [e.short_name for e in catalog.entries()]))
+
+
+def _unknown(name: str, names: list[str]) -> str:
+    """'unknown op X; did you mean Y?': the closest known names, or where to look when none is close."""
     close = difflib.get_close_matches(name, names, n=5, cutoff=0.5) or [
         n for n in names if name.lower() in n.lower()
     ][:5]
-    hint = f"; close matches: {', '.join(close)}" if close else "; see `astra-sglang extract --list`"
-    raise AstraError(f"unknown op {name!r}{hint}")
+    if not close:
+        return f"unknown op {name!r}; `astra-sglang extract --list` lists every op of the installed SGLang"
+    return f"unknown op {name!r}; did you mean {close[0]}?" + (f" (or {', '.join(close[1:])})" if close[1:] else "")
+
+
+def _last(name: str) -> str:
+    return name.split(":")[-1].split(".")[-1]
+
+
+def check_names(names: list[str]) -> None:
+    """Refuse, in one line and without importing SGLang, a name that cannot be one of its ops.
+
+    Importing SGLang and scanning its registry takes ~40 s on a CPU host: a typo should not wait for it. A name
+    passes when the catalog knows it or its last part occurs in the source of SGLang's kernel package (the
+    registry builds every op id from names in those files, and ``resolve`` also takes a part of one); the scan
+    decides the others. The suggestions then come from the catalog and the package's public functions.
+    """
+    unknown = [n for n in dict.fromkeys(names) if catalog.find(n) is None]
+    kernels = sglang_root() / "kernels" if unknown else None
+    if kernels is None or not kernels.is_dir():  # nothing to check, or an SGLang laid out otherwise: the scan says
+        return
+    text: list[str] = []
+    for path in sorted(kernels.rglob("*.py")):
+        try:
+            text.append(path.read_text(errors="replace"))
+        except OSError:
+            continue
+    text += [e.entry_point for e in catalog.entries()] + list(SERVING_ENTRY_POINTS)  # ids list_ops adds
+    source = "\n".join(text)
+    for name in unknown:
+        if _last(name) not in source:
+            known = {n for e in catalog.entries() for n in (e.short_name, e.op_id, *e.aliases)}
+            known.update(re.findall(r"^\s*def ([A-Za-z]\w*)", source, re.MULTILINE))
+            raise AstraError(_unknown(name, sorted(known)))

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from astra_sglang.contract.base import make_temp_dir
 from astra_sglang.contract.base import sha256_file as sha256
 from astra_sglang.contract.op import (
     MANIFEST_NAME,
@@ -51,6 +52,7 @@ from astra_sglang.extract.recipe import (
 from astra_sglang.extract.sglang_env import (
     flashinfer_root,
     flashinfer_version,
+    import_optional,
     jit_dir,
     sglang_root,
     sglang_version,
@@ -294,6 +296,16 @@ def _kept_traced(old_dir: Path, op_id: str) -> list[ShapeCase]:
     return [s for s in old.shapes if "traced" in s.tags] if old.op_id == op_id else []
 
 
+def import_catalog_sites() -> None:
+    """Import every module any catalog entry scans for call sites, before a scan.
+
+    The scan reads ``sys.modules``, so without this an op's call sites depended on which other ops were extracted
+    in the same process (``per_token_group_quant_fp8`` alone missed the binding in ``moe_runner.deep_gemm`` that
+    an ``extract`` of every op found): re-extracting must give the same manifest whatever else is extracted."""
+    for module in sorted({m for e in catalog.entries() for m in e.callsite_modules}):
+        import_optional(module)
+
+
 def build_manifest(entry: CatalogEntry, root: Path, kept_shapes: list[ShapeCase]) -> Manifest:
     from astra_sglang.extract.sglang_env import install_cpu_shims
 
@@ -311,6 +323,7 @@ def build_manifest(entry: CatalogEntry, root: Path, kept_shapes: list[ShapeCase]
     elif any(t.generated for t in entry.signature.tensors):
         raise AstraError(f"{entry.short_name}: the signature has generated tensors but the entry has no inputs.py")
     obj = resolve_target(entry.entry_point)
+    import_catalog_sites()
     call_sites, skipped = scan_call_sites(obj, entry.entry_point, entry.callsite_modules, entry.serving_sites,
                                             entry.extra_sites)
     if skipped:
@@ -393,7 +406,7 @@ def write_op(entry: CatalogEntry, out: Path) -> WrittenOp:
     except OSError as e:
         raise AstraError(f"cannot create the output folder {out}: {e.strerror or e}") from None
     final = out / entry.short_name
-    tmp = Path(tempfile.mkdtemp(prefix=f".{entry.short_name}.tmp-", dir=out))
+    tmp = make_temp_dir(prefix=f".{entry.short_name}.tmp-", parent=out)  # becomes the op folder: umask's mode
     try:
         manifest = build_manifest(entry, tmp, _kept_traced(final, entry.op_id) if final.exists() else [])
         write_manifest(tmp, Manifest.model_validate(manifest.model_dump()))

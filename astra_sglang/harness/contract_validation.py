@@ -13,11 +13,57 @@ import datetime as dt
 from pathlib import Path
 
 from astra_sglang.contract.eval_config import EvalConfig
-from astra_sglang.contract.op import load_manifest
+from astra_sglang.contract.op import Manifest, load_manifest, manifest_sha256
 from astra_sglang.contract.result import EvalResult, FailedCase
-from astra_sglang.contract.validation import ContractValidation, FindingCheck, TimedOriginal, manifest_sha256
+from astra_sglang.contract.validation import ContractValidation, FindingCheck, TimedOriginal
+from astra_sglang.errors import AstraError
 from astra_sglang.harness.evaluate import evaluate, resolve_device
 from astra_sglang.harness.suite import check_dtypes, distributions, timed_shapes
+
+# What Triton's CPU interpreter (TRITON_INTERPRET=1, Triton 3.8) cannot run, found by running each op with
+# `validate-contract OP --device cpu` and reading its error and values; tests/test_cpu_honesty_validate.py
+# re-checks that the interpreter still has each limit (drop an entry once Triton fixes it).
+BF16_INTERPRETER = ("is not supported by the Triton CPU interpreter (it keeps bfloat16 as raw 16-bit integers and "
+                    "computes on the bits: {how})")
+NO_LIBDEVICE = ("the Triton CPU interpreter does not implement triton.language.extra.libdevice (the kernel's "
+                "libdevice.tanh returns None: TypeError)")
+# op id -> (dtypes the interpreter gets wrong, None = the whole op cannot run there; why)
+INTERPRETER_LIMITS: dict[str, tuple[tuple[str, ...] | None, str]] = {
+    "attention.decode_attention_fwd": (("bfloat16",), BF16_INTERPRETER.format(how="q*k products and tl.dot")),
+    "attention.extend_attention_fwd": (("bfloat16",), BF16_INTERPRETER.format(how="q*k products and tl.dot")),
+    "moe.fused_moe_kernel": (("bfloat16",), BF16_INTERPRETER.format(how="tl.dot")),
+    "attention.fused_qk_rope_reshape_and_cache": (
+        ("bfloat16",), BF16_INTERPRETER.format(how="the rotation's -x negates the integer")),
+    "activation.softcap_inplace_logits": (None, NO_LIBDEVICE),
+    "activation.softcap_to_float32_logits": (None, NO_LIBDEVICE),
+}
+
+
+def interpreter_limit(manifest: Manifest, device: str) -> tuple[tuple[str, ...] | None, str] | None:
+    """What a run on ``device`` must leave out of this op (dtypes, or None for all of it) and why; None when
+    nothing. Only the CPU interpreter has such limits: a GPU run checks everything."""
+    return INTERPRETER_LIMITS.get(manifest.op_id) if device == "cpu" else None
+
+
+def _without_interpreter_limits(manifest: Manifest, config: EvalConfig,
+                                device: str) -> tuple[EvalConfig, dict[str, str]]:
+    """``config`` minus the dtypes the interpreter computes wrongly, and why each is left out ({}: none). A
+    failure there is the interpreter's, not the kernel's or the contract's: reporting it as a FAIL would be
+    as wrong as hiding it, so it is left out by name (the other dtypes must still pass)."""
+    limit = interpreter_limit(manifest, device)
+    if limit is None:
+        return config, {}
+    dtypes, why = limit
+    if dtypes is None:
+        raise AstraError(f"{manifest.short_name}: skipped: {why}; validate it on a GPU host")
+    wanted = check_dtypes(manifest, config)
+    left_out = [d for d in wanted if d in dtypes]
+    kept = [d for d in wanted if d not in dtypes]
+    if not left_out:
+        return config, {}
+    if not kept:
+        raise AstraError(f"{manifest.short_name}: skipped: {'/'.join(left_out)} {why}; validate it on a GPU host")
+    return config.model_copy(update={"dtypes": kept}), {d: why for d in left_out}
 
 
 def describe_failure(f: FailedCase) -> str:
@@ -64,6 +110,7 @@ def validate_contract(op_dir: Path, config: EvalConfig) -> tuple[ContractValidat
     manifest = load_manifest(op_dir)
     sha = manifest_sha256(op_dir)
     device = resolve_device(config)
+    config, skipped = _without_interpreter_limits(manifest, config, device)
     res = evaluate(op_dir, None, config)
     c = res.correctness
     passed = res.error is None and c is not None and c.ok and c.cases_run > 0
@@ -81,7 +128,7 @@ def validate_contract(op_dir: Path, config: EvalConfig) -> tuple[ContractValidat
         date=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), shape_set=config.shapes,
         shapes=len(timed_shapes(manifest, config)) if config.shapes != "all" else len(manifest.shapes),
         dtypes=check_dtypes(manifest, config), distributions=distributions(manifest, config),
-        cases_run=c.cases_run if c else 0, cases_skipped=c.skipped_cases if c else 0, passed=passed,
+        cases_run=c.cases_run if c else 0, cases_skipped=c.skipped_cases if c else 0, skipped=skipped, passed=passed,
         max_error=dict(c.reference_error) if c else {}, first_failure=failure, timed=timed, findings=findings,
         versions={"torch": torch.__version__, "triton": triton.__version__, "sglang": manifest.sglang_version},
     )

@@ -182,8 +182,8 @@ def evaluate_many(op_dir: Path, candidates: list[Path | None], config: EvalConfi
     manifest = _load(op_dir)
     device = resolve_device(config)
     if device == "cpu" and manifest.source_kind == "cuda_jit":
-        raise AstraError(f"{manifest.short_name} is a CUDA kernel: checking and timing it needs a GPU "
-                         "(on this machine only builds run: see `astra_sglang.loader.build_cuda_module`)")
+        raise AstraError(f"{manifest.short_name} is a CUDA kernel: checking and timing it needs a GPU. Run this on a "
+                         "GPU host, or optimize with `--eval-queue DIR` here and run `astra-sglang evaluate DIR` there")
     candidates = [Path(c).resolve() if c is not None else None for c in candidates]
     for c in candidates:
         if c is not None and not c.is_file():

@@ -14,6 +14,7 @@ import math
 import random
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from astra_sglang.contract.base import sha256_text, write_atomic
@@ -67,22 +68,31 @@ def quick_cases(manifest: Manifest, config: EvalConfig, seed: int) -> list[CaseS
 
 
 def sweep_variants(op_dir: Path, manifest: Manifest, configs: list[Config], sources: list[Path],
-                   config: EvalConfig, device: str, seed: int) -> tuple[list[SweepConfig], str, int]:
+                   config: EvalConfig, device: str, seed: int,
+                   progress: Callable[[str], None] | None = None) -> tuple[list[SweepConfig], str, int]:
     """Each source screened, then all that pass checked and timed in one judge; (per-config results, device
-    name, quick cases). A variant's failure never stops the sweep; the judge dying fails every config."""
+    name, quick cases). A variant's failure never stops the sweep; the judge dying fails every config.
+
+    ``progress`` gets a line per config as it is decided. An untimed sweep (the CPU interpreter) then checks
+    each config in its own judge, so that a slow interpreter run is never silent; a timed one keeps all
+    configs in one worker (its timing must not be split) and gets one line before it starts."""
     from astra_sglang.harness.evaluate import _CEILING as CEILING
 
+    say = progress or (lambda line: None)
+    n = len(configs)
     results = [SweepConfig(config=c, ok=False) for c in configs]
     live: list[int] = []
     for i, src in enumerate(sources):
         screened = screen_report(src, op_dir, manifest) if config.screen else None
         if screened is not None:
-            results[i].failure = "build failed: " + screened.log.strip().splitlines()[-1][:300]
+            results[i].failure = failure = "build failed: " + screened.log.strip().splitlines()[-1][:300]
+            say(f"config {i + 1}/{n} {configs[i]}: dropped: {failure[:160]}")
         else:
             live.append(i)
     cases = quick_cases(manifest, config, seed)
     if not live:
         return results, "", len(cases)
+    timed = config.timing and (device == "cuda" or config.simulate_timing)
     warmup, rep = config.timing_protocol()
     job = CheckJob(op_dir=str(op_dir), manifest=manifest, candidate=str(sources[live[0]]), device=device,  # type: ignore[arg-type]
                    config=config.model_copy(update={"simulate_timing": config.simulate_timing and device == "cpu",
@@ -90,19 +100,31 @@ def sweep_variants(op_dir: Path, manifest: Manifest, configs: list[Config], sour
                    warmup=min(warmup, SWEEP_WARMUP), rep=min(rep, SWEEP_REP), timing_seed=seed ^ 0x5EED, cases=cases,
                    timed_shapes=timed_shapes(manifest, config), timing_dtypes=timing_dtypes(manifest, config),
                    ceiling=config.copy_ceiling_gbps or CEILING.get(device), variants=[str(sources[i]) for i in live])
-    outcome = run_checker(job, timeout_s=config.timeout_s + 60.0, max_wall_s=config.max_wall_s)
-    r = outcome.result
-    if r is None or r.sweep is None:
-        why = (f"sweep {outcome.died}: {outcome.detail}" if outcome.died else
-               f"sweep checker error: {outcome.error.error[:500]}" if outcome.error else "sweep gave no result")
-        for i in live:
-            results[i].failure = why
-        return results, "", len(cases)
-    if r.ceiling:
-        CEILING[device] = r.ceiling
-    for o in r.sweep:
-        _fill(results[live[o.index]], o)
-    return results, r.device, len(cases)
+    batches = [[i] for i in live] if progress is not None and not timed else [live]
+    if timed:
+        say(f"checking and timing {len(live)} config(s) in one worker on {len(job.timed_shapes)} shape(s)")
+    dev = ""
+    for batch in batches:
+        t0 = time.monotonic()
+        outcome = run_checker(job.model_copy(update={"candidate": str(sources[batch[0]]),
+                                                     "variants": [str(sources[i]) for i in batch]}),
+                              timeout_s=config.timeout_s + 60.0, max_wall_s=config.max_wall_s)
+        r = outcome.result
+        if r is None or r.sweep is None:
+            why = (f"sweep {outcome.died}: {outcome.detail}" if outcome.died else
+                   f"sweep checker error: {outcome.error.error[:500]}" if outcome.error else "sweep gave no result")
+            for i in batch:
+                results[i].failure = why
+        else:
+            dev = r.device
+            if r.ceiling:
+                CEILING[device] = r.ceiling
+            for o in r.sweep:
+                _fill(results[batch[o.index]], o)
+        for i in batch:
+            verdict = "passed the checks" if results[i].ok else f"dropped: {(results[i].failure or '')[:160]}"
+            say(f"config {i + 1}/{n} {configs[i]}: {verdict} ({time.monotonic() - t0:.0f} s)")
+    return results, dev, len(cases)
 
 
 def _fill(res: SweepConfig, o: VariantOutcome) -> None:

@@ -13,6 +13,7 @@ import itertools
 import random
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from astra_sglang.contract.eval_config import EvalConfig
@@ -23,6 +24,8 @@ from astra_sglang.harness.launch_params import LaunchParam, find_launch_params, 
 from astra_sglang.harness.sweep import CPU_NOTE, choose, sweep_method, sweep_variants
 
 BASELINE_NAME = "tune_baseline.json"
+CHECK_ONLY_NOTE = ("correctness only (Triton CPU interpreter): every config checked on the test shapes, none "
+                   "timed; which is fastest needs a GPU")
 
 
 def original_params(op_dir: Path, manifest: Manifest) -> list[LaunchParam]:
@@ -35,7 +38,10 @@ def original_params(op_dir: Path, manifest: Manifest) -> list[LaunchParam]:
     return find_launch_params(text, list(r.kernels))
 
 
-def sweep_baseline(op_dir: Path, config: EvalConfig) -> SweepBaseline:
+def sweep_baseline(op_dir: Path, config: EvalConfig,
+                   progress: Callable[[str], None] | None = None) -> SweepBaseline:
+    """The sweep; with ``config.timing`` off (the CPU interpreter) only the checks of every config run, and
+    the result has no shapes: it says which configs are correct, never which is faster."""
     from astra_sglang.harness.evaluate import resolve_device
 
     t0 = time.monotonic()
@@ -58,7 +64,7 @@ def sweep_baseline(op_dir: Path, config: EvalConfig) -> SweepBaseline:
             path = Path(tmp) / f"{Path(r.source).stem}_v{i:02d}.py"
             path.write_text(launch_variant(text, params, c))
             sources.append(path)
-        results, dev, _ = sweep_variants(op_dir, manifest, configs, sources, config, device, seed)
+        results, dev, _ = sweep_variants(op_dir, manifest, configs, sources, config, device, seed, progress)
     if not any(c.ok for c in results):
         first = next((c.failure for c in results if c.failure), "")
         raise AstraError(f"tune {manifest.short_name}: no config of the original passed its checks (first: "
@@ -72,14 +78,23 @@ def sweep_baseline(op_dir: Path, config: EvalConfig) -> SweepBaseline:
                          device=dev or ("cuda" if device == "cuda" else "cpu (TRITON_INTERPRET=1)"),
                          parameters={p.name: p.values for p in params},
                          original_config={p.name: p.original for p in params}, shapes=shapes, configs=results,
-                         method=sweep_method(config, dev, not shapes), note=CPU_NOTE if device != "cuda" else "",
+                         method=sweep_method(config, dev, not shapes),
+                         note="" if device == "cuda" else CPU_NOTE if shapes else CHECK_ONLY_NOTE,
                          wall_s=time.monotonic() - t0)
 
 
+def measured_on_gpu(b: SweepBaseline) -> bool:
+    """Whether ``b``'s times are GPU measurements: a CPU sweep ('cpu (TRITON_INTERPRET=1)', 'cpu (simulated
+    timing, ...)') times host calls of the interpreter, which say nothing about a kernel's speed."""
+    return not b.device.startswith("cpu")
+
+
 def read_baseline(op_dir: Path) -> SweepBaseline | None:
-    """The op folder's ``tune_baseline.json``, None when absent or unreadable (then it is reported missing)."""
+    """The op folder's ``tune_baseline.json``, None when absent, unreadable or not measured on a GPU (older
+    versions wrote one from CPU interpreter timings): then it is reported missing, never used as a bar."""
     path = Path(op_dir) / BASELINE_NAME
     try:
-        return SweepBaseline.model_validate_json(path.read_text())
+        b = SweepBaseline.model_validate_json(path.read_text())
     except (OSError, ValueError):
         return None
+    return b if measured_on_gpu(b) else None

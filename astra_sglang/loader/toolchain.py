@@ -10,6 +10,7 @@ import importlib.util
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 from astra_sglang.errors import AstraError
@@ -58,7 +59,9 @@ def host_compiler() -> str:
 
 
 def ninja_path() -> str:
-    ninja = shutil.which("ninja")
+    """On PATH, else beside this Python (pip's ninja in a venv that was not activated, as a server often runs)."""
+    beside = Path(sys.executable).parent / "ninja"
+    ninja = shutil.which("ninja") or (str(beside) if beside.is_file() and os.access(beside, os.X_OK) else None)
     if ninja is None:
         raise AstraError("ninja not found: `pip install ninja` (the CUDA build runs through a generated build.ninja)")
     return ninja

@@ -137,8 +137,8 @@ class Evaluator(ABC):
         found = read_baseline(self.op_dir)
         if found is not None:
             return TuneOutcome(baseline=found)
-        return TuneOutcome(error=f"missing: no timing here and no {self.op_dir / BASELINE_NAME} (run `astra-sglang "
-                                 f"tune {self.manifest.short_name}` on a GPU host)")
+        return TuneOutcome(error=f"missing: no timing here and no GPU-measured {self.op_dir / BASELINE_NAME} (run "
+                                 f"`astra-sglang tune {self.manifest.short_name}` on a GPU host)")
 
     def evaluate_many(self, items: list[tuple[str, Path | None]], spec: EvalSpec) -> list[EvalResult]:
         """A round's candidates (label, source) at once, results in order."""
@@ -446,11 +446,14 @@ def process_queue(queue_dir: Path, extracted_root: Path, device: str | None = No
 
     Pending evaluations of one op under one spec (a K-candidate round, or runs sharing a queue) go to the
     harness together, so their builds run in parallel on this host's cores and only the timing is serial;
-    each result is written the moment its verdict is final, so a pass cut short keeps what it finished."""
+    each result is written the moment its verdict is final, so a pass cut short keeps what it finished.
+    Work runs in queue order, a batch where its first item stands; ``progress(request)`` is called as an
+    item's work starts (a batch's items together), so what it prints is the order things run in."""
     from astra_sglang.harness.evaluate import evaluate_many
 
     done: list[tuple[str, EvalResult]] = []
-    batches: dict[tuple[str, str], list[tuple[Path, QueueRequest, Path | None]]] = {}
+    # (job, op, spec, tune item or "") -> its items; a dict keeps the order units first appear in: the run order
+    units: dict[tuple[str, str, str, str], list[tuple[Path, QueueRequest, Path | None]]] = {}
     for item_dir, request, result in list_queue(queue_dir):
         if result is not None:
             continue
@@ -459,22 +462,26 @@ def process_queue(queue_dir: Path, extracted_root: Path, device: str | None = No
         if manifest.op_id != request.op_id:
             raise AstraError(f"{item_dir}: request is for op {request.op_id}, {op_dir} holds {manifest.op_id}")
         spec = request.spec if device is None else request.spec.model_copy(update={"device": device})
-        if progress is not None:
-            progress(request)
-        if request.job == "tune":
-            atomic_write(item_dir / TUNE_RESULT_NAME, run_tune(op_dir, to_eval_config(spec)).model_dump_json(indent=1))
-            continue
+        tune = str(item_dir) if request.job == "tune" else ""  # a tune job runs alone
         candidate = item_dir / request.candidate_file if request.candidate_file else None
-        batches.setdefault((request.op, spec.model_dump_json()), []).append((item_dir, request, candidate))
-    for (op, spec_json), items in batches.items():
-        spec = EvalSpec.model_validate_json(spec_json)
+        units.setdefault((request.job, request.op, spec.model_dump_json(), tune), []).append(
+            (item_dir, request, candidate))
+    for (job, op, spec_json, _), items in units.items():
+        if progress is not None:
+            for _, request, _ in items:
+                progress(request)
+        config = to_eval_config(EvalSpec.model_validate_json(spec_json))
+        if job == "tune":
+            atomic_write(items[0][0] / TUNE_RESULT_NAME, run_tune(Path(extracted_root) / op, config).model_dump_json(
+                indent=1))
+            continue
 
         def keep(i: int, result: EvalResult, items: list[tuple[Path, QueueRequest, Path | None]] = items) -> None:
             item_dir, request, _ = items[i]
             atomic_write(item_dir / RESULT_NAME, result.model_dump_json(indent=1))
             done.append((request.item_id, result))
 
-        evaluate_many(Path(extracted_root) / op, [c for _, _, c in items], to_eval_config(spec), on_result=keep)
+        evaluate_many(Path(extracted_root) / op, [c for _, _, c in items], config, on_result=keep)
     return done
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -25,6 +26,9 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 NOT_MEASURED = "not measured"
+NO_FINISHED_ROUND = "no finished round"
+UNTIMED = "untimed: no candidate was timed"
+REPORT_NAME = "report.md"
 
 
 @dataclass
@@ -69,6 +73,18 @@ class RunReport:
             return "single-agent" + (f", {k} single agents a round" if k > 1 else "")
         return f"multi-agent, K={k} candidate{'s' if k > 1 else ''} a round"
 
+    @property
+    def timed(self) -> bool:
+        """Whether any candidate was timed: without a GPU (or before the queue answered) none is, and the
+        original's 1.0x would read as "no gain" where nothing was measured."""
+        return any(e.geomean_speedup is not None for r in self.records if r.round > 0 for e in r.entries())
+
+    def best_speedup(self) -> str:
+        """The summary table's cell: the best speedup, or why the run has none to show."""
+        if not self.records:
+            return NO_FINISHED_ROUND
+        return _f(self.best_so_far()[-1][1]) + "x" if self.timed else UNTIMED
+
     def best_so_far(self) -> list[tuple[int, float]]:
         """(round, best speedup so far), from round 0 (the original, 1.0x)."""
         out, best = [(0, 1.0)], 1.0
@@ -79,12 +95,15 @@ class RunReport:
         return out
 
 
-def load_run(path: Path, runs_dir: Path = Path("runs")) -> RunReport:
-    """A run folder (or a run id under ``runs_dir``) with at least one finished round, else one AstraError line."""
+def load_run(path: Path, runs_dir: Path = Path("runs"), allow_unfinished: bool = False) -> RunReport:
+    """A run folder (or a run id under ``runs_dir``) with at least one finished round, else one AstraError line.
+
+    ``allow_unfinished``: a run without a finished round comes back with no records (the page lists it as
+    such), so one run that just started does not keep the others of a multi-run report from being reported."""
     folder = RunFolder.find(runs_dir, str(path))
     meta = folder.read_meta()
     records = folder.records()
-    if not records:
+    if not records and not allow_unfinished:
         raise AstraError(f"{folder.path}: the run has no finished round (nothing to report)")
     steps: list[StepRecord] = []
     steps_path = folder.path / "steps.jsonl"
@@ -181,7 +200,7 @@ def progress_figure(runs: list[RunReport]) -> Figure:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7.0, 4.0))
-    for run in runs:
+    for run in (r for r in runs if r.records):
         pts = run.best_so_far()
         ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=_legend(run))
     ax.axhline(1.0, color="gray", linestyle="--", linewidth=1)
@@ -216,7 +235,7 @@ def shapes_figure(run: RunReport) -> Figure:
 
 def _legend(run: RunReport) -> str:
     label = run.meta.label or "no label"
-    return f"{run.name} ({label[:40]}{'...' if len(label) > 40 else ''})"
+    return f"{run.name} ({label[:40]}{'...' if len(label) > 40 else ''})" + ("" if run.timed else " [untimed]")
 
 
 def _save(fig: Figure, path: Path) -> None:
@@ -260,6 +279,8 @@ def run_section(run: RunReport) -> list[str]:
         ["tokens", _tokens(run.steps)], ["run folder", str(run.folder.path)]])
     lines += ["### Best speedup per round", ""]
     so_far = dict(run.best_so_far())
+    if not run.timed:
+        lines += ["Untimed: no candidate was timed, so the verdicts here are correctness only.", ""]
     rows = []
     for r in run.records:
         if r.round == 0:
@@ -269,7 +290,7 @@ def run_section(run: RunReport) -> list[str]:
                           + (f" {e.geomean_speedup:.3f}x" if e.geomean_speedup is not None else "") for e in entries)
         best = dict(best_per_round([r])).get(r.round)
         rows.append([str(r.round), str(len(entries)), tried, _f(best, missing="none timed and correct"),
-                     _f(so_far.get(r.round)), f"{r.wall_s:.1f}",
+                     _f(so_far.get(r.round)) if run.timed else "untimed", f"{r.wall_s:.1f}",
                      f"{r.tokens.input_tokens}/{r.tokens.output_tokens}" if r.tokens.requests else "not reported"])
     lines += _table(["round", "candidates", "verdicts", "round best", "best so far", "wall s", "tokens in/out"], rows)
     lines += ["### Wall time per step", ""]
@@ -312,6 +333,20 @@ def winner_section(run: RunReport, png: str | None) -> list[str]:
     return lines
 
 
+def unfinished_section(run: RunReport) -> list[str]:
+    """A run reported beside others before its first round finished: its status, so nobody reads it as lost."""
+    m = run.meta
+    return [f"## {run.name}", "", f"No finished round yet (status {m.status}{': ' + m.message if m.message else ''}); "
+            f"run folder {run.folder.path}.", ""]
+
+
+def default_out(runs: list[RunReport]) -> Path:
+    """Where the page goes without ``--out``: inside the run folder for one run, else in the folder that holds
+    all the runs (``runs/<op>/`` for runs of one op, ``runs/`` for several ops), never the current directory."""
+    folders = [str(r.folder.path.resolve()) for r in runs]
+    return Path(folders[0] if len(set(folders)) == 1 else os.path.commonpath(folders)) / REPORT_NAME
+
+
 def write_report(runs: list[RunReport], out: Path) -> tuple[Path, list[Path]]:
     """The page at ``out`` and its PNGs beside it (matplotlib, Agg); returns both."""
     import matplotlib
@@ -328,10 +363,12 @@ def write_report(runs: list[RunReport], out: Path) -> tuple[Path, list[Path]]:
              "by a model.", ""]
     lines += _table(["run", "label", "model", "mode", "rounds", "best speedup"],
                     [[r.name, r.meta.label or "(no label recorded)", r.meta.model, r.mode,
-                      str(len([x for x in r.records if x.round > 0])),
-                      _f(r.best_so_far()[-1][1]) + "x"] for r in runs])
+                      str(len([x for x in r.records if x.round > 0])), r.best_speedup()] for r in runs])
     lines += [f"![best speedup so far per round]({progress.name})", ""]
     for n, run in enumerate(runs):
+        if not run.records:
+            lines += unfinished_section(run)
+            continue
         lines += run_section(run)
         png = None
         if run.rows:

@@ -70,11 +70,18 @@ class RunFolder:
         return self.path / "rounds" / f"r{rnd:03d}"
 
     # --------------------------------------------------------------------------------------- lifecycle
-    @classmethod
-    def create(cls, runs_dir: Path, op: str, run_id: str) -> RunFolder:
+    @staticmethod
+    def new_path(runs_dir: Path, op: str, run_id: str) -> Path:
+        """Where ``create`` puts a new run, refused when it exists: ``optimize --run-id`` asks this before it
+        probes the model or writes anything, so a taken run id leaves nothing behind."""
         path = Path(runs_dir) / op / run_id
         if path.exists():
             raise AstraError(f"run folder {path} already exists; use --resume {run_id} or another --run-id")
+        return path
+
+    @classmethod
+    def create(cls, runs_dir: Path, op: str, run_id: str) -> RunFolder:
+        path = cls.new_path(runs_dir, op, run_id)
         try:
             path.mkdir(parents=True)
         except OSError as e:

@@ -10,6 +10,7 @@ patches is offline tooling (``astra_sglang.patches.tooling``).
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -25,6 +26,7 @@ from astra_sglang.contract.op import (
     ManifestError,
     entry_and_call,
     load_manifest,
+    manifest_digest,
 )
 from astra_sglang.contract.patch import (
     CPU_INTERPRET_ARCH,
@@ -35,6 +37,7 @@ from astra_sglang.contract.patch import (
     load_patch_manifest,
     target_problem,
 )
+from astra_sglang.contract.restore import build_files_problem
 from astra_sglang.data_paths import bundled_extracted, bundled_patches
 from astra_sglang.errors import AstraError
 from astra_sglang.patches.env import ALL_VALUES, ENV_SELECT, OFF_VALUES
@@ -63,10 +66,11 @@ def load_op(m: PatchManifest) -> Manifest:
         op = load_manifest(folder)
     except ManifestError as e:
         raise AstraError(f"extracted op {m.op} unusable: {e}") from None
-    sha = sha256_file(folder / MANIFEST_NAME)
+    sha = manifest_digest(op)
     if sha != m.op_manifest_sha256:
-        raise AstraError(f"{folder / MANIFEST_NAME} changed since the patch was validated (SHA-256 {sha[:12]}, the "
-                         f"patch pins {m.op_manifest_sha256[:12]}); re-validate with `patches verify --record`")
+        raise AstraError(f"{folder / MANIFEST_NAME} changed since the patch was validated (digest "
+                         f"{sha[:12]}, the patch pins {m.op_manifest_sha256[:12]}); re-validate with `patches verify "
+                         "--record` on a GPU host, or restore the committed folder with `git checkout extracted/`")
     return op
 
 
@@ -198,7 +202,32 @@ def static_problem(entry: PatchEntry, sglang_version: str | None) -> str | None:
     if sglang_version not in m.validated_on.sglang_versions:
         return (f"SGLang {sglang_version} installed, patch validated on "
                 f"{', '.join(m.validated_on.sglang_versions)}")
-    return op_problem(m)
+    return op_problem(m) or build_problem(m)
+
+
+def build_problem(m: PatchManifest) -> str | None:
+    """Why this patch's kernel cannot be built in this environment, or None.
+
+    Asked at start-up so the plugin's one line says "cannot build here" instead of "installed" followed by a
+    build failure at the first call (a serving environment is SGLang's: it may lack FlashInfer's package, nvcc or
+    ninja). A CUDA patch needs the toolchain SGLang's own JIT needs and the op's headers, which are restored from
+    the installed SGLang by SHA-256 (never shipped): both are checked here, without building."""
+    if m.source.kind == "triton":
+        return None if importlib.util.find_spec("triton") is not None else "cannot build here: Triton is not installed"
+    from astra_sglang.loader import toolchain
+
+    try:
+        toolchain.nvcc_path()
+        toolchain.host_compiler()
+        toolchain.ninja_path()
+        toolchain.tvm_ffi_paths()
+    except AstraError as e:
+        return f"cannot build here: {e}"
+    try:
+        problem = build_files_problem(op_folder(m.op))
+    except ManifestError as e:
+        problem = str(e)
+    return f"cannot build here: {problem}" if problem else None
 
 
 def op_problem(m: PatchManifest) -> str | None:

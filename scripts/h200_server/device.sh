@@ -5,7 +5,7 @@
 # shim for sgl_kernel, install astra-sglang beside it (its entry point is what SGLang's load_plugins finds),
 # check sgl_kernel's kernels against torch, make a random-weights LLaMA, then `astra-sglang validate`.
 # SERVER_ARGS: extra launch_server arguments (default --disable-radix-cache: a clean floor, README says why).
-# Usage: device.sh [smoke|validate] [validate options...]   Results go to $OUT.
+# Usage: device.sh [smoke|validate|forward] [validate or one_batch options...]   Results go to $OUT.
 set -uo pipefail
 STEP=${1:-validate}; shift || true
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -32,6 +32,14 @@ echo "sgl_kernel imported with the torch-2.11 ops in $(( $(date +%s) - T0 )) s"
 python3 scripts/h200_server/smoke.py 2>&1 | tee $OUT/smoke.log | tail -25
 [ "${PIPESTATUS[0]}" = 0 ] || { echo "smoke failed: no server run"; exit 1; }
 [ "$STEP" = smoke ] && exit 0
+if [ "$STEP" = forward ]; then  # SGLang's own forward (one_batch) after load_plugins: forward.py; arguments: one_batch's
+  [ -f /tmp/llama3-8b/config.json ] || python3 scripts/h200_server/make_model.py /tmp/llama3-8b llama3-8b \
+      > $OUT/make_config.log 2>&1 || { tail -20 $OUT/make_config.log; exit 1; }
+  timeout ${FORWARD_S:-420} python3 scripts/h200_server/forward.py --model-path /tmp/llama3-8b --load-format dummy \
+      --attention-backend triton --sampling-backend pytorch --dtype bfloat16 "$@" 2>&1 | tee $OUT/forward.log \
+      | grep -v "^\[.*Capturing\|it/s\]" | tail -40
+  exit "${PIPESTATUS[0]}"
+fi
 [ -f /tmp/model/config.json ] || python3 scripts/h200_server/make_model.py /tmp/model ${LAYERS:-4} > $OUT/make_model.log 2>&1 \
     || { tail -20 $OUT/make_model.log; exit 1; }
 tail -1 $OUT/make_model.log 2>/dev/null

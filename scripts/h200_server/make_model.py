@@ -8,7 +8,9 @@ then spread by about 6 nats and the greedy token usually leads by a nat or more,
 N(0, 0.02) the 640-way distribution is nearly flat: at hidden 4096, 5.3% of steps have a top-1/top-2 gap under
 0.02 nats (1.4% with the scaled head; logit_gaps.py on the CPU host), so one-ulp differences flip tokens often and
 token identity tests little.
-Usage: make_model.py OUT_DIR [LAYERS]
+With ``llama3-8b`` as LAYERS it writes LLaMA-3-8B's config alone (32 layers, hidden 4096, 32 q / 8 KV heads of 128,
+intermediate 14336) beside the tokenizer: SGLang's ``--load-format dummy`` fills the weights (forward.py's runs).
+Usage: make_model.py OUT_DIR [LAYERS | llama3-8b]
 """
 
 import sys
@@ -18,7 +20,8 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 out = sys.argv[1]
-layers = int(sys.argv[2]) if len(sys.argv) > 2 else 4
+config_only = len(sys.argv) > 2 and sys.argv[2] == "llama3-8b"
+layers = 32 if config_only else int(sys.argv[2]) if len(sys.argv) > 2 else 4
 corpus = [
     "The scheduler batches requests so that the GPU stays busy while tokens stream back to clients.",
     "Each layer normalizes its input, attends over the cached keys and values, and mixes the result.",
@@ -38,10 +41,17 @@ tok.train_from_iterator(corpus, trainers.BpeTrainer(vocab_size=2048, special_tok
 fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>")
 fast.save_pretrained(out)
 vocab = (len(fast) + 63) // 64 * 64
-cfg = LlamaConfig(vocab_size=vocab, hidden_size=4096, intermediate_size=11008, num_hidden_layers=layers,
-                  num_attention_heads=32, num_key_value_heads=8, head_dim=128, max_position_embeddings=4096,
+cfg = LlamaConfig(vocab_size=128256 if config_only else vocab, hidden_size=4096,
+                  intermediate_size=14336 if config_only else 11008, num_hidden_layers=layers,
+                  num_attention_heads=32, num_key_value_heads=8, head_dim=128,
+                  max_position_embeddings=16384 if config_only else 4096, rope_theta=500000.0 if config_only else 10000.0,
                   rms_norm_eps=1e-5, bos_token_id=fast.bos_token_id, eos_token_id=fast.eos_token_id,
                   torch_dtype="bfloat16", tie_word_embeddings=False)
+if config_only:
+    cfg.architectures = ["LlamaForCausalLM"]  # SGLang reads the model class from it; a bare config has None
+    cfg.save_pretrained(out)
+    print(f"config only: {out}: LLaMA-3-8B dims, {layers} layers (weights: --load-format dummy)")
+    sys.exit(0)
 torch.manual_seed(0)
 model = LlamaForCausalLM(cfg)
 with torch.no_grad():

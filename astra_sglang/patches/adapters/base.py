@@ -70,6 +70,15 @@ def make_guard(spec: GuardSpec, device_type: str) -> Callable[[Prepared], bool]:
     contiguous = spec.contiguous
     big = 1 << 62
     ranges = [(name, r.min, r.max if r.max is not None else big, r.multiple_of) for name, r in spec.dims.items()]
+    boxes = [[(name, r.min, r.max if r.max is not None else big, r.multiple_of) for name, r in box.items()]
+             for box in spec.regions]
+
+    def inside(dims: dict[str, int], box: list[tuple[str, int, int, int]]) -> bool:
+        for name, lo, hi, mult in box:
+            v = dims.get(name)
+            if v is None or v < lo or v > hi or v % mult:
+                return False
+        return True
 
     def accepts(p: Prepared) -> bool:
         first = p.tensors[0]
@@ -83,11 +92,9 @@ def make_guard(spec: GuardSpec, device_type: str) -> Callable[[Prepared], bool]:
             if t.data_ptr() % align:
                 return False
         dims = p.dims
-        for name, lo, hi, mult in ranges:
-            v = dims.get(name)
-            if v is None or v < lo or v > hi or v % mult:
-                return False
-        return True
+        if not inside(dims, ranges):
+            return False
+        return not boxes or any(inside(dims, box) for box in boxes)
 
     return accepts
 

@@ -14,14 +14,16 @@ from typing import TYPE_CHECKING
 
 from astra_sglang.contract.base import fit_dim, sha256_file
 from astra_sglang.contract.op import (
-    MANIFEST_NAME,
     Manifest,
     entry_and_call,
     load_manifest,
+    manifest_digest,
 )
 from astra_sglang.contract.patch import (
     CPU_INTERPRET_ARCH,
+    DimRange,
     Evidence,
+    GuardRow,
     GuardSpec,
     PatchManifest,
     PatchSource,
@@ -36,6 +38,7 @@ from astra_sglang.contract.restore import materialize
 from astra_sglang.data_paths import user_cache
 from astra_sglang.errors import AstraError
 from astra_sglang.patches.registry import op_folder, patches_root
+from astra_sglang.patches.tooling.guard import derive_guard, describe, measured_rows
 
 if TYPE_CHECKING:
     from astra_sglang.contract.result import EvalResult
@@ -79,7 +82,7 @@ def add_patch(
     _check_id(patch_id)
     source = Path(source)
     if not source.is_file():
-        raise AstraError(f"kernel source {source} does not exist")
+        raise AstraError(f"kernel source {source} {'is a directory, not a file' if source.is_dir() else 'does not exist'}")
     ad = get_adapter(op)
     kind = kind or ("triton" if source.suffix == ".py" else "cuda_jit")
     if kind not in ("triton", "cuda_jit"):
@@ -117,7 +120,7 @@ def add_patch(
     m = PatchManifest(
         patch_id=patch_id,
         op=op,
-        op_manifest_sha256=sha256_file(folder / MANIFEST_NAME),
+        op_manifest_sha256=manifest_digest(op_manifest),
         description=description,
         source=PatchSource(kind=kind, file=kernel_name),  # type: ignore[arg-type]
         targets=targets,
@@ -240,15 +243,24 @@ def add_from_run(
     sglang_versions: list[str] | None = None,
     archs: list[str] | None = None,
     guard: GuardSpec | None = None,
+    evidence_paths: list[Path] | None = None,
 ) -> Path:
     """Register the winner of an optimizer run (``runs/<op>/<run-id>/best/``) as a patch.
 
     ``best/`` must hold exactly one kernel source (``*.cuh`` or ``*.py``); every ``*.json`` in it that parses
-    as a harness EvalResult becomes evidence. ``model``/``rounds`` default to what ``best/``'s or the run's
-    JSON files say; label, mode and the winner's hash come from them too (``_RUN_KEYS``).
+    as a harness EvalResult becomes evidence, with ``evidence_paths`` (the winner measured over more shapes:
+    ``bench OP --candidate F --shapes all --heldout --json``). Without an explicit ``guard`` the guard is derived
+    from every timed shape of that evidence (``tooling.guard``): the patch serves where it beat what SGLang serves.
+    ``model``/``rounds`` default to what ``best/``'s or the run's JSON files say; label, mode and the winner's
+    hash come from them too (``_RUN_KEYS``).
     """
     run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise AstraError(f"run folder {run_dir} does not exist")
     best = run_dir / "best" if (run_dir / "best").is_dir() else run_dir
+    if best == run_dir and not (run_dir / "best").exists() and (run_dir / "run.json").is_file():
+        raise AstraError(f"{run_dir} has no winner (no best/ folder): none of its rounds produced a correct, timed "
+                         "candidate; see `astra-sglang report` for each round's verdicts")
     sources = sorted(p for p in best.iterdir() if p.suffix in (".cuh", ".py") and p.is_file()) if best.is_dir() else []
     if len(sources) != 1:
         raise AstraError(f"{best}: expected one kernel source (*.cuh or *.py), found {len(sources)}")
@@ -279,9 +291,50 @@ def add_from_run(
         label=meta.get("label"), mode=mode, candidate_sha256=meta.get("source_sha256") or sha256_file(sources[0]),
     )
     notes = [sweep_note(run_dir, results, force)] if results else []
+    results += load_evidence(list(evidence_paths or [])).results
+    table: list[GuardRow] = []
+    if guard is None:
+        from astra_sglang.patches.adapters import get_adapter
+
+        base = get_adapter(op).default_guard()
+        rows = [r for r in measured_rows(results) if set(base.dims) <= set(r.dims)]
+        if rows:
+            guard, table = derive_guard(base, rows)
+            notes.append(f"guard derived from {len(table)} measured shape(s): {describe(guard)}")
+        else:
+            notes.append("guard: the op adapter's default; the evidence times no shape of this op's dims (measure it "
+                         "with `bench OP --candidate F --shapes all --heldout --json` and run `patches guard`)")
     return add_patch(op, sources[0], patch_id=patch_id or f"{run_dir.name}", provenance=prov,
-                     evidence=Evidence(results=results, notes=notes), root=root, force=force, sglang_versions=sglang_versions,
-                     archs=archs, guard=guard)
+                     evidence=Evidence(results=results, notes=notes, guard_table=table), root=root, force=force,
+                     sglang_versions=sglang_versions, archs=archs, guard=guard)
+
+
+def rederive_guard(patch_id: str, evidence_paths: list[Path], *, root: Path | None = None,
+                   write: bool = False) -> tuple[PatchManifest, list[GuardRow]]:
+    """A registered patch's guard derived again from its evidence plus new measurements (``evidence_paths``), and
+    its check shapes moved inside it; written to its manifest with ``write``. The kernel and its pins are untouched:
+    only where it serves changes, which the plugin's first-call check then covers."""
+    from astra_sglang.contract.patch import load_patch_manifest
+    from astra_sglang.patches.adapters import get_adapter
+    from astra_sglang.patches.registry import find
+
+    entry = find(patch_id, root)
+    m = load_patch_manifest(entry.path)
+    new = load_evidence(evidence_paths).results
+    known = {r.model_dump_json() for r in m.evidence.results}
+    results = [*m.evidence.results, *(r for r in new if r.model_dump_json() not in known)]
+    ad = get_adapter(m.op)
+    guard, table = derive_guard(ad.default_guard(), measured_rows(results))
+    note = f"guard derived from {len(table)} measured shape(s) (`patches guard`): {describe(guard)}"
+    notes = [n for n in m.evidence.notes if not n.startswith("guard derived from")] + [note]
+    updated = m.model_copy(update={
+        "guard": guard,
+        "check_shapes": covered_check_shapes(ad.default_check_shapes(), guard),
+        "evidence": m.evidence.model_copy(update={"results": results, "notes": notes, "guard_table": table}),
+    })
+    if write:
+        write_patch_manifest(entry.path, updated)
+    return updated, table
 
 
 def sweep_note(run_dir: Path, results: list[EvalResult], force: bool) -> str:
@@ -335,13 +388,33 @@ def narrowed_guard(base: GuardSpec, items: list[str]) -> GuardSpec:
     return base.model_copy(update={"dims": dims})
 
 
-def covered_check_shapes(shapes: list[dict[str, int]], guard: GuardSpec) -> list[dict[str, int]]:
+def covered_check_shapes(shapes: list[dict[str, int]], guard: GuardSpec, limit: int = 4) -> list[dict[str, int]]:
     """The adapter's check shapes moved inside the guard (each dim clamped to its range and multiple), so the
-    plugin's first-call check runs on calls the patch will really serve; duplicates dropped, order kept."""
+    plugin's first-call check runs on calls the patch will really serve; duplicates dropped, order kept. With
+    regions, every region gets a check shape before any gets a second (at most ``limit`` in all: the check runs in
+    each server process before the first call is served)."""
+    def moved(shape: dict[str, int], ranges: dict[str, DimRange]) -> dict[str, int]:
+        out = dict(shape)
+        for name in shape:
+            for r in (guard.dims.get(name), ranges.get(name)):
+                if r is not None:
+                    out[name] = fit_dim(out[name], r.min, r.max, r.multiple_of)
+        return out
+
+    if not guard.regions:
+        return _unique([moved(s, {}) for s in shapes])
+    per_region = [_unique([m for s in shapes if guard.accepts_dims(m := moved(s, box))]) for box in guard.regions]
+    picked: list[dict[str, int]] = []
+    for depth in range(max(len(x) for x in per_region)):
+        for found in per_region:
+            if depth < len(found) and found[depth] not in picked and len(picked) < max(limit, min(len(per_region), 8)):
+                picked.append(found[depth])
+    return picked
+
+
+def _unique(shapes: list[dict[str, int]]) -> list[dict[str, int]]:
     out: list[dict[str, int]] = []
-    for shape in shapes:
-        moved = {name: value if (r := guard.dims.get(name)) is None else fit_dim(value, r.min, r.max, r.multiple_of)
-                 for name, value in shape.items()}
-        if moved not in out:
-            out.append(moved)
+    for s in shapes:
+        if s not in out:
+            out.append(s)
     return out

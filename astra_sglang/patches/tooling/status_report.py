@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +35,7 @@ def aggregate(folder: Path) -> dict[str, Any]:
             records.append(read_process_status(p))
         except ValueError as e:
             unreadable.append(str(e))
-    procs = [{"pid": r.pid, "process": r.process, "running": not r.exited and pid_alive(r.pid), "updated": r.updated,
+    procs = [{"pid": r.pid, "process": r.process, "running": not r.exited and _still_runs(r), "updated": r.updated,
               "selected": r.selected} for r in records]
     patches: dict[str, dict[str, Any]] = {}
     for r in records:
@@ -49,7 +51,30 @@ def aggregate(folder: Path) -> dict[str, Any]:
                     row[key].append(value)
             row["fallbacks"].extend(f"pid {r.pid}: {f}" for f in c.fallbacks)
     return {"dir": str(folder), "processes": procs, "patches": sorted(patches.values(), key=lambda x: x["patch_id"]),
-            "unreadable": unreadable}
+            "unreadable": unreadable, "stale": not any(p["running"] for p in procs)}
+
+
+def _still_runs(r: ProcessStatus) -> bool:
+    """The process that wrote ``r`` is alive: its pid runs and (where /proc tells) was not reused by a process
+    started after the record's plugin load. An idle server writes nothing, so a record's age proves nothing."""
+    if not pid_alive(r.pid):
+        return False
+    try:
+        ticks = int(Path(f"/proc/{r.pid}/stat").read_text().rpartition(")")[2].split()[19])
+        boot = next(float(ln.split()[1]) for ln in Path("/proc/stat").read_text().splitlines()
+                    if ln.startswith("btime "))
+    except (OSError, ValueError, IndexError, StopIteration):  # no /proc (macOS), or the process just exited
+        return True
+    return boot + ticks / os.sysconf("SC_CLK_TCK") <= r.started + 2.0  # 2 s: btime is rounded to the second
+
+
+def stale_line(srv: dict[str, Any]) -> str:
+    """One line for a server none of whose processes runs: ``patches status`` shows such folders only with --all."""
+    last = max((p["updated"] for p in srv["processes"]), default=None)
+    when = time.strftime("%Y-%m-%d %H:%M", time.localtime(last)) if last is not None else "unknown"
+    n = len(srv["processes"]) + len(srv["unreadable"])
+    return (f"{Path(srv['dir']).name}: {n} process{'es' if n != 1 else ''}, none alive, last record {when} "
+            "- stale; `--all` to show")
 
 
 def states_text(states: dict[str, str]) -> str:

@@ -8,11 +8,13 @@ patch has the same form as the extracted op's source (a .cuh for a cuda_jit op, 
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from astra_sglang.contract.base import sha256_file
-from astra_sglang.contract.op import load_manifest
+from astra_sglang.contract.op import load_manifest, manifest_sha256
 from astra_sglang.contract.patch import CPU_INTERPRET_ARCH, MANIFEST_NAME, PatchManifest, file_problem
 from astra_sglang.contract.result import EvalResult
 from astra_sglang.errors import AstraError
@@ -68,8 +70,8 @@ def unverifiable_here(m: PatchManifest, arch: str | None) -> str | None:
 
 def current_op_sha256(m: PatchManifest) -> str:
     """The SHA-256 of the op manifest as it is now (a re-extraction changes it; verifying re-pins it)."""
-    path = op_folder(m.op) / MANIFEST_NAME
-    return sha256_file(path) if path.is_file() else m.op_manifest_sha256
+    folder = op_folder(m.op)
+    return manifest_sha256(folder) if (folder / MANIFEST_NAME).is_file() else m.op_manifest_sha256
 
 
 def probe_arch() -> str | None:
@@ -87,8 +89,51 @@ def probe_arch() -> str | None:
     return "cpu-interpret" if os.environ.get("TRITON_INTERPRET") == "1" else None
 
 
-def verify_entry(entry: PatchEntry, *, shapes: str = "all", harness: bool = True, record: bool = False) -> VerifyOutcome:
-    """Check the patch on this host; only ``record`` writes the outcome (pass or fail) to the state file."""
+INTERPRETER_CHECK = ("Triton interpreter: a correctness-only check on small shapes below the guard's minimums "
+                     "({shapes}: one call at a served shape takes minutes there) and the harness on the test "
+                     "shapes; nothing timed, nothing recorded; verify on a GPU host for the real check")
+
+
+def interpreter_check(m: PatchManifest) -> PatchManifest:
+    """The manifest a Triton-interpreter run checks: the check shapes shrunk as the harness's CPU test shapes
+    are (every guarded dim 1, 5 and 3 in turn, raised to its multiple_of) and the guard's minimums lowered to
+    admit them, so the same kernel, adapter and comparison run in seconds (25 minutes at the served shapes).
+    This checks the kernel's arithmetic, not its served shapes: the caller labels it so and records nothing."""
+    base = m.check_shapes[0] if m.check_shapes else {}
+    shapes: list[dict[str, int]] = []
+    for free in (1, 5, 3):
+        dims = dict(base)
+        for name, r in m.guard.dims.items():
+            dims[name] = min(dims.get(name, free), -(-free // r.multiple_of) * r.multiple_of)
+        if dims not in shapes:
+            shapes.append(dims)
+    guard = {name: r.model_copy(update={"min": min([r.min] + [s[name] for s in shapes])})
+             for name, r in m.guard.dims.items()}
+    return m.model_copy(update={"check_shapes": shapes,
+                                "guard": m.guard.model_copy(update={"dims": guard})})
+
+
+def _announced(original: Any, say: Callable[[str], None]) -> Any:
+    """``original`` saying each call (one per check case): an interpreter check is slow, never silent."""
+    calls = 0
+
+    @functools.wraps(original)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        nonlocal calls
+        calls += 1
+        t = next((a for a in args if hasattr(a, "shape") and hasattr(a, "dtype")), None)
+        what = f" on {tuple(t.shape)} {str(t.dtype).removeprefix('torch.')}" if t is not None else ""
+        say(f"  check case {calls}: the patch and SGLang's original{what}")
+        return original(*args, **kwargs)
+
+    return call
+
+
+def verify_entry(entry: PatchEntry, *, shapes: str = "all", harness: bool = True, record: bool = False,
+                 progress: Callable[[str], None] | None = None) -> VerifyOutcome:
+    """Check the patch on this host; only ``record`` writes the outcome (pass or fail) to the state file.
+    ``progress`` gets a line per step and per check case. Under the Triton interpreter the check runs on
+    small shapes (``interpreter_check``) and the harness on the test shapes, labelled, and is not recorded."""
     from astra_sglang.patches.install import resolve_target
     from astra_sglang.patches.runtime import PatchRuntime
 
@@ -111,6 +156,13 @@ def verify_entry(entry: PatchEntry, *, shapes: str = "all", harness: bool = True
     problem = device_problem(patched, arch)
     if problem:
         return VerifyOutcome(entry.patch_id, False, arch, problem)
+    say = progress or (lambda line: None)
+    interpreted = arch == CPU_INTERPRET_ARCH
+    if interpreted:
+        patched = interpreter_check(patched)
+        shapes, record = "test", False
+    say(f"{m.patch_id}: plugin check against SGLang's original on {len(patched.check_shapes)} shape(s) x "
+        f"{'/'.join(patched.guard.dtypes)}" + (" (Triton interpreter, small shapes)" if interpreted else ""))
     status.reset(m.patch_id)
     try:
         from astra_sglang.extract.sglang_env import install_cpu_shims
@@ -121,10 +173,14 @@ def verify_entry(entry: PatchEntry, *, shapes: str = "all", harness: bool = True
         return VerifyOutcome(m.patch_id, False, arch, f"cannot resolve {m.targets[0]}: {e}")
     rt = PatchRuntime(entry.path, patched)
     rt.hook_for(original, m.targets[0])
-    ok = rt.activate("cuda" if arch != "cpu-interpret" else "cpu", original)
+    ok = rt.activate("cuda" if arch != "cpu-interpret" else "cpu", _announced(original, say))
     st = status.statuses()[m.patch_id]
     out = VerifyOutcome(m.patch_id, ok, arch, st.reason, op_manifest_sha256=patched.op_manifest_sha256)
+    if interpreted:
+        out.notes.append(INTERPRETER_CHECK.format(shapes=" ".join(map(str, patched.check_shapes))))
     if ok and harness:
+        say(f"{m.patch_id}: harness on the {shapes} shapes" + (" (Triton interpreter, correctness only)"
+                                                              if interpreted else ""))
         out.harness, note = _harness(entry, shapes)
         if note:
             out.notes.append(note)

@@ -1,0 +1,125 @@
+"""A patch's guard from per-shape measurements: serve exactly where it beat what SGLang serves, beyond the spread.
+
+Why not a range typed by hand: the first fused_add_rmsnorm guard (T 128..512, from the four paper shapes) served
+none of the decode calls where the patch was 1.4-1.7x faster (T = 1..128) and took in T = 512 at H = 4096, where it
+was 0.96x. The measurements (``bench OP --candidate F --shapes all --heldout --json``: decode, prefill, paper and
+held-out shapes) decide instead:
+
+- a shape *wins* when every measured dtype there is faster than SGLang's served kernel by more than the spread of
+  the timed samples, and no measurement of it is suspect (above the copy ceiling, clock disagreement);
+- along the row dim (the adapter's first: tokens), consecutive winning shapes make one run: the guard serves from
+  the first to the last of a run, never across a measured shape that did not win;
+- the other dims are pinned to the measured values, and two measured values are joined into one range only when
+  their runs are identical and no measured value lies between them: the patch serves between two measured
+  points that agree, and nowhere beyond the measured ends;
+- dtypes: those measured.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from astra_sglang.contract.patch import DimRange, GuardRow, GuardSpec
+from astra_sglang.contract.result import EvalResult
+from astra_sglang.errors import AstraError
+
+Point = tuple[int, ...]
+
+
+def measured_rows(results: Iterable[EvalResult]) -> list[GuardRow]:
+    """Every timed shape of the results, against what SGLang serves there (else the original)."""
+    rows = []
+    for r in results:
+        if r.timing is None or (r.correctness is not None and not r.correctness.ok):
+            continue
+        for s in r.timing.shapes:
+            speedup = s.served_speedup if s.served_speedup is not None else s.speedup
+            wins = speedup is not None and s.verdict != "suspect" and (speedup - 1.0) * 100.0 > s.spread_pct
+            rows.append(GuardRow(dims=dict(s.dims), dtype=s.dtype, served_by=s.served_by,
+                                 served_us=s.served_us if s.served_us is not None else s.original_us,
+                                 candidate_us=s.candidate_us, speedup=speedup, spread_pct=s.spread_pct, wins=wins))
+    return rows
+
+
+def derive_guard(base: GuardSpec, rows: list[GuardRow]) -> tuple[GuardSpec, list[GuardRow]]:
+    """``base`` (the adapter's widest guard) narrowed to the winning regions of ``rows``; the rows marked served.
+
+    AstraError when nothing won: a patch that beats SGLang nowhere it was measured must not be registered."""
+    names = list(base.dims)
+    row_dim, others = names[0], names[1:]
+    dtypes = [d for d in base.dtypes if any(r.dtype == d for r in rows)]
+    inside = [r for r in rows if r.dtype in dtypes and set(names) <= set(r.dims)
+              and all(base.dims[n].accepts(r.dims[n]) for n in names)]
+    wins: dict[Point, bool] = {}
+    for r in inside:
+        p = tuple(r.dims[n] for n in names)
+        wins[p] = wins.get(p, True) and r.wins
+    boxes: list[dict[str, tuple[int, int]]] = []
+    for key in sorted({p[1:] for p in wins}):
+        line = sorted(p for p in wins if p[1:] == key)
+        runs: list[list[int]] = [[]]
+        for p in line:
+            if wins[p]:
+                runs[-1].append(p[0])
+            elif runs[-1]:
+                runs.append([])
+        boxes += [{row_dim: (run[0], run[-1]), **{n: (v, v) for n, v in zip(others, key)}} for run in runs if run]
+    if not boxes:
+        raise AstraError(f"the patch beat what SGLang serves beyond the spread on none of the {len(wins)} measured "
+                         "shape(s) inside its adapter's guard: nothing to serve")
+    for i, name in enumerate(others, start=1):
+        boxes = _join_along(boxes, name, i, names, wins)
+    regions = [{n: DimRange(min=lo, max=hi, multiple_of=base.dims[n].multiple_of) for n, (lo, hi) in box.items()}
+               for box in boxes]
+    guard = base.model_copy(update={"dtypes": dtypes, "regions": regions})
+    marked = [r.model_copy(update={"served": r.dtype in dtypes and guard.accepts_dims(r.dims)}) for r in rows]
+    return guard, marked
+
+
+def _join_along(boxes: list[dict[str, tuple[int, int]]], name: str, index: int, names: list[str],
+                points: dict[Point, bool]) -> list[dict[str, tuple[int, int]]]:
+    """Join boxes that agree on every dim but ``name`` and are neighbours along it: no measured point of that
+    slice lies between them."""
+    def same_but(a: dict[str, tuple[int, int]], b: dict[str, tuple[int, int]]) -> bool:
+        return all(a[n] == b[n] for n in names if n != name)
+
+    def between(a: dict[str, tuple[int, int]], b: dict[str, tuple[int, int]]) -> bool:
+        lo, hi = a[name][1], b[name][0]
+        return any(lo < p[index] < hi and all(a[n][0] <= p[j] <= a[n][1] for j, n in enumerate(names) if n != name)
+                   for p in points)
+
+    out = sorted(boxes, key=lambda b: [b[n] for n in names])
+    joined = True
+    while joined:
+        joined = False
+        for i, a in enumerate(out):
+            b = next((b for b in out[i + 1:] if same_but(a, b) and b[name][0] > a[name][1] and not between(a, b)), None)
+            if b is not None:
+                out.remove(b)
+                out[i] = {**a, name: (a[name][0], b[name][1])}
+                joined = True
+                break
+    return out
+
+
+def guard_table_lines(rows: list[GuardRow]) -> list[str]:
+    """The evidence table as text, one measured shape a line (the CLI prints it; the manifest keeps the rows)."""
+    out = []
+    for r in sorted(rows, key=lambda r: (r.dtype, sorted(r.dims.items()))):
+        dims = " ".join(f"{k}={v}" for k, v in r.dims.items())
+        speed = f"{r.speedup:.3f}x" if r.speedup is not None else "-"
+        us = (f"{r.served_us:.2f} -> {r.candidate_us:.2f} us" if r.served_us is not None and r.candidate_us is not None
+              else "")
+        out.append(f"{dims} {r.dtype}: {speed} vs {r.served_by or 'original'} ({us}, spread {r.spread_pct:.1f}%) "
+                   f"{'wins' if r.wins else 'no win'}; {'SERVED' if r.served else 'original serves'}")
+    return out
+
+
+def describe(guard: GuardSpec) -> str:
+    """The guard in one line, as an operator reads it."""
+    def rng(r: DimRange) -> str:
+        return str(r.min) if r.max == r.min else f"{r.min}..{r.max if r.max is not None else 'inf'}"
+
+    boxes = guard.regions or [guard.dims]
+    return f"{'/'.join(guard.dtypes)}: " + " or ".join(
+        "(" + ", ".join(f"{n} {rng(r)}" for n, r in box.items()) + ")" for box in boxes)

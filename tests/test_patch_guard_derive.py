@@ -1,0 +1,99 @@
+"""A patch's guard comes from per-shape measurements: it serves exactly where it beat what SGLang serves.
+
+The first fused_add_rmsnorm guard (T 128..512, typed from the four paper shapes) served none of the decode rows
+where the patch measured 1.4-1.7x faster and took in T=512 at H=4096, where it measured 0.96x. The rows below are
+SYNTHETIC (written here, shaped like that H200 measurement), not measurements.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from astra_sglang.contract.patch import GuardRow, load_patch_manifest
+from astra_sglang.patches.adapters import get_adapter, make_guard
+from astra_sglang.patches.adapters.base import Prepared
+from astra_sglang.patches.tooling.add import covered_check_shapes
+from astra_sglang.patches.tooling.guard import derive_guard
+
+REPO = Path(__file__).resolve().parents[1]
+
+# (T, H) -> speedup over what SGLang serves; spread 1% everywhere (synthetic, shaped like the H200 sweep)
+SYNTHETIC = {
+    **{(t, h): s for h in (4096, 8192, 14336) for t, s in ((1, 1.42), (8, 1.63), (32, 1.6), (64, 1.62), (128, 1.55),
+                                                              (256, 1.33))},
+    (512, 4096): 0.96, (512, 8192): 1.005, (512, 14336): 1.03, (1024, 4096): 0.99, (1024, 14336): 1.0,
+    (8192, 8192): 1.0, (17, 4100): 0.62,  # H=4100 is outside the adapter's 8-element alignment
+}
+
+
+def _rows(table: dict[tuple[int, int], float], dtype: str = "bfloat16") -> list[GuardRow]:
+    return [GuardRow(dims={"T": t, "H": h}, dtype=dtype, served_by="flashinfer_fused_add_rmsnorm", speedup=s,
+                     spread_pct=1.0, wins=(s - 1.0) * 100.0 > 1.0) for (t, h), s in table.items()]
+
+
+def _accepts(guard, t: int, h: int, dtype: str = "bfloat16") -> bool:
+    import torch
+
+    x = torch.empty(t, h, dtype=getattr(torch, dtype))
+    return make_guard(guard, "cpu")(Prepared({}, (x,), {"T": t, "H": h}))
+
+
+def test_guard_serves_every_measured_win_and_no_measured_loss() -> None:
+    base = get_adapter("fused_add_rmsnorm").default_guard()
+    guard, marked = derive_guard(base, _rows(SYNTHETIC))
+    for r in marked:
+        assert r.served == (r.wins and r.dims["H"] % 8 == 0), r
+        assert _accepts(guard, r.dims["T"], r.dims["H"]) == r.served, r
+    # between two measured winning points that agree, it serves; beyond the measured ends, it does not
+    assert _accepts(guard, 100, 4096) and _accepts(guard, 16, 5120) and _accepts(guard, 512, 14336)
+    assert not _accepts(guard, 300, 4096) and not _accepts(guard, 257, 8192) and not _accepts(guard, 1, 16384)
+    assert not _accepts(guard, 2048, 14336)
+    assert guard.dtypes == ["bfloat16"] and not _accepts(guard, 1, 4096, "float16")  # fp16 was not measured
+    shapes = covered_check_shapes(get_adapter("fused_add_rmsnorm").default_check_shapes(), guard)
+    assert shapes and all(guard.accepts_dims(s) for s in shapes)
+    assert {guard.regions.index(b) for s in shapes for b in guard.regions
+            if all(r.accepts(s[n]) for n, r in b.items())} == set(range(len(guard.regions)))  # every region checked
+
+
+def test_one_losing_dtype_keeps_the_shape_out() -> None:
+    base = get_adapter("fused_add_rmsnorm").default_guard()
+    rows = _rows({(1, 4096): 1.4, (8, 4096): 1.5}) + _rows({(1, 4096): 1.3, (8, 4096): 0.9}, "float16")
+    guard, _ = derive_guard(base, rows)
+    assert _accepts(guard, 1, 4096) and _accepts(guard, 1, 4096, "float16")
+    assert not _accepts(guard, 8, 4096) and not _accepts(guard, 8, 4096, "float16")
+
+
+def test_no_win_anywhere_is_refused() -> None:
+    from astra_sglang.errors import AstraError
+
+    with pytest.raises(AstraError, match="nothing to serve"):
+        derive_guard(get_adapter("fused_add_rmsnorm").default_guard(), _rows({(1, 4096): 1.005, (8, 4096): 0.9}))
+
+
+def test_patches_guard_rederives_a_shipped_patch_from_its_evidence(tmp_path: Path) -> None:
+    """`patches guard ID --evidence R.json --write` on a copy of the registry: the guard comes from the evidence's
+    timed shapes (here the shipped patch's own paper-shape results), its check shapes lie inside it, and the
+    patch still installs (its files and its op pin are untouched)."""
+    shutil.copytree(REPO / "patches", tmp_path / "patches")
+    folder = tmp_path / "patches" / "fused_add_rmsnorm" / "fused-add-rmsnorm-mr-k4"
+    before = load_patch_manifest(folder)
+    evidence = tmp_path / "paper.json"
+    evidence.write_text(json.dumps([r.model_dump(mode="json") for r in before.evidence.results[:1]]))
+    env = {**__import__("os").environ, "ASTRA_SGLANG_PATCHES_DIR": str(tmp_path / "patches")}
+    proc = subprocess.run([sys.executable, "-m", "astra_sglang", "patches", "guard", "fused-add-rmsnorm-mr-k4",
+                           "--evidence", str(evidence), "--write"], env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    after = load_patch_manifest(folder)
+    served = {(r.dims["T"], r.dims["H"]) for r in after.evidence.guard_table if r.served}
+    assert served == {(256, 4096), (128, 11008), (512, 14336)}  # 1024x4096 measured 0.991x: not served
+    assert not after.guard.accepts_dims({"T": 1024, "H": 4096}) and after.guard.accepts_dims({"T": 512, "H": 14336})
+    assert after.check_shapes and all(after.guard.accepts_dims(s) for s in after.check_shapes)
+    assert after.files == before.files and after.op_manifest_sha256 == before.op_manifest_sha256
+    assert "SERVED" in proc.stdout and "original serves" in proc.stdout
