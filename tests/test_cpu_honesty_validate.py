@@ -110,7 +110,7 @@ except Exception as e:
 def test_the_interpreter_still_has_each_limit_the_table_names(tmp_path):
     """The skip table is true of the installed Triton: bfloat16 negation, products and tl.dot are wrong under
     the interpreter while float16's are right, and libdevice does not run. Once Triton fixes one, this fails:
-    drop the entries that name it from INTERPRETER_LIMITS (and README's 'validation' column)."""
+    drop the entries that name it from INTERPRETER_LIMITS (and the validation column of docs/contracts.md)."""
     probe = tmp_path / "probe.py"
     probe.write_text(_PROBE)
     run = subprocess.run([sys.executable, str(probe)], capture_output=True, text=True, timeout=600,
@@ -120,10 +120,10 @@ def test_the_interpreter_still_has_each_limit_the_table_names(tmp_path):
                                        "torch.float16 neg True mul True dot True", "libdevice TypeError"]
 
 
-def test_readme_validation_column_says_what_the_cpu_run_says():
-    """README's op-contract table must not say 'CPU pass' where the tool skips (all or bfloat16 of) an op."""
+def test_contracts_page_validation_column_says_what_the_cpu_run_says():
+    """docs/contracts.md's op-contract table must not say 'CPU pass' where the tool skips (all or bfloat16 of) an op."""
     rows = {}
-    for line in (REPO / "README.md").read_text().splitlines():
+    for line in (REPO / "docs" / "contracts.md").read_text().splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         if len(cells) == 6 and re.fullmatch(r"[a-z0-9_]+", cells[0]) and (REPO / "extracted" / cells[0]).is_dir():
             rows[cells[1]] = cells[4]

@@ -97,3 +97,23 @@ def test_doctor_and_patches_list_say_whether_each_patch_builds_here(tmp_path: Pa
     assert listing.returncode == 0, listing.stderr
     rows = {r["patch_id"]: r for r in json.loads(listing.stdout)}
     assert rows[FUSED]["builds_here"] is False and "nvcc not found" in rows[FUSED]["build_why"]
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None and not Path("/usr/local/cuda/bin/nvcc").exists(),
+                    reason="needs nvcc (compiles, does not run)")
+def test_gpu_check_compares_with_the_kernel_sglang_serves() -> None:
+    """The GPU check (devcheck) stood SGLang's JIT fused_add_rmsnorm in for the original; it refuses H > 8192 on
+    sm_90, so the patch's check shapes at H 11008 and 14336 (which SGLang serves with FlashInfer's kernel, and where
+    the patch was measured) failed there (H200, 2026-12-03). The original is now the kernel SGLang serves."""
+    from astra_sglang.contract.op import load_manifest
+    from astra_sglang.loader.cuda_build import CudaBuildSpec, build_batch
+    from astra_sglang.patches.registry import op_folder
+    from astra_sglang.patches.tooling.devcheck import served_baseline_always
+
+    folder = op_folder("fused_add_rmsnorm")
+    op = load_manifest(folder)
+    served = served_baseline_always(op)
+    assert served is not None and "flashinfer" in served.name
+    assert served_baseline_always(load_manifest(op_folder("merge_state"))) is None  # SGLang's Triton kernel itself
+    built = build_batch([CudaBuildSpec.from_recipe(folder, op, "bfloat16", recipe=served.recipe)])[0]
+    assert not isinstance(built, Exception), built

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from astra_sglang.contract.patch import GuardRow, load_patch_manifest
+from astra_sglang.contract.patch import GuardRow, load_patch_manifest, write_patch_manifest
 from astra_sglang.patches.adapters import get_adapter, make_guard
 from astra_sglang.patches.adapters.base import Prepared
 from astra_sglang.patches.tooling.add import covered_check_shapes
@@ -82,9 +82,13 @@ def test_patches_guard_rederives_a_shipped_patch_from_its_evidence(tmp_path: Pat
     patch still installs (its files and its op pin are untouched)."""
     shutil.copytree(REPO / "patches", tmp_path / "patches")
     folder = tmp_path / "patches" / "fused_add_rmsnorm" / "fused-add-rmsnorm-mr-k4"
-    before = load_patch_manifest(folder)
+    shipped = load_patch_manifest(folder)
+    paper = [r for r in shipped.evidence.results if r.timing and len(r.timing.shapes) == 4]  # the run's four shapes
+    before = shipped.model_copy(update={"evidence": shipped.evidence.model_copy(update={"results": [],
+                                                                                       "guard_table": []})})
+    write_patch_manifest(folder, before)  # as the run registered it, before any per-shape measurement
     evidence = tmp_path / "paper.json"
-    evidence.write_text(json.dumps([r.model_dump(mode="json") for r in before.evidence.results[:1]]))
+    evidence.write_text(json.dumps([r.model_dump(mode="json") for r in paper[:1]]))
     env = {**__import__("os").environ, "ASTRA_SGLANG_PATCHES_DIR": str(tmp_path / "patches")}
     proc = subprocess.run([sys.executable, "-m", "astra_sglang", "patches", "guard", "fused-add-rmsnorm-mr-k4",
                            "--evidence", str(evidence), "--write"], env=env, capture_output=True, text=True,

@@ -39,6 +39,8 @@ COMMANDS: dict[str, str] = {
     "validate-contract": "validate_contract_cmd",
     "tune": "tune_cmd",
     "validate": "validate_cmd",
+    "profile": "profile_cmd",
+    "e2e": "e2e_cmd",
 }
 EXIT_INTERRUPTED = 130
 EXIT_TERMINATED = 143  # 128 + SIGTERM, what a shell reports for a process SIGTERM ended

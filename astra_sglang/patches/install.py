@@ -15,6 +15,7 @@ from typing import Any
 
 from astra_sglang.contract.patch import file_problem
 from astra_sglang.patches import status
+from astra_sglang.patches.env import ENV_PLACEBO, placebo_requested
 from astra_sglang.patches.registry import (
     ENV_ROOT,
     PatchEntry,
@@ -83,6 +84,8 @@ def startup_line(installed: dict[str, Any]) -> str:
     refused = sorted((s.patch_id, s.reason) for s in status.statuses().values()
                      if s.state == "failed" and s.patch_id not in installed)
     parts = [f"installed (checked at first call): {', '.join(sorted(installed)) or 'none'}"]
+    if installed and placebo_requested():
+        parts.append(f"placebo ({ENV_PLACEBO}): hooks installed, SGLang's originals serve every call")
     if refused:
         parts.append("refused: " + "; ".join(f"{pid} ({why})" for pid, why in refused))
     return "astra-sglang: patches " + "; ".join(parts)

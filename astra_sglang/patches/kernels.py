@@ -31,8 +31,9 @@ def extracted_op_dir(m: PatchManifest) -> Path:
 
 
 def op_kernel(op_dir: Path, op: Manifest, *, kind: str, dtypes: list[str], arch: str = "sm_90a",
-              source: Path | None = None) -> Kernel:
-    """The extracted op (or ``source``, a kernel of ``kind`` for it) as ``kernel(args)``, dispatching on dtype.
+              source: Path | None = None, recipe: Any = None) -> Kernel:
+    """The extracted op (or ``source``, a kernel of ``kind`` for it; or a baseline's ``recipe`` from the same folder)
+    as ``kernel(args)``, dispatching on dtype.
 
     Without ``source`` this is SGLang's original as extracted, which is what the GPU check compares patches
     with where SGLang itself is not installed.
@@ -44,12 +45,13 @@ def op_kernel(op_dir: Path, op: Manifest, *, kind: str, dtypes: list[str], arch:
     if kind == "cuda_jit":  # every dtype at once; the launchers below then load from the cache
         from astra_sglang.loader.cuda_build import CudaBuildSpec, build_batch
 
-        specs = [CudaBuildSpec.from_recipe(op_dir, op, d, kernel_source=source, arch=arch) for d in dtypes]
+        specs = [CudaBuildSpec.from_recipe(op_dir, op, d, recipe=recipe, kernel_source=source, arch=arch)
+                 for d in dtypes]
         for outcome in build_batch(specs):
             if isinstance(outcome, Exception):
                 raise outcome
-    launchers = {getattr(torch, d): make_launcher(op_dir, op, d, kernel_source=source, arch=arch, kind=kind)
-                 for d in dtypes}
+    launchers = {getattr(torch, d): make_launcher(op_dir, op, d, kernel_source=source, arch=arch, kind=kind,
+                                                  recipe=recipe) for d in dtypes}
     first = op.signature.tensors[0].name
 
     def kernel(a: dict[str, Any]) -> Any:

@@ -24,6 +24,7 @@ from astra_sglang.contract.patch import CPU_INTERPRET_ARCH, PatchManifest
 from astra_sglang.errors import AstraError
 from astra_sglang.patches import status, status_file
 from astra_sglang.patches.adapters import OpAdapter, Prepared, get_adapter, make_guard
+from astra_sglang.patches.env import placebo_requested
 from astra_sglang.patches.registry import device_problem, load_op, op_folder
 
 Original = Callable[..., Any]
@@ -91,6 +92,8 @@ class PatchRuntime:
         self.originals[target or getattr(original, "__qualname__", "original")] = original
         if target:
             st.targets = tuple(sorted(set(st.targets) | {target}))
+        if placebo_requested():  # read once here, so the patch's own hot path below gains no check
+            return self._named(self._placebo_hook(original), original)
 
         def astra_patched(*args: Any, **kwargs: Any) -> Any:
             if st.state in ("active", "pending") and not compiling():
@@ -118,11 +121,43 @@ class PatchRuntime:
             tick()
             return original(*args, **kwargs)
 
-        astra_patched.__qualname__ = astra_patched.__name__ = f"astra_patched_{self.m.op}"
-        astra_patched.__doc__ = f"astra-sglang patch {self.m.patch_id} (falls back to {original!r})"
-        astra_patched.astra_patch_id = self.m.patch_id  # type: ignore[attr-defined]
-        astra_patched.astra_original = original  # type: ignore[attr-defined]
-        return astra_patched
+        return self._named(astra_patched, original)
+
+    def _placebo_hook(self, original: Original) -> Callable[..., Any]:
+        """The e2e placebo (ASTRA_SGLANG_PLACEBO): the host work the patch's hook does on every call (the
+        adapter's prepare and the guard, results discarded; the counters and the status tick), then SGLang's
+        original. Nothing is built, checked or launched, so a placebo process runs SGLang's kernels, and its
+        difference from a process without hooks is what the hooks themselves cost."""
+        st = self.status
+        st.reason = "placebo: hooks installed, SGLang's original serves every call"
+        prepare = self.adapter.prepare
+        guard = self.guard
+        compiling = _compiling()
+        capturing = self._capturing
+        tick = status_file.tick
+
+        def astra_placebo(*args: Any, **kwargs: Any) -> Any:
+            if not compiling():
+                try:
+                    p = prepare(*args, **kwargs)
+                    if p is not None:
+                        guard(p)
+                except Exception:  # the patch would have fallen back here too; the original serves either way
+                    pass
+            st.served_by_original += 1
+            if capturing():
+                st.captured_by_original += 1
+            tick()
+            return original(*args, **kwargs)
+
+        return astra_placebo
+
+    def _named(self, hook: Callable[..., Any], original: Original) -> Callable[..., Any]:
+        hook.__qualname__ = hook.__name__ = f"astra_patched_{self.m.op}"
+        hook.__doc__ = f"astra-sglang patch {self.m.patch_id} (falls back to {original!r})"
+        hook.astra_patch_id = self.m.patch_id  # type: ignore[attr-defined]
+        hook.astra_original = original  # type: ignore[attr-defined]
+        return hook
 
     def fail(self, reason: str) -> None:
         status.fail(self.m.patch_id, reason, self.m.op)

@@ -4,7 +4,7 @@
 # Steps: unpack the SGLang runtime into /tmp/srv-site (kept while the machine stays warm), build the torch-2.11
 # shim for sgl_kernel, install astra-sglang beside it (its entry point is what SGLang's load_plugins finds),
 # check sgl_kernel's kernels against torch, make a random-weights LLaMA, then `astra-sglang validate`.
-# SERVER_ARGS: extra launch_server arguments (default --disable-radix-cache: a clean floor, README says why).
+# SERVER_ARGS: extra launch_server arguments (default --disable-radix-cache: a clean floor, docs/patches.md says why).
 # Usage: device.sh [smoke|validate|forward] [validate or one_batch options...]   Results go to $OUT.
 set -uo pipefail
 STEP=${1:-validate}; shift || true

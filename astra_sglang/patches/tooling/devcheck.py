@@ -43,18 +43,35 @@ class DeviceReport:
         return asdict(self)
 
 
+def served_baseline_always(op: Any) -> Any:
+    """The same-function library kernel SGLang serves this op with at every shape (fused_add_rmsnorm: FlashInfer's,
+    through ``sgl_kernel``), or None. The rule of ``served_targets``: a patch hooks that kernel's call site, so it is
+    the original a patch stands in for."""
+    return next((b for b in op.baselines if b.same_function and b.serves and b.recipe is not None
+                 and any(not (r.dims or r.dtypes or r.scalars) for r in b.serves)), None)
+
+
 def extracted_original(entry: PatchEntry) -> Callable[..., Any]:
-    """SGLang's function for this op, rebuilt from the extracted folder, with SGLang's signature."""
+    """What SGLang serves for this op, rebuilt from the extracted folder, with SGLang's signature: the library
+    kernel when one serves every shape (SGLang's JIT fused_add_rmsnorm refuses H > 8192 on sm_90, the FlashInfer
+    kernel SGLang really calls does not), else the extracted original."""
     from astra_sglang.contract.op import load_manifest
     from astra_sglang.patches.adapters import get_adapter
     from astra_sglang.patches.kernels import extracted_op_dir, op_kernel
+    from astra_sglang.patches.registry import op_folder
 
     m = entry.manifest
     assert m is not None
     ad = get_adapter(m.op)
     op_dir = extracted_op_dir(m)
     op = load_manifest(op_dir)
-    kernel = op_kernel(op_dir, op, kind=op.recipe.kind, dtypes=op.signature.dtypes, arch="sm_90a")
+    served = served_baseline_always(op)
+    full = op_folder(m.op)  # the baseline's files are restored there (`extract --restore`), never in a build copy
+    if served is not None and all((full / f.path).is_file() for f in op.files):
+        dtypes = [d for d in op.signature.dtypes if d in getattr(served.recipe, "template_args", {d: ""})]
+        kernel = op_kernel(full, op, kind=served.recipe.kind, dtypes=dtypes, arch="sm_90a", recipe=served.recipe)
+    else:
+        kernel = op_kernel(op_dir, op, kind=op.recipe.kind, dtypes=op.signature.dtypes, arch="sm_90a")
 
     def original(*args: Any, **kwargs: Any) -> Any:
         p = ad.prepare(*args, **kwargs)

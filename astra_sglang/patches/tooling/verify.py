@@ -104,13 +104,14 @@ def interpreter_check(m: PatchManifest) -> PatchManifest:
     for free in (1, 5, 3):
         dims = dict(base)
         for name, r in m.guard.dims.items():
-            dims[name] = min(dims.get(name, free), -(-free // r.multiple_of) * r.multiple_of)
+            dims[name] = -(-free // r.multiple_of) * r.multiple_of
         if dims not in shapes:
             shapes.append(dims)
     guard = {name: r.model_copy(update={"min": min([r.min] + [s[name] for s in shapes])})
              for name, r in m.guard.dims.items()}
+    # the measured regions hold served shapes, which these are not on purpose: only the dims ranges stay
     return m.model_copy(update={"check_shapes": shapes,
-                                "guard": m.guard.model_copy(update={"dims": guard})})
+                                "guard": m.guard.model_copy(update={"dims": guard, "regions": []})})
 
 
 def _announced(original: Any, say: Callable[[str], None]) -> Any:

@@ -1,0 +1,129 @@
+"""``astra-sglang e2e -- <one_batch / launch_server arguments>``: does the model forward get faster with the patches?
+
+SGLang's own model forward (``sglang.benchmark.one_batch``, after ``load_plugins()``: scripts/h200_server/forward.py)
+in fresh processes, rounds of A (patches off) B (on) C (placebo: B's hooks, SGLang's originals serving), rotated.
+One A/B pair cannot answer: processes with identical kernels differ by 3-6% in decode step median on the H200.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from astra_sglang.cli.args import at_least_two, positive_float, positive_int
+from astra_sglang.errors import AstraError
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "e2e", help="A/B/placebo of SGLang's model forward (one_batch) in fresh processes, with intervals",
+        description="Runs the forward once per arm per round in a fresh process: A patches off, B patches on, C "
+                    "placebo (the same hooks, SGLang's originals serve every call), in an order rotated each round. "
+                    "Reports, per batch size, decode step median and prefill latency, B/A and C/A with bootstrap "
+                    "95% intervals over processes, and calls served per patch. A gain only if B/A's interval "
+                    "excludes 1, C/A's holds 1 and every patch served calls. Everything after `--` goes to "
+                    "sglang.benchmark.one_batch (the launch_server arguments, e.g. --model-path M --load-format dummy).")
+    p.add_argument("--rounds", type=at_least_two, default=6, help="rounds always run (each: one process per arm)")
+    p.add_argument("--max-rounds", type=at_least_two, default=None,
+                   help="go on past --rounds up to this many while a decode B/A interval is wider than "
+                        "--target-halfwidth (default: twice --rounds)")
+    p.add_argument("--target-halfwidth", type=positive_float, default=0.01,
+                   help="stop once every decode B/A interval's half-width is below this (0.01 = +-1%%)")
+    p.add_argument("--patches", default="all", help="arm B's ASTRA_SGLANG_PATCHES: 'all' or id1,id2")
+    p.add_argument("--batch-size", type=positive_int, nargs="+", help="one_batch --batch-size (default: its own, 1)")
+    p.add_argument("--input-len", type=positive_int, nargs="+", help="one_batch --input-len")
+    p.add_argument("--output-len", type=positive_int, nargs="+", help="one_batch --output-len")
+    p.add_argument("--out", type=Path, help="run folder; an existing one of the same measurement is resumed "
+                                            "(default: runs/e2e-<date-time>)")
+    p.add_argument("--timeout", type=positive_float, default=3600.0, help="seconds one process may run")
+    p.add_argument("--seed", type=int, default=0, help="the bootstrap's seed")
+    p.add_argument("--forward", nargs="+", metavar="CMD",
+                   help="the process to run instead of SGLang's forward: a .py script (run with this Python) or a "
+                        "command; it gets the one_batch arguments and --result-filename F (tests use a stand-in)")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument("one_batch_args", nargs=argparse.REMAINDER, metavar="ONE_BATCH_ARGS",
+                   help="after `--`: sglang.benchmark.one_batch arguments, passed unchanged")
+    p.set_defaults(handler=cmd_e2e)
+
+
+def one_batch_args(args: argparse.Namespace) -> list[str]:
+    """The arguments after ``--``, with e2e's own --batch-size/--input-len/--output-len put in (given twice is
+    an error: which one meant the user?)."""
+    rest = list(args.one_batch_args)
+    if rest and rest[0] == "--":
+        rest = rest[1:]
+    for flag, values in (("--batch-size", args.batch_size), ("--input-len", args.input_len),
+                         ("--output-len", args.output_len)):
+        if values is None:
+            continue
+        if any(a == flag or a.startswith(flag + "=") for a in rest):
+            raise AstraError(f"{flag} given both before and after `--`; give it once")
+        rest += [flag, *map(str, values)]
+    return rest
+
+
+def cmd_e2e(args: argparse.Namespace) -> int:
+    try:
+        import numpy  # noqa: F401
+    except ImportError:
+        raise AstraError("e2e's statistics need numpy (SGLang's environment has it): pip install numpy") from None
+    from astra_sglang.e2e.runner import PLOT_FILE, E2EConfig, preflight, run
+
+    ob_args = one_batch_args(args)
+    forward = preflight(args.forward, ob_args)
+    max_rounds = args.max_rounds if args.max_rounds is not None else 2 * args.rounds
+    if max_rounds < args.rounds:
+        raise AstraError(f"--max-rounds {max_rounds} is below --rounds {args.rounds}")
+    cfg = E2EConfig(forward=forward, one_batch_args=ob_args, patches=args.patches, rounds=args.rounds,
+                    max_rounds=max_rounds, target_halfwidth=args.target_halfwidth, timeout_s=args.timeout,
+                    seed=args.seed)
+    out = args.out if args.out is not None else Path("runs") / f"e2e-{time.strftime('%Y%m%d-%H%M%S')}"
+    report = run(cfg, out, progress=lambda msg: print(f"e2e: {msg}", file=sys.stderr, flush=True))
+    from astra_sglang.e2e.plot import plot_report
+
+    png = plot_report(report, out / PLOT_FILE)
+    if args.json:
+        print(report.model_dump_json(indent=2))
+    else:
+        print_report(report, png)
+    return 0
+
+
+def print_report(report: object, png: Path | None) -> None:
+    from astra_sglang.cli.output import Table, console, literal
+    from astra_sglang.e2e.runner import E2EReport
+
+    assert isinstance(report, E2EReport)
+    con = console()
+    for metric in ("decode", "prefill"):
+        t = Table(title=f"{'decode step median' if metric == 'decode' else 'prefill latency'} (ms), "
+                        f"{report.rounds_done} rounds; ratios with 95% bootstrap intervals over processes")
+        for col in ("bs", "in", "out", "A off", "B on", "C placebo", "B/A", "C/A", "verdict"):
+            t.add_column(col)
+        for s in report.shapes:
+            m = getattr(s, metric)
+            ms = [f"{m.medians[a] * 1e3:.3f}" if a in m.medians else "-" for a in ("A", "B", "C")]
+            t.add_row(str(s.batch_size), str(s.input_len), str(s.output_len), *ms,
+                      m.b_over_a.text() if m.b_over_a else "-", m.c_over_a.text() if m.c_over_a else "-", m.verdict)
+        con.print(t)
+    t = Table(title="calls per patch (from the processes' status records)")
+    for col in ("patch", "arm", "processes", "served by patch", "served by original", "states"):
+        t.add_column(col)
+    for row in report.patch_calls:
+        t.add_row(row.patch_id, row.arm, str(row.processes), str(row.served_by_patch), str(row.served_by_original),
+                  literal("; ".join(row.states)))
+    con.print(t)
+    con.print(f"verdict: {report.verdict}", markup=False)
+    for line in report.reasons:
+        con.print(f"  {line}", markup=False)
+    for line in report.problems[:10]:
+        con.print(f"  problem: {line}", markup=False)
+    if report.halfwidth is not None:
+        need = f"; about {report.rounds_needed} rounds would reach +-{report.config.target_halfwidth:g}" \
+            if report.rounds_needed and report.halfwidth > report.config.target_halfwidth else ""
+        con.print(f"widest decode B/A half-width {report.halfwidth:.4f}{need}", markup=False)
+    con.print(f"stopped: {report.stopped}", markup=False)
+    con.print(f"report: {Path(report.out) / 'report.json'}; "
+              + (f"plot: {png}" if png else "no plot (matplotlib is not installed)"), markup=False)

@@ -1,0 +1,173 @@
+"""``astra-sglang profile [options] -- <sglang server arguments>``: the hot list of a model's forward.
+
+Each kernel's share of the step's GPU time, attributed to the op id it belongs to (from the committed manifests)
+or to a group (GEMM, attention library, NCCL, torch elementwise, other), with each op's status, and the three ops
+most worth optimizing with the command for each. On a GPU host it runs SGLang's one_batch forward itself;
+anywhere, ``--trace FILE`` attributes a recorded torch.profiler chrome trace instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from astra_sglang.cli.args import at_least_one
+from astra_sglang.errors import AstraError
+
+PHASES = ("decode", "prefill", "both")
+KERNEL_WIDTH = 64  # kernel names are C++ signatures: the table shows their head, --json the whole name
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("profile", help="which kernels (and ops) a model's forward spends its GPU time in",
+                              description=__doc__)
+    p.add_argument("--trace", type=Path, action="append", default=[], metavar="FILE",
+                   help="attribute a recorded chrome trace (.json/.json.gz) instead of running; repeatable")
+    p.add_argument("--config", metavar="NAME", help="write a config-only model folder (llama3-8b, qwen3-8b, "
+                   "qwen3-30b-a3b, mixtral-8x7b, deepseek-v2-lite) and profile it with --load-format dummy")
+    p.add_argument("--only-config", action="store_true", help="with --config: write the folder and stop")
+    p.add_argument("--out", type=Path, default=Path("profile-out"),
+                   help="folder for the config model (<out>/model-<NAME>), traces and timings")
+    p.add_argument("--batch-size", type=at_least_one, nargs="+", default=None, metavar="BS",
+                   help="batch sizes (default 1 32 128; with --trace: read from one_batch's file name)")
+    p.add_argument("--input-len", type=at_least_one, default=512, help="prompt tokens per request")
+    p.add_argument("--output-len", type=at_least_one, default=16, help="tokens generated per request")
+    p.add_argument("--phase", choices=PHASES, default=None,
+                   help="which phase to profile (default decode; with --trace: from one_batch's file name)")
+    p.add_argument("--steps", type=at_least_one, default=None, metavar="N",
+                   help="decode steps profiled (default 1); with --trace: steps the trace holds when it has no "
+                   "ProfilerStep markers (default: the whole trace is one step)")
+    p.add_argument("--patch-log", type=Path, metavar="FILE",
+                   help="with --trace: a run's log holding its ASTRA-PATCHES line, for the patches' served calls")
+    p.add_argument("--extracted", type=Path, default=None,
+                   help="extracted ops root (default: $ASTRA_SGLANG_EXTRACTED_DIR or the bundled one)")
+    p.add_argument("--json", action="store_true", help="print the hot lists and the top ops as JSON")
+    p.add_argument("--png", type=Path, metavar="FILE", help="write a bar chart of the hot lists (needs matplotlib)")
+    p.add_argument("sglang_args", nargs=argparse.REMAINDER, metavar="SGLANG_ARGS",
+                   help="sglang server arguments for one_batch, after `--` (e.g. -- --model-path M)")
+    p.set_defaults(handler=cmd_profile)
+
+
+def cmd_profile(args: argparse.Namespace) -> int:
+    from astra_sglang.patches.registry import op_folder
+    from astra_sglang.profile import attribution as at
+
+    sglang_args = [a for a in args.sglang_args if a != "--"]
+    if args.trace and (args.config or sglang_args):
+        raise AstraError("--trace attributes a recorded trace: it takes no --config and no server arguments")
+    if args.patch_log and not args.trace:
+        raise AstraError("--patch-log goes with --trace (a run reads its own ASTRA-PATCHES line)")
+    if args.config:
+        from astra_sglang.profile.configs import write_config_model
+
+        model = write_config_model(args.config, args.out / f"model-{args.config.lower()}")
+        print(f"config-only model: {model} (weights: --load-format dummy)", file=sys.stderr)
+        if args.only_config:
+            return 0
+        if "--model-path" not in sglang_args:
+            sglang_args += ["--model-path", str(model), "--load-format", "dummy"]
+    elif args.only_config:
+        raise AstraError("--only-config goes with --config NAME")
+    extracted = args.extracted or op_folder("")
+    if not extracted.is_dir():
+        raise AstraError(f"no extracted ops root {extracted}")
+    kmap = at.build_map(extracted)
+    served = at.served_calls(_read(args.patch_log)) if args.patch_log else None
+    patches = at.patch_info(served=served)
+    if args.trace:
+        lists = [_from_trace(path, args, kmap, patches) for path in args.trace]
+    else:
+        if not sglang_args:
+            raise AstraError("nothing to run: give the server arguments after `--` (e.g. -- --model-path M), "
+                             "--config NAME, or attribute a recorded trace with --trace FILE")
+        from astra_sglang.profile.runner import run_profile
+
+        lists = run_profile(sglang_args, args.batch_size or [1, 32, 128], args.input_len, args.output_len,
+                            args.phase or "decode", args.steps or 1, args.out, kmap, patches)
+    top = at.top_ops(lists)
+    if args.png:
+        write_png(lists, args.png)
+    if args.json:
+        print(json.dumps({"hot_lists": [hl.to_json() for hl in lists],
+                          "top": [t.__dict__ for t in top]}, indent=2))
+    else:
+        show(lists, top)
+    return 0
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace")
+    except OSError as e:
+        raise AstraError(f"cannot read {path}: {e.strerror}") from None
+
+
+def _from_trace(path: Path, args: argparse.Namespace, kmap: Any, patches: Any) -> Any:
+    """One recorded trace's hot list; phase and batch size from the arguments, else from one_batch's file name."""
+    from astra_sglang.profile.attribution import hot_list
+    from astra_sglang.profile.trace import one_batch_name, summarize
+
+    named = one_batch_name(path)
+    bs = args.batch_size[0] if args.batch_size and len(args.batch_size) == 1 else named.get("batch_size")
+    phase = args.phase or named.get("phase")
+    return hot_list(summarize(path, steps=args.steps), kmap, patches, phase, bs)
+
+
+def _cut(text: str, width: int = KERNEL_WIDTH) -> str:
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def show(lists: list[Any], top: list[Any]) -> None:
+    """The hot lists as tables (rich on a terminal, plain aligned text elsewhere), then the top ops."""
+    from astra_sglang.cli.output import Table, console, literal
+
+    con = console()
+    for hl in lists:
+        where = ", ".join(x for x in (hl.phase, f"batch {hl.batch_size}" if hl.batch_size else None) if x)
+        timing = f"{hl.gpu_us_per_step:.1f} us of GPU kernels per step (graphs off)"
+        if hl.step_time_us is not None:
+            timing += f"; step time {hl.step_time_us:.1f} us (graphs on)"
+        t = Table(title=f"{where or Path(hl.trace).name}: {timing}", caption="; ".join(hl.notes))
+        for col in ("Kernel", "Op / group", "Share %", "us/call", "Calls/step", "Bytes", "% copy ceiling", "Status"):
+            t.add_column(col)
+        for r in hl.rows:
+            op = f"one of: {', '.join(r.candidates)}" if r.candidates else r.op
+            t.add_row(literal(_cut(r.kernel)), literal(op), f"{r.share:.1f}", f"{r.us_per_call:.2f}",
+                      f"{r.calls_per_step:g}", r.bytes_moved, r.pct_copy_ceiling, literal(r.status))
+        con.print(t)
+    if not top:
+        con.print("No op with a contract in these hot lists: every kernel is in a group (see the table).")
+        return
+    con.print(f"The {len(top)} op(s) most worth optimizing:")
+    for i, t in enumerate(top, 1):
+        where = ", ".join(x for x in (t.phase, f"batch {t.batch_size}" if t.batch_size else None) if x)
+        con.print(literal(f"  {i}. {t.op_id}: {t.share:.1f}% of step GPU time ({where or 'trace'}; {t.status})"))
+        con.print(literal(f"     {t.command}"))
+
+
+def write_png(lists: list[Any], path: Path, rows: int = 15) -> Path:
+    """A horizontal bar chart per hot list: the hottest kernels' shares, labelled with their op or group."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise AstraError("--png needs matplotlib (pip install matplotlib)") from None
+    fig, axes = plt.subplots(len(lists), 1, figsize=(11, 0.35 * rows * len(lists) + 1.2), squeeze=False)
+    for ax, hl in zip(axes[:, 0], lists):
+        shown = hl.rows[:rows][::-1]
+        labels = [f"{r.short_name or r.group or 'ambiguous'}: {_cut(r.kernel, 36)}" for r in shown]
+        ax.barh(labels, [r.share for r in shown], color=["tab:blue" if r.group is None else "tab:gray" for r in shown])
+        ax.set_xlabel("% of step GPU kernel time")
+        where = ", ".join(x for x in (hl.phase, f"batch {hl.batch_size}" if hl.batch_size else None) if x)
+        ax.set_title(f"{where or Path(hl.trace).name} ({hl.gpu_us_per_step:.0f} us/step)", fontsize=10)
+        ax.tick_params(axis="y", labelsize=7)
+    fig.subplots_adjust(left=0.42, right=0.97, hspace=0.5)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

@@ -1,0 +1,441 @@
+"""The orchestration of ``e2e``: the same forward in a fresh process per arm per round, written down as it goes.
+
+Arms: A = patches off, B = patches on (``--patches``), C = placebo (B's hooks installed, SGLang's original serving
+every call, ``ASTRA_SGLANG_PLACEBO=1``). A round runs each arm once, in an order rotated every round (A B C, B C A,
+C A B), so a slow drift of the GPU (clocks, temperature) falls on every arm alike rather than always on the last.
+Each process is fresh: one process's allocator, autotuning and clocks are one sample of the noise that dominates.
+
+The run folder (``--out``) keeps everything: ``e2e.json`` (what is measured), ``rNNN/<arm>/`` per process (its
+command's one_batch JSONL, stdout, stderr, the plugin's status records, and ``arm.json`` written last, which marks
+the process as done), ``report.json`` after every round. A killed run keeps its finished processes; the same
+command with the same ``--out`` reruns only what is missing and goes on.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field, ValidationError
+
+from astra_sglang.contract.base import Model, write_atomic
+from astra_sglang.e2e.stats import MetricSummary, Verdict, overall, summarize
+from astra_sglang.errors import AstraError
+from astra_sglang.patches.env import ALL_VALUES, ENV_PLACEBO, ENV_SELECT
+from astra_sglang.patches.status_file import ENV_STATUS_DIR
+
+ARMS = ("A", "B", "C")
+ARM_NAMES = {"A": "patches off", "B": "patches on", "C": "placebo"}
+CONFIG_FILE = "e2e.json"
+REPORT_FILE = "report.json"
+PLOT_FILE = "e2e.png"
+ARM_FILE = "arm.json"
+STATUS_LINE = "ASTRA-PATCHES "
+REPO = Path(__file__).resolve().parents[2]
+DEFAULT_FORWARD = REPO / "scripts" / "h200_server" / "forward.py"
+OWN_ARGS = ("--result-filename",)  # one_batch arguments e2e sets itself
+
+
+class E2EConfig(Model):
+    forward: list[str] = Field(description="the command prefix of one process, before the one_batch arguments")
+    one_batch_args: list[str]
+    patches: str = "all"
+    rounds: int = Field(default=6, ge=2, description="rounds always run")
+    max_rounds: int = Field(default=12, ge=2, description="rounds at most, while the B/A interval is too wide")
+    target_halfwidth: float = Field(default=0.01, gt=0, description="stop once every decode B/A half-width is below")
+    timeout_s: float = Field(default=3600.0, gt=0, description="one process's limit")
+    seed: int = 0
+
+    def identity(self) -> dict[str, Any]:
+        """What a resumed run must share with the folder's: the measurement itself, not how long to go on."""
+        return {"forward": self.forward, "one_batch_args": self.one_batch_args, "patches": self.patches}
+
+
+class ShapeResult(Model):
+    """One line of one_batch's ``--result-filename`` JSONL (the fields e2e reads; seconds)."""
+
+    batch_size: int
+    input_len: int
+    output_len: int
+    prefill_latency: float | None = None
+    median_decode_latency: float | None = None
+
+
+class PatchCount(Model):
+    patch_id: str
+    state: str = ""
+    served_by_patch: int = 0
+    served_by_original: int = 0
+    reason: str = ""
+
+
+class ArmRun(Model):
+    """One finished process."""
+
+    round: int
+    arm: str
+    position: int = Field(description="its place in the round's order, 0-based")
+    command: list[str]
+    env: dict[str, str] = Field(description="the variables e2e set for it")
+    seconds: float
+    results: list[ShapeResult]
+    patches: list[PatchCount] = Field(default_factory=list, description="summed over the process's processes")
+    patches_source: str = Field(default="none", description="'status records', 'ASTRA-PATCHES line' or 'none'")
+
+
+class ShapeReport(Model):
+    batch_size: int
+    input_len: int
+    output_len: int
+    decode: MetricSummary
+    prefill: MetricSummary
+
+
+class PatchCallRow(Model):
+    patch_id: str
+    arm: str
+    processes: int
+    served_by_patch: int
+    served_by_original: int
+    states: list[str]
+
+
+class E2EReport(Model):
+    created: str
+    out: str
+    config: E2EConfig
+    rounds_done: int = Field(description="rounds with all three arms finished")
+    stopped: str = ""
+    shapes: list[ShapeReport]
+    patch_calls: list[PatchCallRow]
+    problems: list[str] = Field(default_factory=list, description="what keeps any gain from counting")
+    verdict: Verdict
+    reasons: list[str]
+    halfwidth: float | None = Field(default=None, description="the widest decode B/A half-width")
+    rounds_needed: int | None = Field(default=None, description="estimated rounds for the target half-width")
+
+
+Progress = Callable[[str], None]
+
+
+def arm_order(round_no: int) -> tuple[str, ...]:
+    """A B C rotated by one each round (1-based): every arm runs first, second and third equally often."""
+    k = (round_no - 1) % len(ARMS)
+    return ARMS[k:] + ARMS[:k]
+
+
+def arm_env(arm: str, patches: str, status_dir: Path, round_no: int) -> dict[str, str]:
+    """The variables that make a process arm A, B or C (plus where its status records go, and its name)."""
+    env = {ENV_SELECT: "off" if arm == "A" else patches, ENV_STATUS_DIR: str(status_dir),
+           "ASTRA_E2E_ROUND": str(round_no), "ASTRA_E2E_ARM": arm}
+    if arm == "C":
+        env[ENV_PLACEBO] = "1"
+    return env
+
+
+def default_forward() -> list[str]:
+    return [sys.executable, str(DEFAULT_FORWARD)]
+
+
+def preflight(forward: Sequence[str] | None, one_batch_args: Sequence[str]) -> list[str]:
+    """The command prefix to run, or one line naming what is missing: e2e's default forward is SGLang's
+    one_batch, which needs SGLang, this checkout's scripts/h200_server/forward.py and a CUDA GPU."""
+    if not [a for a in one_batch_args if a != "--"]:
+        raise AstraError("nothing to run: give the one_batch (launch_server) arguments after `--`, e.g. "
+                         "-- --model-path M --load-format dummy")
+    for own in OWN_ARGS:
+        if any(a == own or a.startswith(own + "=") for a in one_batch_args):
+            raise AstraError(f"{own} is e2e's own (one file per process in the run folder); leave it out")
+    if forward:
+        script = Path(forward[-1])
+        if len(forward) == 1 and not script.is_file():
+            raise AstraError(f"--forward {script}: no such file")
+        return [sys.executable, str(script)] if len(forward) == 1 and script.suffix == ".py" else list(forward)
+    import importlib.util
+
+    if importlib.util.find_spec("sglang") is None:
+        raise AstraError("SGLang is not installed in this Python: the default forward is SGLang's one_batch "
+                         "(install 'astra-sglang[sglang]'), or pass --forward SCRIPT")
+    if not DEFAULT_FORWARD.is_file():
+        raise AstraError(f"the default forward {DEFAULT_FORWARD} is not here (a source checkout has it); "
+                         "pass --forward SCRIPT")
+    try:
+        import torch
+
+        gpu = torch.cuda.is_available()
+    except ImportError:
+        gpu = False
+    if not gpu:
+        raise AstraError("no CUDA GPU visible: SGLang's model forward (one_batch) needs one; run e2e on the GPU "
+                         "host, or pass --forward SCRIPT")
+    return default_forward()
+
+
+# ------------------------------------------------------------------------------------------- one process
+
+def parse_results(path: Path) -> list[ShapeResult]:
+    """one_batch's JSONL (it appends one line per batch shape at exit); unknown fields ignored."""
+    out: list[ShapeResult] = []
+    if not path.is_file():
+        return out
+    for line in path.read_text().splitlines():
+        if not line.strip():
+            continue
+        raw = json.loads(line)
+        out.append(ShapeResult(**{k: raw.get(k) for k in ShapeResult.model_fields if k in raw}))
+    return out
+
+
+def patches_from_line(stdout: str) -> list[PatchCount]:
+    """forward.py's ``ASTRA-PATCHES {json}`` line (its own process only), the last one printed."""
+    lines = [ln for ln in stdout.splitlines() if ln.startswith(STATUS_LINE)]
+    if not lines:
+        return []
+    data = json.loads(lines[-1][len(STATUS_LINE):])
+    return [PatchCount(patch_id=pid, state=str(d.get("state", "")), served_by_patch=int(d.get("patch", 0)),
+                       served_by_original=int(d.get("original", 0)), reason=str(d.get("reason", "")))
+            for pid, d in sorted(data.items())]
+
+
+def patches_from_records(status_dir: Path) -> list[PatchCount]:
+    """The plugin's status records of every process the run started (with tensor parallelism, one per rank)."""
+    from astra_sglang.patches.tooling.status_report import aggregate, server_dirs
+
+    if not status_dir.is_dir():
+        return []
+    rows: dict[str, PatchCount] = {}
+    for folder in server_dirs(status_dir):
+        for row in aggregate(folder)["patches"]:
+            c = rows.setdefault(row["patch_id"], PatchCount(patch_id=row["patch_id"]))
+            c.served_by_patch += row["served_by_patch"]
+            c.served_by_original += row["served_by_original"]
+            c.state = ", ".join(sorted({*filter(None, c.state.split(", ")), *row["states"].values()}))
+            c.reason = c.reason or "; ".join(row["reasons"])
+    return [rows[k] for k in sorted(rows)]
+
+
+def run_arm(folder: Path, cfg: E2EConfig, round_no: int, arm: str, position: int) -> ArmRun:
+    """One fresh process of one arm; its ``arm.json`` is written only once it finished with results."""
+    if folder.exists():
+        shutil.rmtree(folder)  # an unfinished earlier attempt: its files would mix with this one's
+    folder.mkdir(parents=True)
+    result = folder / "result.jsonl"
+    cmd = [*cfg.forward, *cfg.one_batch_args, "--result-filename", str(result)]
+    extra = arm_env(arm, cfg.patches, folder / "status", round_no)
+    env = {k: v for k, v in os.environ.items() if k not in (ENV_SELECT, ENV_PLACEBO)}
+    env.update(extra)
+    t0 = time.monotonic()
+    with open(folder / "stdout.log", "w") as out, open(folder / "stderr.log", "w") as err:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=err, env=env, start_new_session=True)
+        try:
+            rc = proc.wait(timeout=cfg.timeout_s)
+        except subprocess.TimeoutExpired:
+            _stop(proc)
+            raise AstraError(f"round {round_no} arm {arm}: the forward ran past {cfg.timeout_s:.0f} s; "
+                             f"see {folder / 'stderr.log'}") from None
+        except BaseException:  # Ctrl-C, SIGTERM: the forward must not outlive us on the GPU
+            _stop(proc)
+            raise
+    seconds = time.monotonic() - t0
+    stdout = (folder / "stdout.log").read_text(errors="replace")
+    try:
+        results = parse_results(result)
+    except (ValueError, ValidationError) as e:
+        raise AstraError(f"round {round_no} arm {arm}: unreadable results {result} ({e})") from None
+    if rc != 0 or not results:
+        why = f"exited with {rc}" if rc != 0 else "wrote no results"
+        raise AstraError(f"round {round_no} arm {arm}: the forward {why} ({_last_line(folder / 'stderr.log')}); "
+                         f"see {folder}")
+    patches, source = patches_from_records(folder / "status"), "status records"
+    if not patches:
+        patches, source = patches_from_line(stdout), "ASTRA-PATCHES line"
+    run = ArmRun(round=round_no, arm=arm, position=position, command=cmd, env=extra, seconds=seconds,
+                 results=results, patches=patches, patches_source=source if patches else "none")
+    write_atomic(folder / ARM_FILE, run.model_dump_json(indent=1) + "\n")
+    return run
+
+
+def _stop(proc: subprocess.Popen[Any]) -> None:
+    """End the forward's process group (it was started in its own session: SGLang's TP ranks go with it)."""
+    for sig, wait in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def _last_line(path: Path) -> str:
+    lines = [ln.strip() for ln in path.read_text(errors="replace").splitlines() if ln.strip()] if path.is_file() else []
+    return lines[-1][:300] if lines else "no output on stderr"
+
+
+# ------------------------------------------------------------------------------------------------ the run
+
+def arm_dir(out: Path, round_no: int, arm: str) -> Path:
+    return out / f"r{round_no:03d}" / arm
+
+
+def prepare_folder(out: Path, cfg: E2EConfig) -> None:
+    """A new run folder, or the same measurement's to resume; another measurement's is refused."""
+    path = out / CONFIG_FILE
+    if path.is_file():
+        try:
+            old = E2EConfig.model_validate_json(path.read_text())
+        except ValidationError as e:
+            raise AstraError(f"{path}: not an e2e run's configuration ({e.error_count()} problem(s))") from None
+        if old.identity() != cfg.identity():
+            diff = [k for k, v in cfg.identity().items() if old.identity()[k] != v]
+            raise AstraError(f"{out} holds an e2e run of another measurement (different {', '.join(diff)}); "
+                             "give another --out, or the same arguments to resume it")
+    elif out.exists() and any(out.iterdir()):
+        raise AstraError(f"{out} exists and is not an e2e run folder; give another --out")
+    write_atomic(path, cfg.model_dump_json(indent=1) + "\n")
+
+
+def load_done(out: Path) -> dict[tuple[int, str], ArmRun]:
+    """The finished processes of an earlier attempt (those with ``arm.json``)."""
+    done = {}
+    for path in sorted(out.glob(f"r*/*/{ARM_FILE}")):
+        try:
+            run = ArmRun.model_validate_json(path.read_text())
+        except ValidationError:
+            continue  # rerun it
+        done[(run.round, run.arm)] = run
+    return done
+
+
+def run(cfg: E2EConfig, out: Path, progress: Progress | None = None) -> E2EReport:
+    """Rounds until ``rounds`` are done and then until the decode B/A intervals are narrow enough or
+    ``max_rounds``; the report is rewritten after every round, so a killed run leaves one."""
+    say = progress or (lambda msg: None)
+    out = Path(out)
+    prepare_folder(out, cfg)
+    done = load_done(out)
+    say(f"resuming {out}: {len(done)} finished process(es) kept" if done else f"run folder {out}")
+    round_no = 0
+    while True:
+        round_no += 1
+        for pos, arm in enumerate(arm_order(round_no)):
+            if (round_no, arm) in done:
+                continue
+            say(f"round {round_no}: {arm} ({ARM_NAMES[arm]})")
+            done[(round_no, arm)] = run_arm(arm_dir(out, round_no, arm), cfg, round_no, arm, pos)
+        report = build_report(cfg, list(done.values()), out)
+        stop = _stop_reason(cfg, round_no, report)
+        report.stopped = stop or (f"not yet: written after round {round_no} (if the run was killed, the same "
+                                  "command with the same --out goes on)")
+        write_atomic(out / REPORT_FILE, report.model_dump_json(indent=1) + "\n")
+        if stop:
+            say(f"stopped: {stop}")
+            return report
+        if round_no >= cfg.rounds:
+            say(f"decode B/A half-width {report.halfwidth:.3f} > target {cfg.target_halfwidth:.3f}: one more round"
+                if report.halfwidth is not None else "no B/A interval yet: one more round")
+
+
+def _stop_reason(cfg: E2EConfig, round_no: int, report: E2EReport) -> str:
+    if round_no < cfg.rounds:
+        return ""
+    hw = report.halfwidth
+    if hw is not None and hw < cfg.target_halfwidth:
+        return f"every decode B/A half-width below the target {cfg.target_halfwidth:g} after {round_no} rounds"
+    if round_no >= cfg.max_rounds:
+        return f"--max-rounds {cfg.max_rounds} reached"
+    return ""
+
+
+# ---------------------------------------------------------------------------------------------- the report
+
+def expected_patches(cfg: E2EConfig, runs: Sequence[ArmRun]) -> list[str]:
+    """The patches B must see serving: those named, or with 'all' every patch B's processes reported."""
+    if cfg.patches.strip().lower() in ALL_VALUES:
+        return sorted({c.patch_id for r in runs if r.arm == "B" for c in r.patches})
+    return sorted({p.strip() for p in cfg.patches.split(",") if p.strip()})
+
+
+def problems(cfg: E2EConfig, runs: Sequence[ArmRun]) -> list[str]:
+    """What makes B or C not what they claim: an expected patch that served no call in a B process, a placebo
+    process whose hooks were never reached or that served calls by a patch."""
+    out = []
+    expect = expected_patches(cfg, runs)
+    if not expect:
+        out.append("no patch reported by any B process: nothing was patched (see a B process's stderr.log)")
+    for r in sorted(runs, key=lambda r: (r.round, r.arm)):
+        counts = {c.patch_id: c for c in r.patches}
+        if r.arm == "B":
+            for pid in expect:
+                c = counts.get(pid)
+                if c is None or c.served_by_patch == 0:
+                    why = f" (state {c.state}: {c.reason})" if c is not None and c.reason else ""
+                    out.append(f"patch {pid} served no calls in round {r.round}'s B process{why}")
+        elif r.arm == "C":
+            if not any(c.served_by_original for c in r.patches):
+                out.append(f"the placebo's hooks served no calls in round {r.round}: that C process was no placebo")
+            if any(c.served_by_patch for c in r.patches):
+                out.append(f"the placebo process of round {r.round} ran patch kernels: it was no placebo")
+    return out
+
+
+def build_report(cfg: E2EConfig, runs: Sequence[ArmRun], out: Path) -> E2EReport:
+    """Per batch shape: medians, B/A and C/A intervals and verdicts (decode and prefill); per patch: calls."""
+    shapes: dict[tuple[int, int, int], dict[str, dict[str, list[float]]]] = {}
+    for r in sorted(runs, key=lambda r: (r.round, r.arm)):
+        for s in r.results:
+            per = shapes.setdefault((s.batch_size, s.input_len, s.output_len), {"decode": {}, "prefill": {}})
+            if s.median_decode_latency is not None:
+                per["decode"].setdefault(r.arm, []).append(s.median_decode_latency)
+            if s.prefill_latency is not None:
+                per["prefill"].setdefault(r.arm, []).append(s.prefill_latency)
+    trouble = problems(cfg, runs)
+    reports = []
+    for i, (key, per) in enumerate(sorted(shapes.items())):
+        bs, il, ol = key
+        reports.append(ShapeReport(batch_size=bs, input_len=il, output_len=ol,
+                                   decode=summarize("decode step median", per["decode"], trouble,
+                                                    target_halfwidth=cfg.target_halfwidth, seed=cfg.seed + 10 * i),
+                                   prefill=summarize("prefill latency", per["prefill"], trouble,
+                                                     target_halfwidth=cfg.target_halfwidth,
+                                                     seed=cfg.seed + 10 * i + 5)))
+    widths = [s.decode.b_over_a.half_width for s in reports if s.decode.b_over_a is not None]
+    needed = [s.decode.rounds_needed for s in reports if s.decode.rounds_needed is not None]
+    verdicts = [m.verdict for s in reports for m in (s.decode, s.prefill)]
+    reasons = [f"bs {s.batch_size} (in {s.input_len}, out {s.output_len}) {m.metric}: {m.verdict}: "
+               f"{'; '.join(m.reasons[:2])}" for s in reports for m in (s.decode, s.prefill)]
+    arms_of: dict[int, set[str]] = {}
+    for r in runs:
+        arms_of.setdefault(r.round, set()).add(r.arm)
+    complete = [k for k, arms in arms_of.items() if arms == set(ARMS)]
+    return E2EReport(created=time.strftime("%Y-%m-%dT%H:%M:%S%z"), out=str(out), config=cfg,
+                     rounds_done=len(complete), shapes=reports, patch_calls=patch_calls(runs), problems=trouble,
+                     verdict=overall(verdicts) if reports else "no measurable change",
+                     reasons=reasons or ["no results"], halfwidth=max(widths) if len(widths) == len(reports) and
+                     widths else None, rounds_needed=max(needed) if needed else None)
+
+
+def patch_calls(runs: Sequence[ArmRun]) -> list[PatchCallRow]:
+    """Per patch and arm: calls served by the patch and by SGLang's original, summed over the arm's processes."""
+    rows: dict[tuple[str, str], PatchCallRow] = {}
+    for r in runs:
+        for c in r.patches:
+            row = rows.setdefault((c.patch_id, r.arm), PatchCallRow(patch_id=c.patch_id, arm=r.arm, processes=0,
+                                                                    served_by_patch=0, served_by_original=0,
+                                                                    states=[]))
+            row.processes += 1
+            row.served_by_patch += c.served_by_patch
+            row.served_by_original += c.served_by_original
+            if c.state and c.state not in row.states:
+                row.states.append(c.state)
+    return [rows[k] for k in sorted(rows)]

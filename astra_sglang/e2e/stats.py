@@ -1,0 +1,151 @@
+"""The statistics of ``e2e``: per-arm medians, B/A and C/A with bootstrap intervals, the verdict, rounds needed.
+
+The unit of every sample here is one **process**: one fresh ``one_batch`` run gives one decode-step median and
+one prefill latency per batch size. Process-to-process variation is the dominant noise (on the H200, processes
+running identical kernels differ by 3-6% in decode step median: 13.57 / 13.94 / 14.45 / 14.08 ms at bs 128),
+far above the step-to-step noise inside one process, so resampling steps would give intervals that look narrow
+and mean nothing. The interval is a seeded percentile bootstrap that resamples processes, each arm's with
+replacement, and takes the ratio of the arms' medians; medians rather than means because one process on a
+slow clock must not decide the verdict (simulated at 3% process noise and 6 processes per arm, this interval
+excludes a true ratio of 1 in about 3% of runs; the mean's in about 11%).
+
+Ratios are of latencies: below 1 is faster.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Literal
+
+from pydantic import Field
+
+from astra_sglang.contract.base import Model
+
+Verdict = Literal["gain", "no measurable change", "slower"]
+GAIN: Verdict = "gain"
+SAME: Verdict = "no measurable change"
+SLOWER: Verdict = "slower"
+
+RESAMPLES = 10_000
+LEVEL = 0.95
+
+
+class Interval(Model):
+    """A ratio of two arms' medians (numerator over denominator) and its bootstrap interval."""
+
+    ratio: float
+    low: float
+    high: float
+    level: float = LEVEL
+    n_num: int = Field(description="processes in the numerator's arm")
+    n_den: int = Field(description="processes in the denominator's arm")
+
+    @property
+    def half_width(self) -> float:
+        return (self.high - self.low) / 2
+
+    @property
+    def holds_one(self) -> bool:
+        return self.low <= 1.0 <= self.high
+
+    def text(self) -> str:
+        return f"{self.ratio:.3f} [{self.low:.3f}, {self.high:.3f}]"
+
+
+class MetricSummary(Model):
+    """One metric (decode step median, or prefill latency) of one batch shape, over all the processes."""
+
+    metric: str
+    samples: dict[str, list[float]] = Field(description="arm -> one value per process, seconds")
+    medians: dict[str, float] = Field(description="arm -> median over its processes, seconds")
+    b_over_a: Interval | None = None
+    c_over_a: Interval | None = None
+    verdict: Verdict = SAME
+    reasons: list[str] = Field(default_factory=list, description="why the verdict is what it is, plainly")
+    rounds_needed: int | None = Field(default=None, description="processes per arm for the B/A half-width target")
+
+
+def median(values: Sequence[float]) -> float:
+    import numpy as np
+
+    return float(np.median(np.asarray(values, dtype=float)))
+
+
+def ratio_interval(num: Sequence[float], den: Sequence[float], *, seed: int = 0, resamples: int = RESAMPLES,
+                   level: float = LEVEL) -> Interval | None:
+    """median(num) / median(den) with a percentile bootstrap interval over processes; None below 2 per arm
+    (one process says nothing about how much processes differ)."""
+    import numpy as np
+
+    a = np.asarray(den, dtype=float)
+    b = np.asarray(num, dtype=float)
+    if len(a) < 2 or len(b) < 2:
+        return None
+    rng = np.random.default_rng(seed)
+    ra = np.median(a[rng.integers(0, len(a), (resamples, len(a)))], axis=1)
+    rb = np.median(b[rng.integers(0, len(b), (resamples, len(b)))], axis=1)
+    tail = (1 - level) / 2 * 100
+    low, high = np.percentile(rb / ra, [tail, 100 - tail])
+    return Interval(ratio=float(np.median(b) / np.median(a)), low=float(low), high=float(high), level=level,
+                    n_num=len(b), n_den=len(a))
+
+
+def rounds_needed(rounds: int, half_width: float, target: float) -> int:
+    """Processes per arm for a half-width of ``target``, from ``rounds`` that gave ``half_width``: a bootstrap
+    interval narrows as 1/sqrt(n), so n grows with the square of the ratio. An estimate, not a promise."""
+    if half_width <= target or rounds <= 0:
+        return rounds
+    return math.ceil(rounds * (half_width / target) ** 2)
+
+
+def judge(b_over_a: Interval | None, c_over_a: Interval | None, problems: Sequence[str] = ()) -> tuple[Verdict, list[str]]:
+    """A gain only when all three hold: B/A's interval lies below 1, C/A's (the placebo's) holds 1, and nothing in
+    ``problems`` (an expected patch that served no calls, a placebo whose hooks were never reached). "slower" when
+    B/A's interval lies above 1, whatever else. Otherwise no measurable change. Each reason says which part failed."""
+    if b_over_a is None:
+        return SAME, ["fewer than 2 processes in arm A or B: no interval"]
+    reasons: list[str] = []
+    if b_over_a.low > 1.0:
+        reasons.append(f"B/A {b_over_a.text()} lies above 1: with the patches the forward is slower")
+        if c_over_a is not None and not c_over_a.holds_one:
+            reasons.append(f"the placebo moved as well (C/A {c_over_a.text()}): part of it is not the kernels")
+        return SLOWER, reasons + list(problems)
+    if b_over_a.holds_one:
+        reasons.append(f"B/A {b_over_a.text()} holds 1: any difference is within process-to-process noise")
+        return SAME, reasons + list(problems)
+    reasons.append(f"B/A {b_over_a.text()} lies below 1")
+    ok = True
+    if c_over_a is None:
+        reasons.append("no placebo interval (fewer than 2 processes in arm C): a gain cannot be told from drift")
+        ok = False
+    elif not c_over_a.holds_one:
+        reasons.append(f"but the placebo moved too (C/A {c_over_a.text()} does not hold 1): the processes differ "
+                       "by more than the patches do; more rounds")
+        ok = False
+    else:
+        reasons.append(f"the placebo holds (C/A {c_over_a.text()})")
+    if problems:
+        reasons.extend(problems)
+        ok = False
+    return (GAIN if ok else SAME), reasons
+
+
+def summarize(metric: str, samples: dict[str, list[float]], problems: Sequence[str] = (), *,
+              target_halfwidth: float = 0.01, seed: int = 0) -> MetricSummary:
+    """One metric's medians, ratios, verdict and rounds-needed estimate, from per-process samples per arm."""
+    a, b, c = samples.get("A", []), samples.get("B", []), samples.get("C", [])
+    ba = ratio_interval(b, a, seed=seed)
+    ca = ratio_interval(c, a, seed=seed + 1)
+    verdict, reasons = judge(ba, ca, problems)
+    need = rounds_needed(min(len(a), len(b)), ba.half_width, target_halfwidth) if ba is not None else None
+    return MetricSummary(metric=metric, samples={k: list(v) for k, v in samples.items()},
+                         medians={k: median(v) for k, v in samples.items() if v}, b_over_a=ba, c_over_a=ca,
+                         verdict=verdict, reasons=reasons, rounds_needed=need)
+
+
+def overall(verdicts: Sequence[Verdict]) -> Verdict:
+    """The run's one word: slower if any shape is, a gain if some shape is and none is slower, else no change."""
+    if SLOWER in verdicts:
+        return SLOWER
+    return GAIN if GAIN in verdicts else SAME

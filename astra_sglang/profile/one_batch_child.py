@@ -1,0 +1,38 @@
+"""Run SGLang's own ``sglang.benchmark.one_batch`` in this process after ``load_plugins()`` (one_batch does not call
+it), so whatever ``ASTRA_SGLANG_PATCHES`` says is installed the way a server installs it; at exit one line
+``ASTRA-PATCHES {json}`` with each patch's state and calls (``attribution.served_calls`` reads it back).
+The profile runner starts it once per pass: graphs off with the profiler, graphs on for the step time.
+Same as ``scripts/h200_server/forward.py``, importable from an installed package.
+Usage: python -m astra_sglang.profile.one_batch_child <one_batch arguments>
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import runpy
+import sys
+
+from astra_sglang.profile.attribution import PATCH_LINE
+
+
+def _report() -> None:
+    from astra_sglang.patches import status
+
+    out = {pid: {"state": s.state, "reason": s.reason, "patch": s.served_by_patch, "original": s.served_by_original,
+                 "captured_patch": s.captured_by_patch, "captured_original": s.captured_by_original}
+           for pid, s in status.statuses().items()}
+    print(PATCH_LINE + json.dumps(out), flush=True)
+
+
+def main() -> None:
+    from sglang.srt.plugins import load_plugins
+
+    load_plugins()
+    atexit.register(_report)
+    sys.argv = ["sglang.benchmark.one_batch", *sys.argv[1:]]
+    runpy.run_module("sglang.benchmark.one_batch", run_name="__main__")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,108 @@
+"""The GPU path of ``profile``: SGLang's ``one_batch`` forward, twice, then the attribution of its traces.
+
+Pass 1 runs with CUDA graphs off and the torch profiler on (a replayed graph shows as one graph launch, not as
+its kernels, so attribution needs graphs off); pass 2 runs with graphs on and no profiler, for the step time a
+server sees. Both run ``one_batch_child`` (one_batch after ``load_plugins()``) in a child process with the
+caller's ``ASTRA_SGLANG_PATCHES``. The trace files are the ones one_batch names
+(``<prefix>_batch<bs>_input<in>_output<out>_<stage>.trace.json.gz`` in ``SGLANG_TORCH_PROFILER_DIR``).
+Nothing here runs without a GPU: it is kept thin, the attribution it calls is tested on CPU.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from astra_sglang.errors import AstraError
+from astra_sglang.profile.attribution import HotList, KernelMap, PatchInfo, hot_list, served_calls
+from astra_sglang.profile.trace import summarize
+
+NEEDS_GPU = "profile needs a CUDA GPU and SGLang; attribute a recorded trace with --trace FILE"
+PREFIX = "astra"
+WARMUP_STEPS = 8  # decode steps before the profiled ones (the measurement's --profile-start-step)
+
+
+def require_gpu() -> None:
+    """One line, no traceback, when this host cannot run the forward."""
+    if importlib.util.find_spec("sglang") is None or importlib.util.find_spec("torch") is None:
+        raise AstraError(NEEDS_GPU)
+    import torch
+
+    if not torch.cuda.is_available():
+        raise AstraError(NEEDS_GPU)
+
+
+def trace_path(trace_dir: Path, batch_size: int, input_len: int, output_len: int, stage: str) -> Path:
+    """one_batch's own trace file name (``_create_torch_profiler_filename``) under our prefix."""
+    return trace_dir / f"{PREFIX}_batch{batch_size}_input{input_len}_output{output_len}_{stage}.trace.json.gz"
+
+
+def _run(cmd: list[str], env: dict[str, str]) -> str:
+    """Run a child, its output shown as it comes and kept for the ASTRA-PATCHES line."""
+    print("+ " + " ".join(cmd), file=sys.stderr, flush=True)
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert proc.stdout is not None
+    lines = []
+    for line in proc.stdout:
+        sys.stderr.write(line)
+        lines.append(line)
+    if proc.wait() != 0:
+        raise AstraError(f"one_batch exited with status {proc.returncode} (its output is above)")
+    return "".join(lines)
+
+
+def run_profile(sglang_args: list[str], batch_sizes: list[int], input_len: int, output_len: int, phase: str,
+                steps: int, out_dir: Path, kmap: KernelMap, patches: PatchInfo) -> list[HotList]:
+    """Profile ``steps`` decode steps (and/or the prefill) per batch size; one hot list per phase and batch size."""
+    require_gpu()
+    if phase != "prefill" and output_len < steps + 2:
+        raise AstraError(f"--output-len {output_len} is too short for --steps {steps}: need at least {steps + 2}")
+    trace_dir = Path(out_dir).resolve() / "traces"
+    trace_dir.mkdir(parents=True, exist_ok=True)
+    timing = Path(out_dir).resolve() / "timing.jsonl"
+    timing.unlink(missing_ok=True)
+    env = dict(os.environ, SGLANG_TORCH_PROFILER_DIR=str(trace_dir))
+    base = [sys.executable, "-m", "astra_sglang.profile.one_batch_child", *sglang_args,
+            "--batch-size", *map(str, batch_sizes), "--input-len", str(input_len), "--output-len", str(output_len)]
+    stage = "all" if phase == "both" else phase
+    start = max(0, min(WARMUP_STEPS, output_len - 1 - steps))
+    log = _run([*base, "--disable-cuda-graph", "--profile", "--profile-stage", stage, "--profile-prefix", PREFIX,
+                "--profile-start-step", str(start), "--profile-steps", str(steps)], env)
+    _run([*base, "--result-filename", str(timing)], env)
+    patches.served.update(served_calls(log))
+    times = _step_times(timing)
+    lists: list[HotList] = []
+    for bs in batch_sizes:
+        for ph in (["prefill", "decode"] if phase == "both" else [phase]):
+            path = trace_path(trace_dir, bs, input_len, output_len, ph)
+            if not path.is_file():  # one_batch skips a batch size over its max ("skipping ..." above)
+                print(f"astra-sglang: no {ph} trace for batch size {bs} ({path.name}); skipped", file=sys.stderr)
+                continue
+            hl = hot_list(summarize(path, steps=steps if ph == "decode" else 1), kmap, patches, ph, bs)
+            hl.step_time_us = times.get((bs, ph))
+            lists.append(hl)
+    if not lists:
+        raise AstraError(f"one_batch wrote no trace under {trace_dir} (every batch size skipped?)")
+    return lists
+
+
+def _step_times(path: Path) -> dict[tuple[int, str], float]:
+    """(batch size, phase) -> us per step with graphs on, from one_batch's --result-filename lines."""
+    out: dict[tuple[int, str], float] = {}
+    if not path.is_file():
+        return out
+    for line in path.read_text().splitlines():
+        try:
+            r = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        bs = int(r.get("batch_size", 0))
+        if r.get("prefill_latency") is not None:
+            out[(bs, "prefill")] = float(r["prefill_latency"]) * 1e6
+        if r.get("median_decode_latency") is not None:
+            out[(bs, "decode")] = float(r["median_decode_latency"]) * 1e6
+    return out

@@ -1,0 +1,139 @@
+"""Read a torch.profiler chrome trace (``.json`` or ``.json.gz``): GPU kernel time per step, by kernel name.
+
+Only events of category ``kernel`` count (what ran on the GPU; memcpy/memset events are ``gpu_memcpy`` /
+``gpu_memset`` and are left out of the kernel time on purpose, as is CPU time). Steps are found in this order:
+
+1. ``ProfilerStep#N`` annotations (a profiler driven with ``prof.step()``): a kernel belongs to the step whose
+   CPU window holds its launch (matched through the ``correlation`` id of the launch event), since GPU kernels
+   run after, not inside, the CPU window. Kernels launched outside every step are counted apart, not in a step.
+2. A step count the caller knows (``one_batch --profile-steps N`` records N decode steps with no markers): the
+   whole trace divided by N.
+3. Otherwise the whole trace is one step, and the summary says so.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from astra_sglang.errors import AstraError
+
+STEP_PREFIX = "ProfilerStep#"
+_GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation")
+# one_batch's trace names: <prefix>_batch<bs>_input<in>_output<out>_<stage>.trace.json.gz
+ONE_BATCH_NAME = re.compile(r"_batch(?P<bs>\d+)_input(?P<input>\d+)_output(?P<output>\d+)_(?P<stage>prefill|decode)")
+
+
+class TraceError(AstraError, ValueError):
+    """A file that is not a readable chrome trace with GPU kernels: one line, no traceback."""
+
+
+@dataclass
+class KernelTime:
+    """One kernel name's GPU time over the counted steps."""
+
+    name: str
+    total_us: float = 0.0
+    calls: int = 0
+
+
+@dataclass
+class TraceSummary:
+    path: str
+    steps: int
+    step_source: str  # how the steps were found, said in the output
+    kernels: dict[str, KernelTime]  # over the counted steps
+    step_gpu_us: list[float] = field(default_factory=list)  # per step; one entry per step when markers exist
+    outside_us: float = 0.0  # kernels launched outside every ProfilerStep (only with markers)
+
+    @property
+    def total_us(self) -> float:
+        return sum(k.total_us for k in self.kernels.values())
+
+    @property
+    def gpu_us_per_step(self) -> float:
+        return self.total_us / self.steps if self.steps else 0.0
+
+
+def load_events(path: Path) -> list[dict[str, Any]]:
+    """The trace's event list; TraceError for anything that is not a chrome trace."""
+    path = Path(path)
+    if not path.is_file():
+        raise TraceError(f"no trace file {path}")
+    try:
+        raw = gzip.open(path, "rt").read() if path.name.endswith(".gz") else path.read_text()
+        data = json.loads(raw)
+    except (OSError, EOFError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise TraceError(f"{path} is not a chrome trace (.json or .json.gz): {e}") from None
+    events = data.get("traceEvents") if isinstance(data, dict) else data
+    if not isinstance(events, list):
+        raise TraceError(f"{path} is not a chrome trace: no traceEvents list")
+    return [e for e in events if isinstance(e, dict)]
+
+
+def _steps(events: list[dict[str, Any]]) -> list[tuple[float, float]]:
+    """CPU windows of the ProfilerStep annotations, in time order (GPU-side copies of them are skipped)."""
+    windows = [(float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0))) for e in events
+               if str(e.get("name", "")).startswith(STEP_PREFIX) and e.get("cat") not in _GPU_CATS
+               and e.get("ph") == "X" and "ts" in e]
+    return sorted(windows)
+
+
+def summarize(path: Path, steps: int | None = None) -> TraceSummary:
+    """GPU kernel time by name, per step (see the module docstring for how steps are found)."""
+    events = load_events(path)
+    kernels = [e for e in events if e.get("cat") == "kernel" and e.get("ph", "X") == "X" and "dur" in e]
+    if not kernels:
+        raise TraceError(f"{path} has no GPU kernel events (cat 'kernel'): record it with GPU activity "
+                         "(torch.profiler ProfilerActivity.CUDA; one_batch --profile-activities GPU)")
+    windows = _steps(events)
+    if windows:
+        launch_ts = {e["args"]["correlation"]: float(e["ts"]) for e in events
+                     if e.get("cat") in ("cuda_runtime", "cuda_driver") and isinstance(e.get("args"), dict)
+                     and "correlation" in e["args"] and "ts" in e}
+        return _by_markers(path, kernels, windows, launch_ts)
+    n = steps or 1
+    source = (f"{n} steps as profiled (no step markers in the trace): per step = whole trace / {n}" if steps
+              else "whole trace as one step (no ProfilerStep markers; give --steps N if it holds N steps)")
+    table: dict[str, KernelTime] = {}
+    for e in kernels:
+        k = table.setdefault(str(e.get("name", "?")), KernelTime(str(e.get("name", "?"))))
+        k.total_us += float(e["dur"])
+        k.calls += 1
+    total = sum(k.total_us for k in table.values())
+    return TraceSummary(str(path), n, source, table, [total / n] * n)
+
+
+def _by_markers(path: Path, kernels: list[dict[str, Any]], windows: list[tuple[float, float]],
+                launch_ts: dict[Any, float]) -> TraceSummary:
+    table: dict[str, KernelTime] = {}
+    per_step = [0.0] * len(windows)
+    outside = 0.0
+    for e in kernels:
+        args = e.get("args")
+        ts = launch_ts.get(args.get("correlation")) if isinstance(args, dict) else None
+        step = None if ts is None else next((i for i, (a, b) in enumerate(windows) if a <= ts <= b), None)
+        if step is None:
+            outside += float(e["dur"])
+            continue
+        per_step[step] += float(e["dur"])
+        k = table.setdefault(str(e.get("name", "?")), KernelTime(str(e.get("name", "?"))))
+        k.total_us += float(e["dur"])
+        k.calls += 1
+    if not table:
+        raise TraceError(f"{path}: no kernel was launched inside a {STEP_PREFIX} window (launch events with "
+                         "correlation ids missing?)")
+    return TraceSummary(str(path), len(windows), f"{len(windows)} ProfilerStep markers", table, per_step, outside)
+
+
+def one_batch_name(path: Path) -> dict[str, Any]:
+    """Batch size, lengths and phase read off one_batch's trace file name; {} for any other name."""
+    m = ONE_BATCH_NAME.search(Path(path).name)
+    if not m:
+        return {}
+    return {"batch_size": int(m["bs"]), "input_len": int(m["input"]), "output_len": int(m["output"]),
+            "phase": m["stage"]}

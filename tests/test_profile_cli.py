@@ -1,0 +1,112 @@
+"""``astra-sglang profile`` at the command line, on the SYNTHETIC decode trace (tests/h_fixtures/profile/README.md),
+and its config-only model folders."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+from astra_sglang.cli.main import main
+from astra_sglang.profile.configs import CONFIGS, config_names, model_config, write_config_model
+from astra_sglang.profile.runner import NEEDS_GPU
+
+DECODE = Path(__file__).parent / "h_fixtures" / "profile" / "astra_batch128_input512_output16_decode.trace.json"
+
+
+def test_trace_json(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["profile", "--trace", str(DECODE), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    (hl,) = out["hot_lists"]
+    assert (hl["phase"], hl["batch_size"], hl["steps"]) == ("decode", 128, 1)  # read off one_batch's file name
+    assert sum(r["share"] for r in hl["rows"]) == pytest.approx(100.0)
+    assert hl["rows"][0]["kernel"] == "_fwd_grouped_kernel_stage1"
+    assert [t["short_name"] for t in out["top"]] == ["decode_attention", "fused_add_rmsnorm", "fused_rope"]
+    assert out["top"][0]["command"] == "astra-sglang optimize decode_attention"
+
+
+def test_trace_table_ends_with_the_top_three(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["profile", "--trace", str(DECODE), "--steps", "2", "--phase", "decode", "--batch-size", "64"]) == 0
+    out = capsys.readouterr().out
+    assert "decode, batch 64: 5000.0 us of GPU kernels per step" in out
+    assert "attention.decode_attention_fwd" in out and "GEMM" in out
+    tail = out.split("most worth optimizing:")[1].splitlines()
+    assert tail[1].strip().startswith("1. attention.decode_attention_fwd: 58.7% of step GPU time (decode, batch 64;")
+    assert tail[2].strip().endswith("optimize decode_attention")
+
+
+@pytest.mark.skipif(importlib.util.find_spec("matplotlib") is None, reason="matplotlib not installed")
+def test_png(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    png = tmp_path / "hot.png"
+    assert main(["profile", "--trace", str(DECODE), "--png", str(png), "--json"]) == 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["profile"], "nothing to run"),
+    (["profile", "--trace", str(DECODE), "--config", "llama3-8b"], "takes no --config"),
+    (["profile", "--trace", "/nonexistent.json"], "no trace file"),
+    (["profile", "--only-config"], "--only-config goes with --config"),
+    (["profile", "--config", "gpt-17", "--only-config"], "no config 'gpt-17' (known: deepseek-v2-lite"),
+])
+def test_bad_input_is_one_line(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1
+
+
+def test_without_a_gpu_the_run_says_how_to_attribute_a_trace(capsys: pytest.CaptureFixture[str]) -> None:
+    import torch
+
+    if torch.cuda.is_available() and importlib.util.find_spec("sglang") is not None:
+        pytest.skip("this host can run the forward")
+    assert main(["profile", "--", "--model-path", "m"]) == 2
+    assert capsys.readouterr().err.strip() == f"astra-sglang: error: {NEEDS_GPU}"
+
+
+@pytest.mark.parametrize("name, fields", [
+    ("llama3-8b", {"architectures": ["LlamaForCausalLM"], "hidden_size": 4096, "num_hidden_layers": 32,
+                   "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128,
+                   "intermediate_size": 14336, "vocab_size": 128256, "rope_theta": 500000.0,
+                   "max_position_embeddings": 16384}),
+    ("qwen3-8b", {"architectures": ["Qwen3ForCausalLM"], "hidden_size": 4096, "num_hidden_layers": 36,
+                  "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 12288, "vocab_size": 151936}),
+    ("qwen3-30b-a3b", {"architectures": ["Qwen3MoeForCausalLM"], "hidden_size": 2048, "num_hidden_layers": 48,
+                       "num_key_value_heads": 4, "num_experts": 128, "num_experts_per_tok": 8,
+                       "moe_intermediate_size": 768}),
+    ("mixtral-8x7b", {"architectures": ["MixtralForCausalLM"], "num_local_experts": 8, "num_experts_per_tok": 2,
+                      "intermediate_size": 14336, "vocab_size": 32000}),
+    ("deepseek-v2-lite", {"architectures": ["DeepseekV2ForCausalLM"], "hidden_size": 2048, "num_hidden_layers": 27,
+                          "kv_lora_rank": 512, "qk_rope_head_dim": 64, "n_routed_experts": 64,
+                          "num_experts_per_tok": 6, "moe_intermediate_size": 1408, "first_k_dense_replace": 1}),
+])
+def test_config_writer_fields(name: str, fields: dict[str, object], tmp_path: Path) -> None:
+    out = write_config_model(name, tmp_path / name)
+    cfg = json.loads((out / "config.json").read_text())
+    assert {k: cfg[k] for k in fields} == fields
+    assert cfg["torch_dtype"] == "bfloat16"
+    assert cfg["eos_token_id"] < cfg["vocab_size"]  # the small tokenizer's ids are valid model input
+    assert (out / "tokenizer.json").is_file()
+
+
+def test_config_cli_writes_the_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["profile", "--config", "Qwen3-8B", "--out", str(tmp_path), "--only-config"]) == 0
+    assert json.loads((tmp_path / "model-qwen3-8b" / "config.json").read_text())["model_type"] == "qwen3"
+    assert "config-only model" in capsys.readouterr().err
+    assert set(config_names()) == set(CONFIGS) and model_config("LLaMA-3-8B")["hidden_size"] == 4096
+
+
+@pytest.mark.skipif(importlib.util.find_spec("transformers") is None, reason="transformers not installed")
+def test_configs_and_tokenizer_load_with_transformers(tmp_path: Path) -> None:
+    from transformers import AutoConfig, AutoTokenizer
+
+    for name in config_names():
+        out = write_config_model(name, tmp_path / name)
+        cfg = AutoConfig.from_pretrained(out)
+        assert cfg.architectures == CONFIGS[name]["architectures"]
+        assert cfg.hidden_size == CONFIGS[name]["hidden_size"]
+    tok = AutoTokenizer.from_pretrained(tmp_path / "llama3-8b")
+    ids = tok("The scheduler batches requests.").input_ids
+    assert ids and max(ids) < 2048 and tok.decode(ids) == "The scheduler batches requests."
