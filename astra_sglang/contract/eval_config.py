@@ -40,8 +40,9 @@ class EvalConfig(Model):
     heldout_shapes: int = 4
     seed: int | None = Field(None, description="base seed of the visible suite; None = fresh each evaluation")
     stateful_checks: int = Field(2, description="cases re-run at the same addresses with new values")
-    screen: bool = Field(True, description="static screen before any build (harness/screen.py); False only for "
-                         "tests of the defences behind it, which must hold on their own")
+    screen: bool = Field(True, description="the static checks: the source screen before any build "
+                         "(harness/screen.py) and the built module's imports (harness/module_imports.py); False only "
+                         "for tests of the defences behind them, which must hold on their own")
 
     device: Literal["auto", "cuda", "cpu"] = "auto"
     arch: str = "sm_90a"

@@ -75,7 +75,10 @@ def _specs(op_dir: Path, manifest: Manifest, source: Path | None, dtypes: list[s
 def _build_cuda(op_dir: Path, manifest: Manifest, sources: list[Path | None], dtypes: list[str],
                 config: EvalConfig, workers: int | None = None) -> list[BuildReport]:
     """Compile (no load) every source for every dtype in one parallel batch; one report per source: ok only if
-    all its dtypes built, resources of the first dtype."""
+    all its dtypes built, resources of the first dtype. A candidate's module that imports a symbol outside the
+    allowlist (``module_imports``) is refused here, before any process loads it (with the screen: both are the
+    static checks ``EvalConfig.screen`` switches off to test the defences behind them)."""
+    from astra_sglang.harness.module_imports import imports_refusal
     from astra_sglang.loader.cuda_build import BuildError, build_batch
 
     specs: list[Any] = []
@@ -94,6 +97,9 @@ def _build_cuda(op_dir: Path, manifest: Manifest, sources: list[Path | None], dt
             rep = BuildReport(ok=False, log=f"[{spec.dtype}] {out}")
         else:
             rep = out.report
+            refusal = imports_refusal(out.so_path) if spec.kernel_source is not None and config.screen else None
+            if refusal is not None:
+                rep = BuildReport(ok=False, seconds=rep.seconds, log=refusal)
         per_source.setdefault(i, []).append(rep)
     reports = []
     for i in range(len(sources)):

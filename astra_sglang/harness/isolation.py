@@ -4,6 +4,11 @@ A fresh interpreter per child (``python -m <module> RFD WFD [FD...]``) in its ow
 private pipe pair (typed JSON, ``protocol.py``), stdout/stderr to a log whose tail explains a crash. Used
 twice: the evaluate parent runs the trusted checker (``run_checker``), the checker runs the candidate worker
 (``Child`` directly, one request at a time).
+
+No child outlives its parent: each child asks the kernel to kill it when its parent dies (``die_with_parent``,
+first thing in its ``main``), and a parent done with a child kills the child's whole process group
+(``Child.close``), helpers included. A hung worker left spinning after its verdict would disturb the next
+candidate's timing on the GPU host.
 """
 
 from __future__ import annotations
@@ -31,6 +36,9 @@ from astra_sglang.harness.protocol import (
 )
 
 M = TypeVar("M", bound=Model)
+
+PARENT_ENV = "ASTRA_HARNESS_PARENT_PID"  # set by ``Child``: the pid ``die_with_parent`` expects as its parent
+_PR_SET_PDEATHSIG = 1
 
 
 class ChildDied(Exception):
@@ -60,10 +68,37 @@ def crash_lines(log: str, candidate: str | None) -> list[str]:
     return (keep or lines)[-8:]
 
 
+def prctl(option: int, arg: int) -> bool:
+    """Linux ``prctl(option, arg)``; False where there is none (not Linux) or the kernel refused."""
+    try:
+        import ctypes
+
+        return int(ctypes.CDLL(None, use_errno=True).prctl(option, arg, 0, 0, 0)) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def die_with_parent() -> None:
+    """Have the kernel SIGKILL this process when the process that started it dies (``PR_SET_PDEATHSIG``).
+
+    Called first thing in a child's ``main``: a worker hung in candidate code whose judge is gone (killed at
+    the evaluate parent's own timeout, or by a crash) would otherwise spin on and disturb the next candidate's
+    timing. The parent may already have died before this call (the child's imports take seconds): then the
+    parent pid ``Child`` put in the environment is no longer ours (we were re-parented to init or a
+    subreaper) and we exit at once. The signal is not inherited by what this process starts; those die with
+    its process group (``Child.close``). The kernel ties it to the parent *thread*: ``Child`` is used only by
+    the thread that made it."""
+    prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    parent = os.environ.get(PARENT_ENV)
+    if parent and parent.isdigit() and os.getppid() != int(parent):
+        os._exit(1)
+
+
 class Child:
     def __init__(self, module: str, *, device: str, env_extra: dict[str, str] | None = None,
                  pass_fds: tuple[int, ...] = (), name: str = "worker"):
         self.name = name
+        self.closed = False
         p2c_r, p2c_w = os.pipe()
         c2p_r, c2p_w = os.pipe()
         env = dict(os.environ)
@@ -71,6 +106,7 @@ class Child:
         root = str(Path(__file__).resolve().parent.parent.parent)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
         env["PYTHONFAULTHANDLER"] = "1"
+        env[PARENT_ENV] = str(os.getpid())
         if device == "cpu":
             env["TRITON_INTERPRET"] = "1"
         env.update(env_extra or {})
@@ -132,12 +168,17 @@ class Child:
         return self.log.read().decode(errors="replace")
 
     def close(self) -> None:
-        """Kill the child's whole session (it may have spawned helpers), by its own process-group id."""
-        if self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        """Kill the child's whole process group, by its own group id, and reap it; a second call does nothing.
+
+        The group is killed even when the child itself has already exited: a helper it spawned (a build, a
+        candidate's own process) may still be running in it and would otherwise outlive the verdict."""
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):  # the whole group is gone already
+            pass
         try:
             self.proc.wait(timeout=30)
         except subprocess.TimeoutExpired:

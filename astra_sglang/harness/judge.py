@@ -15,7 +15,7 @@ import sys
 import traceback
 from multiprocessing.connection import Connection
 
-from astra_sglang.harness.isolation import Child
+from astra_sglang.harness.isolation import Child, die_with_parent, prctl
 from astra_sglang.harness.protocol import (
     CheckerError,
     CheckerMessage,
@@ -51,15 +51,11 @@ def arena_bytes(job: CheckJob) -> int:
 
 
 def _undumpable() -> None:
-    try:
-        import ctypes
-
-        ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 4
-    except (OSError, AttributeError):  # not Linux: no /proc/<pid>/mem to protect
-        pass
+    prctl(4, 0)  # PR_SET_DUMPABLE = 4; not Linux: no /proc/<pid>/mem to protect
 
 
 def main(argv: list[str]) -> None:
+    die_with_parent()
     faulthandler.enable()
     rfd, wfd = int(argv[0]), int(argv[1])
     conn_in, conn_out = Connection(rfd, writable=False), Connection(wfd, readable=False)
@@ -69,6 +65,15 @@ def main(argv: list[str]) -> None:
 
     worker = None
     sweep = None
+
+    def stop_workers() -> None:
+        """Before any verdict leaves: a worker still hung in candidate code is killed (and reaped) first, so no
+        candidate process outlives the verdict the parent acts on."""
+        if worker is not None:
+            worker.close()
+        if sweep is not None:
+            sweep.close()
+
     try:
         job = recv(conn_in, CheckJob)
         progress(Progress(step="started"))
@@ -103,15 +108,14 @@ def main(argv: list[str]) -> None:
             result = sweep.run()
         else:
             result = Checker(job, progress, worker, arena).run()
+        stop_workers()
         send(conn_out, CheckerMessage(msg=result))
     except BaseException as e:  # noqa: BLE001 - report anything, then exit; the parent decides what it means
+        stop_workers()
         send(conn_out, CheckerMessage(msg=CheckerError(error=f"{type(e).__name__}: {e}",
                                                    traceback=traceback.format_exc()[-4000:])))
     finally:
-        if worker is not None:
-            worker.close()
-        if sweep is not None:
-            sweep.close()
+        stop_workers()
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(0)

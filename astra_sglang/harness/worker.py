@@ -28,6 +28,7 @@ from astra_sglang.harness import (
     timing,  # binds the timer primitives before any candidate import
 )
 from astra_sglang.harness.arena import Arena, views
+from astra_sglang.harness.isolation import die_with_parent
 from astra_sglang.harness.protocol import (
     CUDA_STICKY,
     Layout,
@@ -217,6 +218,7 @@ class Worker:
 
 
 def main(argv: list[str]) -> None:
+    die_with_parent()  # a worker whose judge is gone has no one to answer: never let it spin on
     faulthandler.enable()
     rfd, wfd, arena_fd = (int(x) for x in argv[:3])
     conn_in, conn_out = Connection(rfd, writable=False), Connection(wfd, readable=False)
