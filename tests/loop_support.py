@@ -188,3 +188,20 @@ def answer_queue(queue: Path, op_dir: Path, speedups: dict[str, float]) -> list[
         atomic_write(item_dir / RESULT_NAME, inject_timing(res, speedups[request.label]).model_dump_json())
         seen.append(request.label)
     return seen
+
+
+MERGE_DIMS = {"T": 512, "NH": 40, "D": 128}
+
+
+def merge_sweep_baseline(speedup: float, device: str = "NVIDIA H200 (sm_90)") -> Any:
+    """A round-0 sweep of merge_state's num_warps at one paper shape (SCRIPTED numbers, not a measurement): the
+    best config 8 warps, ``speedup`` over Triton's default of 4."""
+    from astra_sglang.contract.result import BaselineShape, SweepBaseline, SweepConfig
+
+    return SweepBaseline(op_id="attention.merge_state_triton", sglang_version="0.5.23", device=device,
+                         parameters={"merge_state_kernel.num_warps": [1, 2, 4, 8]},
+                         original_config={"merge_state_kernel.num_warps": "4 (Triton's default)"},
+                         shapes=[BaselineShape(dims=MERGE_DIMS, dtype="bfloat16", original_us=10.0,
+                                               best_config={"merge_state_kernel.num_warps": 8},
+                                               best_us=10.0 / speedup, speedup=speedup)],
+                         configs=[SweepConfig(config={"merge_state_kernel.num_warps": 8}, ok=True)])

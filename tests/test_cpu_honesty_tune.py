@@ -8,10 +8,11 @@ import shutil
 from pathlib import Path
 
 import pytest
+from loop_support import merge_sweep_baseline
 from rich.console import Console
 
 from astra_sglang.cli.main import main
-from astra_sglang.contract.result import BaselineShape, ShapeTiming, SweepBaseline, SweepConfig
+from astra_sglang.contract.result import ShapeTiming, SweepBaseline
 from astra_sglang.harness.tune_baseline import BASELINE_NAME, read_baseline
 from astra_sglang.loop.evaluator import LocalEvaluator
 from astra_sglang.loop.records import EvalSpec, RoundRecord, TuneOutcome
@@ -51,14 +52,7 @@ def test_tune_on_cpu_refuses_served_shapes_in_one_line(op, capsys):
 
 
 def _baseline(device: str, speedup: float = 1.066) -> SweepBaseline:
-    return SweepBaseline(op_id="attention.merge_state_triton", sglang_version="0.5.23", device=device,
-                         parameters={"merge_state_kernel.num_warps": [1, 2, 4, 8]},
-                         original_config={"merge_state_kernel.num_warps": "4 (Triton's default)"},
-                         shapes=[BaselineShape(dims=DIMS, dtype="bfloat16", original_us=10.0,
-                                               best_config={"merge_state_kernel.num_warps": 8},
-                                               best_us=10.0 / speedup, speedup=speedup)],
-                         configs=[SweepConfig(config={"merge_state_kernel.num_warps": 8}, ok=True)])
-
+    return merge_sweep_baseline(speedup, device)
 
 def test_a_baseline_not_measured_on_a_gpu_is_ignored_and_never_shown_as_a_speedup(op):
     """What an earlier `tune --device cpu --shapes test` wrote: CPU optimize then printed 'sweep baseline (the

@@ -5,9 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from loop_support import merge_sweep_baseline
 from rich.console import Console
 
-from astra_sglang.contract.result import BaselineShape, ShapeTiming, SweepBaseline, SweepConfig
+from astra_sglang.contract.result import ShapeTiming, SweepBaseline
 from astra_sglang.loop.evaluator import (
     REQUEST_NAME,
     TUNE_RESULT_NAME,
@@ -25,14 +26,7 @@ DIMS = {"T": 512, "NH": 40, "D": 128}
 
 
 def _baseline(speedup: float) -> SweepBaseline:
-    return SweepBaseline(op_id="attention.merge_state_triton", sglang_version="0.5.23", device="NVIDIA H200 (sm_90)",
-                         parameters={"merge_state_kernel.num_warps": [1, 2, 4, 8]},
-                         original_config={"merge_state_kernel.num_warps": "4 (Triton's default)"},
-                         shapes=[BaselineShape(dims=DIMS, dtype="bfloat16", original_us=10.0,
-                                               best_config={"merge_state_kernel.num_warps": 8},
-                                               best_us=10.0 / speedup, speedup=speedup)],
-                         configs=[SweepConfig(config={"merge_state_kernel.num_warps": 8}, ok=True)])
-
+    return merge_sweep_baseline(speedup)
 
 def _row(us: float, cand: float | None = None) -> ShapeTiming:
     return ShapeTiming(dims=DIMS, dtype="bfloat16", original_us=us, candidate_us=cand, spread_pct=1.0,

@@ -2,7 +2,7 @@
 it), so whatever ``ASTRA_SGLANG_PATCHES`` says is installed the way a server installs it; at exit one line
 ``ASTRA-PATCHES {json}`` with each patch's state and calls (``attribution.served_calls`` reads it back).
 The profile runner starts it once per pass: graphs off with the profiler, graphs on for the step time.
-Same as ``scripts/h200_server/forward.py``, importable from an installed package.
+``scripts/h200_server/forward.py`` runs this from the device's site archive.
 Usage: python -m astra_sglang.profile.one_batch_child <one_batch arguments>
 """
 
@@ -19,7 +19,8 @@ from astra_sglang.profile.attribution import PATCH_LINE
 def _report() -> None:
     from astra_sglang.patches import status
 
-    out = {pid: {"state": s.state, "reason": s.reason, "patch": s.served_by_patch, "original": s.served_by_original,
+    out = {pid: {"state": s.state, "reason": s.reason, "first_call_check": s.first_call_check,
+                 "patch": s.served_by_patch, "original": s.served_by_original,
                  "captured_patch": s.captured_by_patch, "captured_original": s.captured_by_original}
            for pid, s in status.statuses().items()}
     print(PATCH_LINE + json.dumps(out), flush=True)
