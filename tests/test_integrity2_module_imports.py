@@ -136,3 +136,61 @@ def test_the_shipped_fused_patch_and_its_original_pass(restored_op, tmp_path, ne
 
     spec = CudaBuildSpec.from_recipe(op, load_manifest(op), "bfloat16")
     assert imports_refusal(spec.build(load=False).so_path) is None
+
+
+@pytest.fixture
+def static_libstdcxx_toolchain(tmp_path, monkeypatch):
+    """A host compiler that links libstdc++ into every module, as the H200 image's toolchain did (2026-12-03):
+    SGLang's own silu_and_mul then imported fopen64, read, write, syscall, arc4random, iconv and locales, and the
+    fixed allowlist refused the original itself."""
+    import shutil as sh
+
+    gxx = sh.which("g++")
+    if gxx is None:
+        pytest.skip("needs g++")
+    cxx = tmp_path / "cxx-static-libstdc++"
+    cxx.write_text(f'#!/bin/sh\nexec {gxx} "$@" -static-libstdc++\n')
+    cxx.chmod(0o755)
+    monkeypatch.setenv("CXX", str(cxx))
+    return cxx
+
+
+@pytest.mark.nvcc
+def test_a_toolchain_that_links_libstdcxx_in_rejects_no_honest_candidate(h_scale, tmp_path, never_loaded,
+                                                                          static_libstdcxx_toolchain):
+    """No false reject on another toolchain: what SGLang's own kernel imports when built here is tolerated, so an
+    honest candidate passes; calls into Python or the shell stay refused whatever the original imports."""
+    manifest = load_manifest(h_scale)
+    src = h_scale / "src" / "h_scale.cuh"
+    honest = tmp_path / "honest.cuh"
+    honest.write_text("// the original, re-submitted as a candidate\n" + src.read_text())
+    marker = tmp_path / "ran"
+    py, system = (_variant(src, tmp_path / f"{how}.cuh", marker, how) for how in ("wrapper", "system"))
+    config = EvalConfig(device="cpu", cache_dir=tmp_path / "cache")
+    orig, ok, bad_py, bad_system = _build_cuda(h_scale, manifest, [None, honest, py, system], ["float32"], config)
+    assert orig.ok and ok.ok, ok.log
+    assert bad_py.log.startswith("refused: the built module imports PyRun_SimpleString"), bad_py.log
+    assert bad_system.log.startswith("refused: the built module imports system"), bad_system.log
+    from astra_sglang.loader.cuda_build import CudaBuildSpec
+    from astra_sglang.patches.tooling.add import _build_cuda as add_build
+
+    spec = CudaBuildSpec.from_recipe(h_scale, manifest, "float32", kernel_source=honest, cache_dir=tmp_path / "cache")
+    assert module_imports.imports_refusal(spec.build(load=False).so_path) is not None  # the fixed list alone refuses
+    assert add_build(h_scale, manifest, honest, ["float32"]).startswith("screen passed; built for float32")
+
+
+@pytest.mark.parametrize("symbol", ["PyRun_SimpleString", "dlopen", "dlsym", "system", "execve", "fork", "clone",
+                                    "posix_spawn", "ptrace", "mprotect", "socket", "pthread_create",
+                                    "TVMFFIFunctionGetGlobal", "_ZN3tvm3ffi6Module12LoadFromFileERKNS0_6StringE"])
+def test_what_no_toolchain_excuses_stays_refused_even_when_the_original_imports_it(symbol):
+    assert module_imports.refused_symbols([symbol, "fopen64"], tolerated=[symbol, "fopen64"]) == [symbol]
+
+
+def test_the_refusal_names_the_first_symbol_and_counts_the_rest(tmp_path, monkeypatch):
+    monkeypatch.setattr(module_imports, "undefined_symbols", lambda _: ["memcpy", "fopen", "read", "write", "open",
+                                                                       "socket"])
+    line = module_imports.imports_refusal(tmp_path / "m.so")
+    assert line is not None and line.startswith("refused: the built module imports fopen and 4 more (read, write, "
+                                                 "open, ...) ("), line
+    assert module_imports.imports_refusal(tmp_path / "m.so", ["fopen", "read", "write", "open"]).startswith(
+        "refused: the built module imports socket (")

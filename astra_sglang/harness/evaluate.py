@@ -78,7 +78,7 @@ def _build_cuda(op_dir: Path, manifest: Manifest, sources: list[Path | None], dt
     all its dtypes built, resources of the first dtype. A candidate's module that imports a symbol outside the
     allowlist (``module_imports``) is refused here, before any process loads it (with the screen: both are the
     static checks ``EvalConfig.screen`` switches off to test the defences behind them)."""
-    from astra_sglang.harness.module_imports import imports_refusal
+    from astra_sglang.harness.module_imports import check_module
     from astra_sglang.loader.cuda_build import BuildError, build_batch
 
     specs: list[Any] = []
@@ -97,7 +97,7 @@ def _build_cuda(op_dir: Path, manifest: Manifest, sources: list[Path | None], dt
             rep = BuildReport(ok=False, log=f"[{spec.dtype}] {out}")
         else:
             rep = out.report
-            refusal = imports_refusal(out.so_path) if spec.kernel_source is not None and config.screen else None
+            refusal = check_module(spec, out.so_path) if spec.kernel_source is not None and config.screen else None
             if refusal is not None:
                 rep = BuildReport(ok=False, seconds=rep.seconds, log=refusal)
         per_source.setdefault(i, []).append(rep)

@@ -19,6 +19,13 @@ their obvious neighbours (other libm functions, other exception types, the CUDA 
 - from libc/libm: memory and string functions, allocation, formatting to a buffer or to stdout/stderr, math,
   ``pthread_once`` and mutexes (``std::call_once``, function-local statics), ``abort``/``__assert_fail``.
 
+A toolchain can make honest modules import more: the H200 image's build of SGLang's own silu_and_mul carried
+libstdc++ inside the module (142 imports: ``fopen64``, ``read``, ``write``, ``syscall``, ``arc4random``, iconv,
+locales) and the fixed list refused SGLang's original itself (2026-12-03). So the list is relative to the
+toolchain: what SGLang's own kernel imports when built here by the same recipe and flags (``toolchain_imports``)
+is tolerated too, except the ``HARD_REFUSED`` core no kernel module needs on any toolchain (the Python C API,
+dlopen/dlsym, process creation, signals, memory protection, sockets, thread creation, tvm-ffi's registry).
+
 Everything else is refused: the Python C API (``Py*``, ``_Py*``), ``dlopen``/``dlsym`` (a symbol looked up at
 run time is caught only because the lookup itself is refused), process creation and control (``system``,
 ``popen``, ``exec*``, ``fork``, ``clone``, ``ptrace``, ``prctl``, ``kill``, signals), memory protection
@@ -28,11 +35,16 @@ thread creation. Not covered: a system call made by inline assembly imports no s
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import shutil
 import subprocess
 from collections.abc import Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from astra_sglang.loader.cuda_build import CudaBuildSpec
 
 NM_TIMEOUT_S = 60
 
@@ -63,6 +75,11 @@ REFUSED_TVMFFI = frozenset({"TVMFFIFunctionGetGlobal", "TVMFFIFunctionSetGlobal"
                             "TVMFFIEnvModRegisterContextSymbol"})
 # tvm::ffi::Module / ModuleObj: ``Module::LoadFromFile`` is dlopen, ``GetFunction`` and the import walk are dlsym
 _TVMFFI_MODULE = re.compile(r"3tvm3ffi(6Module|9ModuleObj)")
+# refused whatever the original imports: a way into the interpreter, into other code, or out of the process
+HARD_REFUSED = re.compile(
+    r"_?Py\w+|_ZN8pybind11\w*|dl(open|mopen|sym|vsym|info)|system|popen|exec[lv]\w*|fexecve|fork|vfork|clone3?"
+    r"|posix_spawnp?|ptrace|prctl|kill|tgkill|signal|sigaction|raise|mprotect|pkey_mprotect|mmap(64)?|mremap"
+    r"|socket|connect|bind|listen|accept4?|pthread_create|_ZNSt6thread\w*|process_vm_writev")
 
 # std:: entities (the first name after ``std::`` / ``std::__cxx11::`` in a mangled symbol) a kernel module may use
 _STD_NAMES = frozenset({
@@ -91,6 +108,11 @@ def allowed(symbol: str) -> bool:
     return name in _STD_NAMES or name.startswith(_STD_PREFIXES)
 
 
+def hard_refused(symbol: str) -> bool:
+    return (symbol in REFUSED_TVMFFI or _TVMFFI_MODULE.search(symbol) is not None
+            or HARD_REFUSED.fullmatch(symbol) is not None)
+
+
 def undefined_symbols(so_path: Path) -> list[str]:
     """The module's undefined dynamic symbols (what it calls outside itself), versions stripped; one nm call.
 
@@ -109,19 +131,46 @@ def undefined_symbols(so_path: Path) -> list[str]:
     return [line.split()[-1].split("@")[0] for line in done.stdout.splitlines() if line.strip()]
 
 
-def first_refused(symbols: Iterable[str]) -> str | None:
-    """The first symbol outside the allowlist, or None."""
-    return next((s for s in symbols if not allowed(s)), None)
+def refused_symbols(symbols: Iterable[str], tolerated: Iterable[str] = ()) -> list[str]:
+    """The symbols outside the allowlist and outside ``tolerated`` (the toolchain's own, ``toolchain_imports``),
+    hard-refused ones always; in the order given."""
+    ok = {s for s in tolerated if not hard_refused(s)}
+    return [s for s in symbols if not allowed(s) and s not in ok]
 
 
-def imports_refusal(so_path: Path) -> str | None:
-    """None when the built module imports only allowed symbols; else the verdict's one line. A module whose
-    imports cannot be listed is refused too: unchecked, it must not be loaded."""
+def imports_refusal(so_path: Path, tolerated: Iterable[str] = ()) -> str | None:
+    """None when the built module imports only allowed (or ``tolerated``) symbols; else the verdict's one line,
+    naming the first and counting the rest. A module whose imports cannot be listed is refused too: unchecked, it
+    must not be loaded."""
     try:
-        bad = first_refused(undefined_symbols(so_path))
+        bad = refused_symbols(undefined_symbols(so_path), tolerated)
     except OSError as e:
         return f"refused: cannot list the built module's imports ({e})"
-    if bad is None:
+    if not bad:
         return None
-    return (f"refused: the built module imports {bad} (a kernel module may import only the CUDA runtime, tvm-ffi "
-            "and the C/C++ runtime; see docs/harness.md)")
+    more = f" and {len(bad) - 1} more ({', '.join(bad[1:4])}{', ...' if len(bad) > 4 else ''})" if len(bad) > 1 else ""
+    return (f"refused: the built module imports {bad[0]}{more} (a kernel module may import only the CUDA runtime, "
+            "tvm-ffi, the C/C++ runtime and what SGLang's own kernel imports when built here; see docs/harness.md)")
+
+
+def toolchain_imports(spec: CudaBuildSpec) -> frozenset[str]:
+    """What SGLang's own kernel imports when this toolchain builds it from the same recipe, flags and dtype (the
+    candidate's spec with the candidate taken out; usually already in the build cache). Empty when it does not
+    build: then nothing beyond the fixed allowlist is tolerated."""
+    from astra_sglang.errors import AstraError
+
+    try:
+        built = dataclasses.replace(spec, kernel_source=None).build(load=False)
+        return frozenset(undefined_symbols(built.so_path))
+    except (AstraError, OSError):
+        return frozenset()
+
+
+def check_module(spec: CudaBuildSpec, so_path: Path) -> str | None:
+    """``imports_refusal`` against the fixed allowlist first; only a module that fails it is checked again with
+    what the original imports on this toolchain tolerated (one more build, cached, and only then)."""
+    refusal = imports_refusal(so_path)
+    if refusal is None or spec.kernel_source is None:
+        return refusal
+    tolerated = toolchain_imports(spec)
+    return imports_refusal(so_path, tolerated) if tolerated else refusal

@@ -180,7 +180,7 @@ def _import_triton(source: Path, entry: str) -> None:
 
 
 def _build_cuda(op_dir: Path, op: Manifest, source: Path, dtypes: list[str]) -> str:
-    from astra_sglang.harness.module_imports import imports_refusal
+    from astra_sglang.harness.module_imports import check_module
     from astra_sglang.loader import toolchain
     from astra_sglang.loader.cuda_build import BuildError, CudaBuildSpec, build_batch
 
@@ -190,13 +190,13 @@ def _build_cuda(op_dir: Path, op: Manifest, source: Path, dtypes: list[str]) -> 
     except AstraError as e:
         return f"screen passed; NOT built here ({e})"
     specs = [CudaBuildSpec.from_recipe(op_dir, op, d, kernel_source=source) for d in dtypes]
-    for d, outcome in zip(dtypes, build_batch(specs)):
+    for spec, d, outcome in zip(specs, dtypes, build_batch(specs)):
         if isinstance(outcome, Exception):
             log = outcome.report.log if isinstance(outcome, BuildError) else str(outcome)
             first = next((ln for ln in log.splitlines() if "error" in ln.lower()), log.strip().splitlines()[-1:] or [""])
             reason = " ".join(str(first).replace(str(source.resolve()), source.name).split())
             raise AstraError(f"{source.name} does not build ({d}): {reason[:400]}")
-        refusal = imports_refusal(outcome.so_path)  # the screen is a first filter; the linker says what it calls
+        refusal = check_module(spec, outcome.so_path)  # the screen is a first filter; the linker says what it calls
         if refusal is not None:
             raise AstraError(f"{source.name} ({d}): {refusal}")
     return f"screen passed; built for {', '.join(dtypes)} ({specs[0].arch}, not loaded)"
