@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from astra_sglang.cli.args import at_least_one
+from astra_sglang.cli.args import at_least_one, existing_file, positive_float
 from astra_sglang.errors import AstraError
 
 PHASES = ("decode", "prefill", "both")
@@ -33,13 +33,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="folder for the config model (<out>/model-<NAME>), traces and timings")
     p.add_argument("--batch-size", type=at_least_one, nargs="+", default=None, metavar="BS",
                    help="batch sizes (default 1 32 128; with --trace: read from one_batch's file name)")
-    p.add_argument("--input-len", type=at_least_one, default=512, help="prompt tokens per request")
-    p.add_argument("--output-len", type=at_least_one, default=16, help="tokens generated per request")
+    p.add_argument("--input-len", type=at_least_one, default=None,
+                   help="prompt tokens per request (default 512; with --trace: read from one_batch's file name)")
+    p.add_argument("--output-len", type=at_least_one, default=None,
+                   help="tokens generated per request (default 16; with --trace: read from one_batch's file name)")
     p.add_argument("--phase", choices=PHASES, default=None,
                    help="which phase to profile (default decode; with --trace: from one_batch's file name)")
     p.add_argument("--steps", type=at_least_one, default=None, metavar="N",
                    help="decode steps profiled (default 1); with --trace: steps the trace holds when it has no "
                    "ProfilerStep markers (default: the whole trace is one step)")
+    p.add_argument("--model-config", type=existing_file, metavar="FILE",
+                   help="with --trace: the model's config.json, to count the bytes the covered ops move by their "
+                   "contracts (decode/extend attention, fused_add_rmsnorm, silu_and_mul)")
+    p.add_argument("--copy-ceiling", type=positive_float, metavar="GBPS",
+                   help="with --trace: the device's copy ceiling in GB/s, for the %% copy ceiling column")
     p.add_argument("--patch-log", type=Path, metavar="FILE",
                    help="with --trace: a run's log holding its ASTRA-PATCHES line, for the patches' served calls")
     p.add_argument("--extracted", type=Path, default=None,
@@ -54,12 +61,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def cmd_profile(args: argparse.Namespace) -> int:
     from astra_sglang.patches.registry import op_folder
     from astra_sglang.profile import attribution as at
+    from astra_sglang.profile.traffic import load_config
 
     sglang_args = [a for a in args.sglang_args if a != "--"]
     if args.trace and (args.config or sglang_args):
         raise AstraError("--trace attributes a recorded trace: it takes no --config and no server arguments")
     if args.patch_log and not args.trace:
         raise AstraError("--patch-log goes with --trace (a run reads its own ASTRA-PATCHES line)")
+    if (args.model_config or args.copy_ceiling) and not args.trace:
+        raise AstraError("--model-config and --copy-ceiling go with --trace (a run reads the --model-path folder's "
+                         "config.json and measures the ceiling)")
     if args.config:
         from astra_sglang.profile.configs import write_config_model
 
@@ -78,15 +89,17 @@ def cmd_profile(args: argparse.Namespace) -> int:
     served = at.served_calls(_read(args.patch_log)) if args.patch_log else None
     patches = at.patch_info(served=served)
     if args.trace:
-        lists = [_from_trace(path, args, kmap, patches) for path in args.trace]
+        config = load_config(args.model_config) if args.model_config else None
+        lists = [_from_trace(path, args, kmap, patches, extracted, config) for path in args.trace]
     else:
         if not sglang_args:
             raise AstraError("nothing to run: give the server arguments after `--` (e.g. -- --model-path M), "
                              "--config NAME, or attribute a recorded trace with --trace FILE")
         from astra_sglang.profile.runner import run_profile
 
-        lists = run_profile(sglang_args, args.batch_size or [1, 32, 128], args.input_len, args.output_len,
-                            args.phase or "decode", args.steps or 1, args.out, kmap, patches)
+        lists = run_profile(sglang_args, args.batch_size or [1, 32, 128], args.input_len or 512,
+                            args.output_len or 16, args.phase or "decode", args.steps or 1, args.out, kmap, patches,
+                            extracted)
     top = at.top_ops(lists)
     if args.png:
         write_png(lists, args.png)
@@ -105,15 +118,30 @@ def _read(path: Path) -> str:
         raise AstraError(f"cannot read {path}: {e.strerror}") from None
 
 
-def _from_trace(path: Path, args: argparse.Namespace, kmap: Any, patches: Any) -> Any:
-    """One recorded trace's hot list; phase and batch size from the arguments, else from one_batch's file name."""
+def _from_trace(path: Path, args: argparse.Namespace, kmap: Any, patches: Any, extracted: Path,
+                config: dict[str, Any] | None) -> Any:
+    """One recorded trace's hot list; phase, batch size and lengths from the arguments, else from one_batch's file
+    name. With a model config, the covered ops' bytes at those dims (the decode context as the runner profiles it:
+    the middle profiled step after its warm-up; the first decode step when the output length is unknown)."""
     from astra_sglang.profile.attribution import hot_list
+    from astra_sglang.profile.runner import decode_context
     from astra_sglang.profile.trace import one_batch_name, summarize
+    from astra_sglang.profile.traffic import count, model_dtype
 
     named = one_batch_name(path)
     bs = args.batch_size[0] if args.batch_size and len(args.batch_size) == 1 else named.get("batch_size")
     phase = args.phase or named.get("phase")
-    return hot_list(summarize(path, steps=args.steps), kmap, patches, phase, bs)
+    traffic = None
+    if config is not None:
+        if bs is None or phase not in ("decode", "prefill"):
+            raise AstraError(f"{path.name}: --model-config needs the batch size and phase (decode or prefill): give "
+                             "--batch-size BS and --phase, or a trace named by one_batch")
+        input_len = args.input_len or named.get("input_len") or 512
+        output_len = args.output_len or named.get("output_len")
+        context = decode_context(input_len, output_len, args.steps or 1)
+        traffic = count(extracted, config, phase, bs, input_len, context, model_dtype(config),
+                        source=str(args.model_config))
+    return hot_list(summarize(path, steps=args.steps), kmap, patches, phase, bs, traffic, args.copy_ceiling)
 
 
 def _cut(text: str, width: int = KERNEL_WIDTH) -> str:
@@ -131,7 +159,7 @@ def show(lists: list[Any], top: list[Any]) -> None:
         if hl.step_time_us is not None:
             timing += f"; step time {hl.step_time_us:.1f} us (graphs on)"
         t = Table(title=f"{where or Path(hl.trace).name}: {timing}", caption="; ".join(hl.notes))
-        for col in ("Kernel", "Op / group", "Share %", "us/call", "Calls/step", "Bytes", "% copy ceiling", "Status"):
+        for col in ("Kernel", "Op / group", "Share %", "us/call", "Calls/step", "Bytes/op call", "% copy ceiling", "Status"):
             t.add_column(col)
         for r in hl.rows:
             op = f"one of: {', '.join(r.candidates)}" if r.candidates else r.op

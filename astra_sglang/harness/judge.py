@@ -25,10 +25,8 @@ from astra_sglang.harness.protocol import (
     recv,
     send,
 )
-from astra_sglang.harness.suite import shape_of
+from astra_sglang.harness.suite import ELEM_BYTES, shape_of
 
-_ELEM = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2, "int64": 8, "int32": 4, "int16": 2, "int8": 1,
-         "uint8": 1, "bool": 1}
 GUARD_BYTES = 4096  # tensors.GUARD_BYTES, restated so the worker can start before torch is imported here
 ALIGN = 4096
 
@@ -43,7 +41,7 @@ def arena_bytes(job: CheckJob) -> int:
         for dt in dtypes:
             total = 0
             for t in sig.tensors:
-                elem = _ELEM.get(dt if t.dtype == "{dtype}" else t.dtype, 8)
+                elem = ELEM_BYTES.get(dt if t.dtype == "{dtype}" else t.dtype, 8)
                 body = -(-math.prod(shape_of(t.shape, d)) * elem // 16) * 16
                 total += -(-(2 * GUARD_BYTES + body) // ALIGN) * ALIGN
             need = max(need, total)

@@ -47,6 +47,31 @@ def shape_of(shape: list[str], dims: dict[str, int]) -> tuple[int, ...]:
     return tuple(eval_dim(s, dims) for s in shape)
 
 
+#: bytes per element of the dtypes a signature names (torch-free: the judge sizes its arena before torch loads)
+ELEM_BYTES = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2, "int64": 8, "int32": 4, "int16": 2, "int8": 1,
+              "uint8": 1, "bool": 1}
+
+
+def tensor_traffic(role: str, nbytes: int) -> int:
+    """Minimum traffic of one argument of ``nbytes``: an input read once, an output written once, an in-place
+    argument both. The one rule for bytes moved (the harness's GB/s and the profile's columns)."""
+    return 2 * nbytes if role == "inplace" else nbytes
+
+
+def contract_bytes(manifest: Manifest, dims: dict[str, int], dtype: str) -> int | None:
+    """Bytes one call moves by the contract at ``dims`` (``{dtype}`` tensors in ``dtype``); None when ``dims`` are
+    not exactly the signature's or a tensor's dtype has no known size (never a guess)."""
+    if {d.name for d in manifest.signature.dims} != set(dims):
+        return None
+    total = 0
+    for t in manifest.signature.tensors:
+        elem = ELEM_BYTES.get(dtype if t.dtype == "{dtype}" else t.dtype)
+        if elem is None:
+            return None
+        total += tensor_traffic(t.role, math.prod(shape_of(t.shape, dims)) * elem)
+    return total
+
+
 def largest_numel(manifest: Manifest, dims: dict[str, int]) -> int:
     return max(math.prod(shape_of(t.shape, dims)) for t in manifest.signature.tensors)
 

@@ -15,7 +15,7 @@ import torch
 
 from astra_sglang.checker import fill_poison, is_poison
 from astra_sglang.contract.op import Manifest, TensorArg
-from astra_sglang.harness.suite import shape_of
+from astra_sglang.harness.suite import shape_of, tensor_traffic
 from astra_sglang.loader.launch import InputsFn, ScalarsFn
 
 OpInputs = tuple[InputsFn | None, ScalarsFn | None]
@@ -173,8 +173,7 @@ class ArgSet:
         total = 0
         for t in self.manifest.signature.tensors:
             v = self.tensors[t.name].view
-            n = v.numel() * v.element_size()
-            total += 2 * n if t.role == "inplace" else n
+            total += tensor_traffic(t.role, v.numel() * v.element_size())
         return total
 
     def nbytes(self) -> int:

@@ -5,6 +5,8 @@ its kernels, so attribution needs graphs off); pass 2 runs with graphs on and no
 server sees. Both run ``one_batch_child`` (one_batch after ``load_plugins()``) in a child process with the
 caller's ``ASTRA_SGLANG_PATCHES``. The trace files are the ones one_batch names
 (``<prefix>_batch<bs>_input<in>_output<out>_<stage>.trace.json.gz`` in ``SGLANG_TORCH_PROFILER_DIR``).
+Bytes moved come from the ``--model-path`` folder's ``config.json`` (``traffic``: the covered ops' contracts at the
+dims of this forward) and the copy ceiling is measured once here, before the children start.
 Nothing here runs without a GPU: it is kept thin, the attribution it calls is tested on CPU.
 """
 
@@ -20,6 +22,7 @@ from pathlib import Path
 from astra_sglang.errors import AstraError
 from astra_sglang.profile.attribution import HotList, KernelMap, PatchInfo, hot_list, served_calls
 from astra_sglang.profile.trace import summarize
+from astra_sglang.profile.traffic import DEFAULT_KV_SPLITS, Traffic, count, load_config, model_dtype
 
 NEEDS_GPU = "profile needs a CUDA GPU and SGLang; attribute a recorded trace with --trace FILE"
 PREFIX = "astra"
@@ -41,6 +44,67 @@ def trace_path(trace_dir: Path, batch_size: int, input_len: int, output_len: int
     return trace_dir / f"{PREFIX}_batch{batch_size}_input{input_len}_output{output_len}_{stage}.trace.json.gz"
 
 
+def profile_start(output_len: int, steps: int) -> int:
+    """The first decode step profiled (``--profile-start-step``): after WARMUP_STEPS, as far as output_len allows."""
+    return max(0, min(WARMUP_STEPS, output_len - 1 - steps))
+
+
+def decode_context(input_len: int, output_len: int | None, steps: int) -> int:
+    """KV length per request at the middle profiled decode step: decode step i attends over the prompt, the i
+    tokens decoded before it and its own (one_batch's step 0 decodes the token the prefill sampled). Without the
+    output length (a trace named otherwise) the step is taken as the first."""
+    step = 0 if output_len is None else profile_start(output_len, steps) + (steps - 1) // 2
+    return input_len + step + 1
+
+
+def server_arg(sglang_args: list[str], *names: str) -> str | None:
+    """The value of a server argument given as ``--name V`` or ``--name=V`` (the last one wins, as in argparse)."""
+    found = None
+    for i, a in enumerate(sglang_args):
+        for name in names:
+            if a == name and i + 1 < len(sglang_args):
+                found = sglang_args[i + 1]
+            elif a.startswith(name + "="):
+                found = a[len(name) + 1:]
+    return found
+
+
+def _int_arg(sglang_args: list[str], default: int, *names: str) -> int:
+    v = server_arg(sglang_args, *names)
+    try:
+        return default if v is None else int(v)
+    except ValueError:
+        raise AstraError(f"{names[0]} {v!r} is not an integer") from None
+
+
+def model_traffic(sglang_args: list[str], extracted: Path, phase: str, batch_size: int, input_len: int,
+                  output_len: int, steps: int) -> Traffic | None:
+    """Bytes per call of the covered ops, from the ``--model-path`` folder's config.json; None when the model path
+    is not a local folder with one (a Hub id: nothing to read without downloading)."""
+    model = server_arg(sglang_args, "--model-path", "--model")
+    cfg = Path(model).expanduser() / "config.json" if model else None
+    if cfg is None or not cfg.is_file():
+        return None
+    config = load_config(cfg)
+    return count(extracted, config, phase, batch_size, input_len, decode_context(input_len, output_len, steps),
+                 model_dtype(config, server_arg(sglang_args, "--dtype")),
+                 _int_arg(sglang_args, DEFAULT_KV_SPLITS, "--triton-attention-num-kv-splits"),
+                 _int_arg(sglang_args, 1, "--tp-size", "--tensor-parallel-size"), source=str(cfg))
+
+
+def measure_copy_ceiling() -> float | None:
+    """The device's copy ceiling in GB/s (harness.timing's copy kernel), in this process before the children hold
+    the GPU; None, said on stderr, when the measurement fails (the % column then stays '-')."""
+    try:
+        from astra_sglang.harness.timing import CudaClock
+
+        return CudaClock().copy_ceiling_gbps()
+    except Exception as e:  # a failed measurement must not cost the profile: its column stays '-'
+        print(f"astra-sglang: copy ceiling not measured ({type(e).__name__}: {e}); % copy ceiling shown as '-'",
+              file=sys.stderr)
+        return None
+
+
 def _run(cmd: list[str], env: dict[str, str]) -> str:
     """Run a child, its output shown as it comes and kept for the ASTRA-PATCHES line."""
     print("+ " + " ".join(cmd), file=sys.stderr, flush=True)
@@ -56,11 +120,18 @@ def _run(cmd: list[str], env: dict[str, str]) -> str:
 
 
 def run_profile(sglang_args: list[str], batch_sizes: list[int], input_len: int, output_len: int, phase: str,
-                steps: int, out_dir: Path, kmap: KernelMap, patches: PatchInfo) -> list[HotList]:
+                steps: int, out_dir: Path, kmap: KernelMap, patches: PatchInfo,
+                extracted: Path | None = None) -> list[HotList]:
     """Profile ``steps`` decode steps (and/or the prefill) per batch size; one hot list per phase and batch size."""
     require_gpu()
+    from astra_sglang.patches.registry import op_folder
+
     if phase != "prefill" and output_len < steps + 2:
         raise AstraError(f"--output-len {output_len} is too short for --steps {steps}: need at least {steps + 2}")
+    phases = ["prefill", "decode"] if phase == "both" else [phase]
+    traffic = {(bs, ph): model_traffic(sglang_args, extracted or op_folder(""), ph, bs, input_len, output_len, steps)
+               for bs in batch_sizes for ph in phases}
+    ceiling = measure_copy_ceiling() if any(t and t.bytes_per_call for t in traffic.values()) else None
     trace_dir = Path(out_dir).resolve() / "traces"
     trace_dir.mkdir(parents=True, exist_ok=True)
     timing = Path(out_dir).resolve() / "timing.jsonl"
@@ -69,7 +140,7 @@ def run_profile(sglang_args: list[str], batch_sizes: list[int], input_len: int, 
     base = [sys.executable, "-m", "astra_sglang.profile.one_batch_child", *sglang_args,
             "--batch-size", *map(str, batch_sizes), "--input-len", str(input_len), "--output-len", str(output_len)]
     stage = "all" if phase == "both" else phase
-    start = max(0, min(WARMUP_STEPS, output_len - 1 - steps))
+    start = profile_start(output_len, steps)
     log = _run([*base, "--disable-cuda-graph", "--profile", "--profile-stage", stage, "--profile-prefix", PREFIX,
                 "--profile-start-step", str(start), "--profile-steps", str(steps)], env)
     _run([*base, "--result-filename", str(timing)], env)
@@ -77,12 +148,13 @@ def run_profile(sglang_args: list[str], batch_sizes: list[int], input_len: int, 
     times = _step_times(timing)
     lists: list[HotList] = []
     for bs in batch_sizes:
-        for ph in (["prefill", "decode"] if phase == "both" else [phase]):
+        for ph in phases:
             path = trace_path(trace_dir, bs, input_len, output_len, ph)
             if not path.is_file():  # one_batch skips a batch size over its max ("skipping ..." above)
                 print(f"astra-sglang: no {ph} trace for batch size {bs} ({path.name}); skipped", file=sys.stderr)
                 continue
-            hl = hot_list(summarize(path, steps=steps if ph == "decode" else 1), kmap, patches, ph, bs)
+            hl = hot_list(summarize(path, steps=steps if ph == "decode" else 1), kmap, patches, ph, bs,
+                          traffic[(bs, ph)], ceiling)
             hl.step_time_us = times.get((bs, ph))
             lists.append(hl)
     if not lists:
