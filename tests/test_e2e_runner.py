@@ -85,13 +85,15 @@ def test_a_crashed_run_keeps_its_finished_processes_and_resumes(tmp_path, capsys
     assert "astra-sglang: error: round 2 arm C: the forward exited with 3 (stand-in: simulated crash)" in err
     assert "Traceback" not in err
     kept = {p: p.stat().st_mtime_ns for p in out.glob("r*/*/arm.json")}
-    assert sorted(str(p.relative_to(out)) for p in kept) == ["r001/A/arm.json", "r001/B/arm.json",
-                                                             "r001/C/arm.json", "r002/B/arm.json"]
+    assert sorted(str(p.relative_to(out)) for p in kept) == ["r000/W1/arm.json", "r001/A/arm.json",
+                                                             "r001/B/arm.json", "r001/C/arm.json",
+                                                             "r002/B/arm.json"]   # r000/W1: the warm-up
     assert json.loads((out / "report.json").read_text())["rounds_done"] == 1
     monkeypatch.delenv("STANDIN_FAIL")
     assert main(_e2e(out)) == 0
     captured = capsys.readouterr()
-    assert "resuming" in captured.err and "4 finished process(es) kept" in captured.err
+    assert "resuming" in captured.err and "5 finished process(es) kept" in captured.err
+    assert "warm-up" not in captured.err                                # done once, not repeated
     assert json.loads(captured.out)["rounds_done"] == 3
     assert all(p.stat().st_mtime_ns == t for p, t in kept.items())   # not run again
     assert "round 2: B" not in captured.err and "round 2: C" in captured.err

@@ -12,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-from astra_sglang.cli.args import at_least_two, positive_float, positive_int
+from astra_sglang.cli.args import at_least_two, non_negative_int, positive_float, positive_int
 from astra_sglang.errors import AstraError
 
 
@@ -23,7 +23,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "placebo (the same hooks, SGLang's originals serve every call), in an order rotated each round. "
                     "Reports, per batch size, decode step median and prefill latency, B/A and C/A with bootstrap "
                     "95% intervals over processes, and calls served per patch. A gain only if B/A's interval "
-                    "excludes 1, C/A's holds 1 and every patch served calls. Everything after `--` goes to "
+                    "excludes 1, C/A's holds 1 and every patch this forward reaches served calls (one whose op is never "
+                    "called is listed as not reached). Warm-up processes run first, outside the statistics. "
+                    "Everything after `--` goes to "
                     "sglang.benchmark.one_batch (the launch_server arguments, e.g. --model-path M --load-format dummy).")
     p.add_argument("--rounds", type=at_least_two, default=6, help="rounds always run (each: one process per arm)")
     p.add_argument("--max-rounds", type=at_least_two, default=None,
@@ -37,6 +39,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--output-len", type=positive_int, nargs="+", help="one_batch --output-len")
     p.add_argument("--out", type=Path, help="run folder; an existing one of the same measurement is resumed "
                                             "(default: runs/e2e-<date-time>)")
+    p.add_argument("--warmup-processes", type=non_negative_int, default=1,
+                   help="processes of arm A's command before round 1, kept under r000/ but never in the statistics: "
+                        "the first process on a machine compiles Triton/JIT kernels inside its measured steps; a "
+                        "resumed run does not repeat finished ones")
+    p.add_argument("--report-only", action="store_true",
+                   help="run nothing: recompute report.json and the plot from the finished processes in --out "
+                        "(a run cut by a time limit) and print them; the one_batch arguments are not needed")
     p.add_argument("--timeout", type=positive_float, default=3600.0, help="seconds one process may run")
     p.add_argument("--seed", type=int, default=0, help="the bootstrap's seed")
     p.add_argument("--forward", nargs="+", metavar="CMD",
@@ -69,8 +78,14 @@ def cmd_e2e(args: argparse.Namespace) -> int:
         import numpy  # noqa: F401
     except ImportError:
         raise AstraError("e2e's statistics need numpy (SGLang's environment has it): pip install numpy") from None
-    from astra_sglang.e2e.runner import PLOT_FILE, E2EConfig, preflight, run
+    from astra_sglang.e2e.runner import PLOT_FILE, E2EConfig, preflight, report_only, run
 
+    if args.report_only:
+        if args.out is None:
+            raise AstraError("--report-only needs --out: the run folder to report on")
+        report = report_only(args.out)
+        show(report, args.out / PLOT_FILE, args.json)
+        return 0
     ob_args = one_batch_args(args)
     forward = preflight(args.forward, ob_args)
     max_rounds = args.max_rounds if args.max_rounds is not None else 2 * args.rounds
@@ -78,17 +93,24 @@ def cmd_e2e(args: argparse.Namespace) -> int:
         raise AstraError(f"--max-rounds {max_rounds} is below --rounds {args.rounds}")
     cfg = E2EConfig(forward=forward, one_batch_args=ob_args, patches=args.patches, rounds=args.rounds,
                     max_rounds=max_rounds, target_halfwidth=args.target_halfwidth, timeout_s=args.timeout,
-                    seed=args.seed)
+                    seed=args.seed, warmup_processes=args.warmup_processes)
     out = args.out if args.out is not None else Path("runs") / f"e2e-{time.strftime('%Y%m%d-%H%M%S')}"
     report = run(cfg, out, progress=lambda msg: print(f"e2e: {msg}", file=sys.stderr, flush=True))
-    from astra_sglang.e2e.plot import plot_report
+    show(report, out / PLOT_FILE, args.json)
+    return 0
 
-    png = plot_report(report, out / PLOT_FILE)
-    if args.json:
+
+def show(report: object, png_path: Path, as_json: bool) -> None:
+    """Draw the plot (when matplotlib is here) and print the report: a run's and --report-only's alike."""
+    from astra_sglang.e2e.plot import plot_report
+    from astra_sglang.e2e.runner import E2EReport
+
+    assert isinstance(report, E2EReport)
+    png = plot_report(report, png_path)
+    if as_json:
         print(report.model_dump_json(indent=2))
     else:
         print_report(report, png)
-    return 0
 
 
 def print_report(report: object, png: Path | None) -> None:
@@ -120,6 +142,8 @@ def print_report(report: object, png: Path | None) -> None:
         con.print(f"  {line}", markup=False)
     for line in report.problems[:10]:
         con.print(f"  problem: {line}", markup=False)
+    con.print(f"warm-up processes: {report.warmup_processes} (arm A's command before round 1, under r000/; "
+              "not in the statistics)", markup=False)
     if report.halfwidth is not None:
         need = f"; about {report.rounds_needed} rounds would reach +-{report.config.target_halfwidth:g}" \
             if report.rounds_needed and report.halfwidth > report.config.target_halfwidth else ""

@@ -5,10 +5,16 @@ every call, ``ASTRA_SGLANG_PLACEBO=1``). A round runs each arm once, in an order
 C A B), so a slow drift of the GPU (clocks, temperature) falls on every arm alike rather than always on the last.
 Each process is fresh: one process's allocator, autotuning and clocks are one sample of the noise that dominates.
 
+Before round 1, ``warmup_processes`` processes run arm A's command and are thrown out of the statistics: the
+first process on a machine compiles Triton/JIT kernels for new shapes inside its measured steps (on the H200, round
+1's A took 81 s against 30-47 s and measured bs 32 prefill at 2028 ms against 779-791 ms). They are kept under
+``r000/W<n>/`` for the record.
+
 The run folder (``--out``) keeps everything: ``e2e.json`` (what is measured), ``rNNN/<arm>/`` per process (its
 command's one_batch JSONL, stdout, stderr, the plugin's status records, and ``arm.json`` written last, which marks
-the process as done), ``report.json`` after every round. A killed run keeps its finished processes; the same
-command with the same ``--out`` reruns only what is missing and goes on.
+the process as done), ``report.json`` after every round. A killed run keeps its finished processes (warm-ups
+included); the same command with the same ``--out`` reruns only what is missing and goes on, and ``report_only``
+recomputes the report from them without running anything.
 """
 
 from __future__ import annotations
@@ -53,6 +59,8 @@ class E2EConfig(Model):
     target_halfwidth: float = Field(default=0.01, gt=0, description="stop once every decode B/A half-width is below")
     timeout_s: float = Field(default=3600.0, gt=0, description="one process's limit")
     seed: int = 0
+    warmup_processes: int = Field(default=1, ge=0, description="processes of arm A's command before round 1, "
+                                                                "not in the statistics (cold Triton/JIT caches)")
 
     def identity(self) -> dict[str, Any]:
         """What a resumed run must share with the folder's: the measurement itself, not how long to go on."""
@@ -113,10 +121,14 @@ class E2EReport(Model):
     out: str
     config: E2EConfig
     rounds_done: int = Field(description="rounds with all three arms finished")
+    warmup_processes: int = Field(default=0, description="warm-up processes that ran (r000/; not in the statistics)")
     stopped: str = ""
     shapes: list[ShapeReport]
     patch_calls: list[PatchCallRow]
     problems: list[str] = Field(default_factory=list, description="what keeps any gain from counting")
+    not_reached: list[str] = Field(default_factory=list,
+                                   description="patches whose op this forward never called (no call served by the "
+                                               "patch or the original in any B or C process): not counted")
     verdict: Verdict
     reasons: list[str]
     halfwidth: float | None = Field(default=None, description="the widest decode B/A half-width")
@@ -223,7 +235,9 @@ def patches_from_records(status_dir: Path) -> list[PatchCount]:
 
 
 def run_arm(folder: Path, cfg: E2EConfig, round_no: int, arm: str, position: int) -> ArmRun:
-    """One fresh process of one arm; its ``arm.json`` is written only once it finished with results."""
+    """One fresh process of one arm (round 0: the warm-up ``position + 1``); its ``arm.json`` is written only once
+    it finished with results."""
+    who = f"round {round_no} arm {arm}" if round_no else f"warm-up process {position + 1} (arm {arm}'s command)"
     if folder.exists():
         shutil.rmtree(folder)  # an unfinished earlier attempt: its files would mix with this one's
     folder.mkdir(parents=True)
@@ -239,7 +253,7 @@ def run_arm(folder: Path, cfg: E2EConfig, round_no: int, arm: str, position: int
             rc = proc.wait(timeout=cfg.timeout_s)
         except subprocess.TimeoutExpired:
             _stop(proc)
-            raise AstraError(f"round {round_no} arm {arm}: the forward ran past {cfg.timeout_s:.0f} s; "
+            raise AstraError(f"{who}: the forward ran past {cfg.timeout_s:.0f} s; "
                              f"see {folder / 'stderr.log'}") from None
         except BaseException:  # Ctrl-C, SIGTERM: the forward must not outlive us on the GPU
             _stop(proc)
@@ -249,10 +263,10 @@ def run_arm(folder: Path, cfg: E2EConfig, round_no: int, arm: str, position: int
     try:
         results = parse_results(result)
     except (ValueError, ValidationError) as e:
-        raise AstraError(f"round {round_no} arm {arm}: unreadable results {result} ({e})") from None
+        raise AstraError(f"{who}: unreadable results {result} ({e})") from None
     if rc != 0 or not results:
         why = f"exited with {rc}" if rc != 0 else "wrote no results"
-        raise AstraError(f"round {round_no} arm {arm}: the forward {why} ({_last_line(folder / 'stderr.log')}); "
+        raise AstraError(f"{who}: the forward {why} ({_last_line(folder / 'stderr.log')}); "
                          f"see {folder}")
     patches, source = patches_from_records(folder / "status"), "status records"
     if not patches:
@@ -288,14 +302,24 @@ def arm_dir(out: Path, round_no: int, arm: str) -> Path:
     return out / f"r{round_no:03d}" / arm
 
 
+def warmup_dir(out: Path, number: int) -> Path:
+    """Warm-up ``number`` (1-based): round 0, kept apart from the rounds."""
+    return out / "r000" / f"W{number}"
+
+
+def read_config(path: Path) -> E2EConfig:
+    """A run folder's ``e2e.json``; one that is not an e2e run's is refused in one line."""
+    try:
+        return E2EConfig.model_validate_json(path.read_text())
+    except ValidationError as e:
+        raise AstraError(f"{path}: not an e2e run's configuration ({e.error_count()} problem(s))") from None
+
+
 def prepare_folder(out: Path, cfg: E2EConfig) -> None:
     """A new run folder, or the same measurement's to resume; another measurement's is refused."""
     path = out / CONFIG_FILE
     if path.is_file():
-        try:
-            old = E2EConfig.model_validate_json(path.read_text())
-        except ValidationError as e:
-            raise AstraError(f"{path}: not an e2e run's configuration ({e.error_count()} problem(s))") from None
+        old = read_config(path)
         if old.identity() != cfg.identity():
             diff = [k for k, v in cfg.identity().items() if old.identity()[k] != v]
             raise AstraError(f"{out} holds an e2e run of another measurement (different {', '.join(diff)}); "
@@ -305,16 +329,26 @@ def prepare_folder(out: Path, cfg: E2EConfig) -> None:
     write_atomic(path, cfg.model_dump_json(indent=1) + "\n")
 
 
-def load_done(out: Path) -> dict[tuple[int, str], ArmRun]:
-    """The finished processes of an earlier attempt (those with ``arm.json``)."""
-    done = {}
-    for path in sorted(out.glob(f"r*/*/{ARM_FILE}")):
+def _finished(paths: Sequence[Path]) -> list[ArmRun]:
+    """The processes whose ``arm.json`` was written (the last thing a process does: one with results but no
+    arm.json was killed while exiting, and is unfinished); an unreadable one is left to be rerun."""
+    runs = []
+    for path in paths:
         try:
-            run = ArmRun.model_validate_json(path.read_text())
+            runs.append(ArmRun.model_validate_json(path.read_text()))
         except ValidationError:
-            continue  # rerun it
-        done[(run.round, run.arm)] = run
-    return done
+            continue
+    return runs
+
+
+def load_done(out: Path) -> dict[tuple[int, str], ArmRun]:
+    """The finished processes of the rounds of an earlier attempt (warm-ups apart: see ``load_warmups``)."""
+    return {(r.round, r.arm): r for r in _finished(sorted(out.glob(f"r*/*/{ARM_FILE}"))) if r.round >= 1}
+
+
+def load_warmups(out: Path) -> dict[int, ArmRun]:
+    """The finished warm-up processes, by number (1-based)."""
+    return {r.position + 1: r for r in _finished(sorted(out.glob(f"r000/W*/{ARM_FILE}"))) if r.round == 0}
 
 
 def run(cfg: E2EConfig, out: Path, progress: Progress | None = None) -> E2EReport:
@@ -324,7 +358,14 @@ def run(cfg: E2EConfig, out: Path, progress: Progress | None = None) -> E2ERepor
     out = Path(out)
     prepare_folder(out, cfg)
     done = load_done(out)
-    say(f"resuming {out}: {len(done)} finished process(es) kept" if done else f"run folder {out}")
+    warm = load_warmups(out)
+    kept = len(done) + len(warm)
+    say(f"resuming {out}: {kept} finished process(es) kept" if kept else f"run folder {out}")
+    for n in range(1, cfg.warmup_processes + 1):
+        if n in warm:
+            continue
+        say(f"warm-up {n}/{cfg.warmup_processes}: arm A's command, not in the statistics (Triton/JIT caches)")
+        warm[n] = run_arm(warmup_dir(out, n), cfg, 0, "A", n - 1)
     round_no = 0
     while True:
         round_no += 1
@@ -333,7 +374,7 @@ def run(cfg: E2EConfig, out: Path, progress: Progress | None = None) -> E2ERepor
                 continue
             say(f"round {round_no}: {arm} ({ARM_NAMES[arm]})")
             done[(round_no, arm)] = run_arm(arm_dir(out, round_no, arm), cfg, round_no, arm, pos)
-        report = build_report(cfg, list(done.values()), out)
+        report = build_report(cfg, [*warm.values(), *done.values()], out)
         stop = _stop_reason(cfg, round_no, report)
         report.stopped = stop or (f"not yet: written after round {round_no} (if the run was killed, the same "
                                   "command with the same --out goes on)")
@@ -344,6 +385,23 @@ def run(cfg: E2EConfig, out: Path, progress: Progress | None = None) -> E2ERepor
         if round_no >= cfg.rounds:
             say(f"decode B/A half-width {report.halfwidth:.3f} > target {cfg.target_halfwidth:.3f}: one more round"
                 if report.halfwidth is not None else "no B/A interval yet: one more round")
+
+
+def report_only(out: Path) -> E2EReport:
+    """The report of a run folder from its finished processes, running nothing (a run cut by a time limit):
+    ``report.json`` rewritten."""
+    out = Path(out)
+    path = out / CONFIG_FILE
+    if not path.is_file():
+        raise AstraError(f"{out} is not an e2e run folder (no {CONFIG_FILE})")
+    cfg = read_config(path)
+    runs = [*load_warmups(out).values(), *load_done(out).values()]
+    report = build_report(cfg, runs, out)
+    measured = sum(1 for r in runs if r.round >= 1)
+    report.stopped = (f"report only: {measured} finished process(es) of the rounds read, nothing run "
+                      "(the same e2e command with the same --out goes on)")
+    write_atomic(out / REPORT_FILE, report.model_dump_json(indent=1) + "\n")
+    return report
 
 
 def _stop_reason(cfg: E2EConfig, round_no: int, report: E2EReport) -> str:
@@ -366,17 +424,35 @@ def expected_patches(cfg: E2EConfig, runs: Sequence[ArmRun]) -> list[str]:
     return sorted({p.strip() for p in cfg.patches.split(",") if p.strip()})
 
 
+def not_reached(cfg: E2EConfig, runs: Sequence[ArmRun]) -> list[str]:
+    """Expected patches this forward never called: reported (installed) by B or C processes, yet no call served by
+    the patch or by SGLang's original in any of them (merge-state-mr-k1 on the triton attention backend). Their
+    serving nothing says nothing about B: they are left out of the verdict, and named."""
+    seen: dict[str, int] = {}
+    for r in runs:
+        if r.arm in ("B", "C"):
+            for c in r.patches:
+                seen[c.patch_id] = seen.get(c.patch_id, 0) + c.served_by_patch + c.served_by_original
+    return [pid for pid in expected_patches(cfg, runs) if seen.get(pid) == 0]
+
+
 def problems(cfg: E2EConfig, runs: Sequence[ArmRun]) -> list[str]:
-    """What makes B or C not what they claim: an expected patch that served no call in a B process, a placebo
-    process whose hooks were never reached or that served calls by a patch."""
+    """What makes B or C not what they claim: an expected patch that was reached but served no call in a B
+    process (one this forward never reached is no problem: ``not_reached``), a placebo process whose hooks were
+    never reached or that served calls by a patch."""
     out = []
     expect = expected_patches(cfg, runs)
+    skip = set(not_reached(cfg, runs))
     if not expect:
         out.append("no patch reported by any B process: nothing was patched (see a B process's stderr.log)")
+    elif skip == set(expect):
+        out.append("no expected patch was reached in this forward: B ran SGLang's own kernels only")
     for r in sorted(runs, key=lambda r: (r.round, r.arm)):
         counts = {c.patch_id: c for c in r.patches}
         if r.arm == "B":
             for pid in expect:
+                if pid in skip:
+                    continue
                 c = counts.get(pid)
                 if c is None or c.served_by_patch == 0:
                     why = f" (state {c.state}: {c.reason})" if c is not None and c.reason else ""
@@ -390,7 +466,10 @@ def problems(cfg: E2EConfig, runs: Sequence[ArmRun]) -> list[str]:
 
 
 def build_report(cfg: E2EConfig, runs: Sequence[ArmRun], out: Path) -> E2EReport:
-    """Per batch shape: medians, B/A and C/A intervals and verdicts (decode and prefill); per patch: calls."""
+    """Per batch shape: medians, B/A and C/A intervals and verdicts (decode and prefill); per patch: calls.
+    Warm-up processes (round 0) are counted, never measured."""
+    warmups = sum(1 for r in runs if r.round == 0)
+    runs = [r for r in runs if r.round >= 1]
     shapes: dict[tuple[int, int, int], dict[str, dict[str, list[float]]]] = {}
     for r in sorted(runs, key=lambda r: (r.round, r.arm)):
         for s in r.results:
@@ -413,15 +492,20 @@ def build_report(cfg: E2EConfig, runs: Sequence[ArmRun], out: Path) -> E2EReport
     needed = [s.decode.rounds_needed for s in reports if s.decode.rounds_needed is not None]
     verdicts = [m.verdict for s in reports for m in (s.decode, s.prefill)]
     reasons = [f"bs {s.batch_size} (in {s.input_len}, out {s.output_len}) {m.metric}: {m.verdict}: "
-               f"{'; '.join(m.reasons[:2])}" for s in reports for m in (s.decode, s.prefill)]
+               f"{'; '.join(m.reasons[:2])}" for s in reports for m in (s.decode, s.prefill)] or ["no results"]
+    skipped = not_reached(cfg, runs)
+    if skipped:
+        reasons.append(f"not reached in this forward, so not counted: {', '.join(skipped)} (no call served by the "
+                       "patch or SGLang's original in any B or C process: its op is not on this forward's path)")
     arms_of: dict[int, set[str]] = {}
     for r in runs:
         arms_of.setdefault(r.round, set()).add(r.arm)
     complete = [k for k, arms in arms_of.items() if arms == set(ARMS)]
     return E2EReport(created=time.strftime("%Y-%m-%dT%H:%M:%S%z"), out=str(out), config=cfg,
-                     rounds_done=len(complete), shapes=reports, patch_calls=patch_calls(runs), problems=trouble,
+                     rounds_done=len(complete), warmup_processes=warmups, shapes=reports,
+                     patch_calls=patch_calls(runs), problems=trouble, not_reached=skipped,
                      verdict=overall(verdicts) if reports else "no measurable change",
-                     reasons=reasons or ["no results"], halfwidth=max(widths) if len(widths) == len(reports) and
+                     reasons=reasons, halfwidth=max(widths) if len(widths) == len(reports) and
                      widths else None, rounds_needed=max(needed) if needed else None)
 
 

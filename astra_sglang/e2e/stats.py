@@ -99,17 +99,34 @@ def rounds_needed(rounds: int, half_width: float, target: float) -> int:
     return math.ceil(rounds * (half_width / target) ** 2)
 
 
+def placebo_moved(b_over_a: Interval, c_over_a: Interval) -> str:
+    """Why a placebo interval that excludes 1 matters, by direction. C runs B's hooks (installed, reached, guards
+    evaluated) with SGLang's own kernels serving: when C moves the way B does, what B and C share, the hooks,
+    accounts for the change, not the patch's kernel. When C moves the other way, the processes differ by more
+    than the patches do. ``b_over_a`` is taken to exclude 1 (a gain or a slowdown to explain)."""
+    b_up, c_up = b_over_a.low > 1.0, c_over_a.low > 1.0
+    where = "above" if c_up else "below"
+    if b_up == c_up:
+        return (f"the placebo moved the same way (C/A {c_over_a.text()} lies {where} 1, as B/A does): C runs the "
+                "same hooks with SGLang's own kernels, so the hooks (installed in both B and C), not the patch's "
+                "kernel, account for the change")
+    return (f"the placebo moved the other way (C/A {c_over_a.text()} lies {where} 1): the processes differ by more "
+            "than the patches do; more rounds")
+
+
 def judge(b_over_a: Interval | None, c_over_a: Interval | None, problems: Sequence[str] = ()) -> tuple[Verdict, list[str]]:
     """A gain only when all three hold: B/A's interval lies below 1, C/A's (the placebo's) holds 1, and nothing in
-    ``problems`` (an expected patch that served no calls, a placebo whose hooks were never reached). "slower" when
-    B/A's interval lies above 1, whatever else. Otherwise no measurable change. Each reason says which part failed."""
+    ``problems`` (a reached patch that served no calls, a placebo whose hooks were never reached). "slower" when
+    B/A's interval lies above 1, whatever else: the patches as installed slow the forward, even when the placebo's
+    moving the same way says the hooks, not the kernel, do it. Otherwise no measurable change. Each reason says
+    which part failed."""
     if b_over_a is None:
         return SAME, ["fewer than 2 processes in arm A or B: no interval"]
     reasons: list[str] = []
     if b_over_a.low > 1.0:
         reasons.append(f"B/A {b_over_a.text()} lies above 1: with the patches the forward is slower")
         if c_over_a is not None and not c_over_a.holds_one:
-            reasons.append(f"the placebo moved as well (C/A {c_over_a.text()}): part of it is not the kernels")
+            reasons.append(placebo_moved(b_over_a, c_over_a))
         return SLOWER, reasons + list(problems)
     if b_over_a.holds_one:
         reasons.append(f"B/A {b_over_a.text()} holds 1: any difference is within process-to-process noise")
@@ -120,8 +137,7 @@ def judge(b_over_a: Interval | None, c_over_a: Interval | None, problems: Sequen
         reasons.append("no placebo interval (fewer than 2 processes in arm C): a gain cannot be told from drift")
         ok = False
     elif not c_over_a.holds_one:
-        reasons.append(f"but the placebo moved too (C/A {c_over_a.text()} does not hold 1): the processes differ "
-                       "by more than the patches do; more rounds")
+        reasons.append(f"but {placebo_moved(b_over_a, c_over_a)}")
         ok = False
     else:
         reasons.append(f"the placebo holds (C/A {c_over_a.text()})")

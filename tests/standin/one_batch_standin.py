@@ -54,7 +54,8 @@ def main() -> None:
         print("stand-in: simulated crash", file=sys.stderr)
         sys.exit(3)
     on, placebo = patches_requested(), placebo_requested()
-    z = NormalDist().inv_cdf(van_der_corput(3 * (int(rnd) - 1) + "ABC".find(arm) + 1))
+    k = 3 * (int(rnd) - 1) + "ABC".find(arm) + 1             # round 0: a warm-up, outside the statistics
+    z = NormalDist().inv_cdf(van_der_corput(k)) if k >= 1 else 0.0
     process = math.exp(float(os.environ.get("STANDIN_NOISE", "0.03")) * z)
     factor = float(os.environ.get("STANDIN_B_FACTOR", "0.9")) if on and not placebo else 1.0
     st = None
