@@ -5,9 +5,12 @@
 # shim for sgl_kernel, install astra-sglang beside it (its entry point is what SGLang's load_plugins finds),
 # check sgl_kernel's kernels against torch, make a random-weights LLaMA, then `astra-sglang validate`.
 # SERVER_ARGS: extra launch_server arguments (default --disable-radix-cache: a clean floor, docs/patches.md says why).
-# Usage: device.sh [smoke|validate|forward] [validate or one_batch options...]   Results go to $OUT.
+# Usage: device.sh [smoke|validate|forward|profile|e2e] [that step's options...]   Results go to $OUT.
+# profile/e2e: `astra-sglang profile|e2e` with the options given (server arguments after `--`); their stdout is the
+# command's own (set-up lines go to stderr), so `device.sh profile ... --json > F` keeps F clean.
 set -uo pipefail
 STEP=${1:-validate}; shift || true
+case "$STEP" in profile|e2e) exec 3>&1 1>&2 ;; *) exec 3>&1 ;; esac  # fd 3: the step's own stdout
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 SITE=/tmp/srv-site
 export CUDA_HOME=/usr/local/cuda PYTHONUNBUFFERED=1 SGLANG_CACHE_DIR=/tmp/sgl-cache TORCHINDUCTOR_CACHE_DIR=/tmp/inductor
@@ -29,9 +32,16 @@ rm -rf $SITE/astra && python3 -m pip install -q --no-deps --no-index --target $S
 export PYTHONPATH=$SITE/astra:$SITE
 T0=$(date +%s); python3 -c "import sgl_kernel" > $OUT/ops-build.log 2>&1 || { tail -30 $OUT/ops-build.log; exit 1; }
 echo "sgl_kernel imported with the torch-2.11 ops in $(( $(date +%s) - T0 )) s"
-python3 scripts/h200_server/smoke.py 2>&1 | tee $OUT/smoke.log | tail -25
-[ "${PIPESTATUS[0]}" = 0 ] || { echo "smoke failed: no server run"; exit 1; }
+if [ "$STEP" = smoke ] || [ ! -f $SITE/.smoked ]; then  # once per machine: the site and the ops do not change
+  python3 scripts/h200_server/smoke.py 2>&1 | tee $OUT/smoke.log | tail -25
+  [ "${PIPESTATUS[0]}" = 0 ] || { echo "smoke failed: no server run"; exit 1; }
+  touch $SITE/.smoked
+fi
 [ "$STEP" = smoke ] && exit 0
+if [ "$STEP" = profile ] || [ "$STEP" = e2e ]; then
+  python3 -m astra_sglang "$STEP" "$@" 1>&3
+  exit $?
+fi
 if [ "$STEP" = forward ]; then  # SGLang's own forward (one_batch) after load_plugins: forward.py; arguments: one_batch's
   [ -f /tmp/llama3-8b/config.json ] || python3 scripts/h200_server/make_model.py /tmp/llama3-8b llama3-8b \
       > $OUT/make_config.log 2>&1 || { tail -20 $OUT/make_config.log; exit 1; }

@@ -20,6 +20,35 @@ def _refuse(name: str):
     return kernel
 
 
+def _moe_align_via_jit(topk_ids, num_experts, block_size, sorted_token_ids, experts_ids, num_tokens_post_pad,
+                       cumsum_buffer, pad_sorted_token_ids=False, *rest):
+    """sgl_kernel::moe_align_block_size served by SGLang's JIT kernel; the AOT-only ``ignore_invalid_expert``
+    contract (EP filtering) has no JIT twin and is refused rather than answered differently."""
+    if rest and rest[0]:
+        raise RuntimeError("sgl_kernel::moe_align_block_size(ignore_invalid_expert=True) has no JIT twin; the H200 "
+                           "recipe routes only the plain form (scripts/h200_server/sgl_kernel_torch211_ops.py)")
+    from sglang.kernels.ops.moe.moe_align import moe_align_block_size
+
+    moe_align_block_size(topk_ids, num_experts, block_size, sorted_token_ids, experts_ids, num_tokens_post_pad,
+                         cumsum_buffer, bool(pad_sorted_token_ids))
+
+
+def _moe_sum_reduce_via_triton(input, output, routed_scaling_factor):
+    """sgl_kernel::moe_sum_reduce served by SGLang's Triton kernel of the same signature (what SGLang's own
+    fused_moe uses where sgl_kernel is absent: moe_runner/triton_utils/fused_moe.py, HIP path)."""
+    from sglang.kernels.ops.moe.fused_moe_triton_kernels import moe_sum_reduce_triton
+
+    moe_sum_reduce_triton(input, output, float(routed_scaling_factor))
+
+
+# sgl_kernel ops whose calls go to SGLang's own twin, JIT (tvm-ffi, built by nvcc here) or Triton, neither tied to
+# torch's ABI. moe_align_block_size: SGLang 0.5.23 registers AOT and JIT under one op id (sglang.kernels.ops.moe)
+# and calls the JIT one itself with the same arguments (moe_runner/triton_utils/moe_align_block_size.py). A MoE
+# model reached moe_align_block_size, then moe_sum_reduce, on the H200 (2026-12-03); what it reaches after those
+# has not run here yet.
+_ROUTES = {"moe_align_block_size": _moe_align_via_jit, "moe_sum_reduce": _moe_sum_reduce_via_triton}
+
+
 def install(site: str) -> list[str]:
     """Builds (once: torch caches it by source and flags) from ``site``, the folder sitecustomize.py and its
     copies of this module, the .cu file and flashinfer_include are in (device.sh puts them there; a script's own
@@ -32,11 +61,14 @@ def install(site: str) -> list[str]:
                     if r.startswith("sgl_kernel::")})  # with the overload name where there is one
     lib = torch.library.Library("sgl_kernel", "IMPL")
     kw = {"allow_override": True} if "allow_override" in inspect.signature(lib.impl).parameters else {}
-    refused = [n for n in names if n not in REBUILT]
+    routed = [n for n in names if n.split(".", 1)[0] in _ROUTES]
+    refused = [n for n in names if n not in REBUILT and n not in routed]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # "Overriding a previously registered kernel": that is the point
         for name in refused:
             lib.impl(name, _refuse(name), "CUDA", **kw)
+        for name in routed:
+            lib.impl(name, _ROUTES[name.split(".", 1)[0]], "CUDA", **kw)
         load(name="sgl_kernel_torch211_ops", sources=[os.path.join(site, "sgl_kernel_torch211_ops.cu")],
              extra_include_paths=[os.path.join(site, "flashinfer_include")], is_python_module=False,
              extra_cuda_cflags=["-O3", "-gencode=arch=compute_90a,code=sm_90a", "--expt-relaxed-constexpr",
