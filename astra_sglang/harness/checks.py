@@ -14,9 +14,11 @@ and after timing; a rebound primitive rejects the candidate.
 from __future__ import annotations
 
 import math
+import os
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +45,7 @@ from astra_sglang.contract.op import (
 from astra_sglang.contract.result import CorrectnessReport, FailedCase, ShapeTiming
 from astra_sglang.harness import timing
 from astra_sglang.harness.arena import Arena, put, take
-from astra_sglang.harness.isolation import Child, ChildDied, crash_lines
+from astra_sglang.harness.isolation import Child, ChildDied, GpuWatch, crash_lines
 from astra_sglang.harness.protocol import (
     CUDA_STICKY,
     CaseSpec,
@@ -76,6 +78,13 @@ from astra_sglang.loader.launch import compile_call, load_inputs, load_reference
 Launcher = Callable[[dict[str, Any]], Any]
 WALL_RATIO = 0.6  # a candidate batch reporting under this share of its wall time (less allowances) is suspect
 WALL_BATCH_US = 50_000.0  # the wall-clock check times this long a batch (by the original's time) on each side
+# Test hook: where set, the judge appends "<start_ns> <end_ns> <label>" (time.monotonic_ns, system-wide on Linux)
+# for each window in which it timed something of its own with the worker stopped (tests/test_integrity2_quiet_worker.py).
+DEBUG_WINDOWS_ENV = "ASTRA_SGLANG_DEBUG_WINDOWS"
+# NVML watch of the stopped worker's queued GPU work: opt-in until it has run on a GPU (written 2026-12-03, never
+# run there). A false "suspect" would make every honest candidate "never a win", and its wait costs a sample period
+# per batch; tests/test_integrity2_quiet_worker.py's gpu test turns it on.
+NVML_WATCH_ENV = "ASTRA_SGLANG_NVML_WATCH"
 
 
 class CaseFailure(Exception):
@@ -122,6 +131,9 @@ class Checker:
         self.reference_error: dict[str, tuple[float, float]] = {}
         self.deadline = time.monotonic() + max(1.0, self.cfg.max_wall_s - 30.0)
         self._latency_us: float | None = None
+        self._gpu_watch: GpuWatch | None = None
+        self._gpu_watched = False  # GpuWatch.open tried (once per worker)
+        self._gpu_busy = 0  # the worker's highest SM % seen while this process timed the current shape
 
     # -- the candidate's worker ------------------------------------------------------------------------------
     def _ask(self, req: Any, case: CaseSpec | None, label: str) -> tuple[Reply, list[torch.Tensor]]:
@@ -401,6 +413,57 @@ class Checker:
             self._latency_us = 1.5e6 * worst + 200.0
         return self._latency_us
 
+    def _watch_gpu(self) -> GpuWatch | None:
+        """NVML's view of the worker's GPU activity (CUDA only; opened once); without NVML a note says the
+        worker's GPU queue is not watched while the original is timed."""
+        if self.device != "cuda" or self.worker is None:
+            return None
+        if not self._gpu_watched:
+            self._gpu_watched = True
+            if os.environ.get(NVML_WATCH_ENV) != "1":
+                self.notes.append(f"the worker is stopped while the original is timed; GPU work it queued before is "
+                                  f"not watched ({NVML_WATCH_ENV}=1 watches it through NVML, not yet run on a GPU)")
+                return None
+            uuid = str(getattr(torch.cuda.get_device_properties(torch.cuda.current_device()), "uuid", ""))
+            self._gpu_watch = GpuWatch.open(self.worker.proc.pid, uuid) if uuid else None
+            if self._gpu_watch is None:
+                self.notes.append("NVML not available: the worker is stopped while the original is timed, but "
+                                  "GPU work it queued before is not watched (it may still run then)")
+        return self._gpu_watch
+
+    @contextmanager
+    def _quiet(self, label: str) -> Iterator[None]:
+        """The body (this process timing something of its own) runs with the candidate's worker stopped, its
+        whole process group, so nothing the candidate started (threads, a helper process) can load the machine
+        then (issue 22, class 4); continued after, also on an exception. On CUDA the worker's GPU work queued
+        before the stop is waited for, and any SM activity of the worker during the body is recorded
+        (``_gpu_busy``): the shape's timing is then suspect."""
+        if self.worker is None or self.worker.closed or self.worker.proc.poll() is not None:
+            with self._window(label):
+                yield
+            return
+        with self.worker.stopped():
+            watch = self._watch_gpu()
+            since = watch.wait_quiet() if watch is not None else 0
+            try:
+                with self._window(label):
+                    yield
+            finally:
+                if watch is not None:
+                    self._gpu_busy = max(self._gpu_busy, watch.active_since(since))
+
+    @contextmanager
+    def _window(self, label: str) -> Iterator[None]:
+        """Record the body's monotonic window in the test hook's file (``DEBUG_WINDOWS_ENV``), if set."""
+        path = os.environ.get(DEBUG_WINDOWS_ENV)
+        t0 = time.monotonic_ns()
+        try:
+            yield
+        finally:
+            if path:
+                with open(path, "a") as f:
+                    f.write(f"{t0} {time.monotonic_ns()} {label}\n")
+
     def _local_sets(self, dims: dict[str, int], dtype: str, n: int, seed: int) -> list[ArgSet]:
         sets = []
         for i in range(n):
@@ -463,8 +526,10 @@ class Checker:
             return clock.time_eager(g, n, per_replay) if eager else clock.time_replays(g, n, per_replay)
 
         warmup, rep = self.job.warmup, self.job.rep
-        for _, g in local:
-            run_local(g, warmup)
+        self._gpu_busy = 0
+        with self._quiet("warm-up"):
+            for _, g in local:
+                run_local(g, warmup)
         if self.candidate is not None:
             self._ask(Time(replays=warmup), case, "warm-up")
         us: dict[str, list[float]] = {label: [] for label, _ in local}
@@ -474,17 +539,19 @@ class Checker:
             k = min(BATCH, rep - b * BATCH)
             for side in timing.abba(b, 2 if self.candidate is not None else 1):
                 if side == 0:
-                    for label, g in local:
-                        us[label] += run_local(g, k)
+                    with self._quiet(f"batch {b}"):
+                        for label, g in local:
+                            us[label] += run_local(g, k)
                 else:
                     us["candidate"] += self._time_candidate(case, k)[0]
         wall_reason = None
         if self.candidate is not None and wall_check:
             # one long batch per side (>= WALL_BATCH_US of the original) held against this process's clock
             k = int(min(4000, max(1, WALL_BATCH_US / max(statistics.median(us["original"]) * per_replay, 1.0))))
-            t0 = time.perf_counter()
-            own = sum(run_local(local[0][1], k)) * per_replay
-            own_wall = (time.perf_counter() - t0) * 1e6
+            with self._quiet("wall-clock batch"):
+                t0 = time.perf_counter()
+                own = sum(run_local(local[0][1], k)) * per_replay
+                own_wall = (time.perf_counter() - t0) * 1e6
             reported, wall = self._time_candidate(case, k)[1:]
             calib = min(1.0, own / own_wall) if own_wall > 0 else 1.0
             why = timing.wall_suspect(reported, wall, k, self._latency(), WALL_RATIO * calib)
@@ -518,6 +585,9 @@ class Checker:
                                f"{ceiling:.0f} GB/s by more than {100 * cfg.suspect_margin:.0f}%")
             if wall_reason:
                 reasons.append(wall_reason)
+            if self._gpu_busy:
+                reasons.append(f"the candidate's worker, stopped, still ran GPU work (up to {self._gpu_busy}% SM "
+                               "in NVML's samples) while the original was timed")
             suspect_reason = "; ".join(reasons) or None
             row.update(candidate_us=cand_us, speedup=speedup, candidate_gbps=gbps(cand_us),
                        candidate_pct_ceiling=100.0 * gbps(cand_us) / ceiling,

@@ -19,10 +19,12 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from astra_sglang.contract.base import Model
 from astra_sglang.harness.protocol import (
@@ -39,6 +41,7 @@ M = TypeVar("M", bound=Model)
 
 PARENT_ENV = "ASTRA_HARNESS_PARENT_PID"  # set by ``Child``: the pid ``die_with_parent`` expects as its parent
 _PR_SET_PDEATHSIG = 1
+STOP_WAIT_S = 5.0  # how long ``Child.stopped`` waits for every task of the group to reach the stopped state
 
 
 class ChildDied(Exception):
@@ -92,6 +95,33 @@ def die_with_parent() -> None:
     parent = os.environ.get(PARENT_ENV)
     if parent and parent.isdigit() and os.getppid() != int(parent):
         os._exit(1)
+
+
+def group_tasks(pgid: int) -> list[Path]:
+    """The ``/proc`` stat file of every thread of every process in process group ``pgid``."""
+    out = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            fields = (d / "stat").read_text().rsplit(")", 1)[1].split()
+            if int(fields[2]) == pgid:
+                out += list((d / "task").glob("*/stat"))
+        except (OSError, IndexError, ValueError):  # gone meanwhile
+            continue
+    return out
+
+
+def all_stopped(tasks: list[Path]) -> bool:
+    """Every task stopped ('T', or 't' held by a tracer), dead or gone: none of them can run."""
+    for t in tasks:
+        try:
+            state = t.read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if state not in ("T", "t", "Z", "X"):
+            return False
+    return True
 
 
 class Child:
@@ -167,6 +197,40 @@ class Child:
         self.log.seek(max(0, size - n))
         return self.log.read().decode(errors="replace")
 
+    @contextmanager
+    def stopped(self, wait_s: float = STOP_WAIT_S) -> Iterator[bool]:
+        """The child's whole process group stopped (SIGSTOP) for the body, continued (SIGCONT) after, also when
+        the body raises. Yields whether every thread of the group was seen stopped before the body began (False
+        only where one stayed running ``wait_s``, e.g. in an uninterruptible system call; the body still runs).
+
+        The stop is asynchronous: the group is polled through ``/proc`` until each task is in the stopped
+        state, so nothing of the child runs once the body starts (its SIGSTOP is re-sent each poll: a task
+        forked meanwhile is stopped too). SIGSTOP cannot be caught, blocked or ignored; a SIGCONT handler the
+        candidate installs runs only after the body. A stopped child is asked nothing, so no request can time
+        out on it; SIGKILL (``close``, ``PR_SET_PDEATHSIG``) still kills it stopped."""
+        pgid = self.proc.pid
+        try:
+            ok = False
+            end = time.monotonic() + wait_s
+            while True:
+                try:
+                    os.killpg(pgid, signal.SIGSTOP)
+                except ProcessLookupError:  # the whole group is gone: nothing of it can run
+                    ok = True
+                    break
+                if all_stopped(group_tasks(pgid)):
+                    ok = True
+                    break
+                if time.monotonic() > end:
+                    break
+                time.sleep(0.0002)
+            yield ok
+        finally:
+            try:
+                os.killpg(pgid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+
     def close(self) -> None:
         """Kill the child's whole process group, by its own group id, and reap it; a second call does nothing.
 
@@ -238,3 +302,72 @@ def run_checker(job: CheckJob, *, timeout_s: float, max_wall_s: float,
             out.wall_s = time.monotonic() - child.t0
             out.log_tail = child.log_tail()
     return out
+
+
+class GpuWatch:
+    """SM activity of one process (the worker) on one GPU, from NVML's per-process utilization samples.
+
+    On CUDA, SIGSTOP stops the worker's threads but not the GPU work it already queued; that work would run
+    beside the original the judge times. NVML records, per sample period, one sample for each process that
+    used the GPU in it (a CPU timestamp in us since the epoch, the SM %). ``wait_quiet`` waits (bounded)
+    until the worker has had no active sample for a sample period and a margin; after that any active
+    sample of the stopped worker is queued work running while the judge times (``active_since``). ``open``
+    is None where NVML is not importable or has no such device (then the GPU queue is not watched).
+    """
+
+    def __init__(self, nvml: Any, handle: Any, pid: int, period_us: int):
+        self.nvml, self.handle, self.pid, self.period_us = nvml, handle, pid, period_us
+
+    @classmethod
+    def open(cls, pid: int, gpu_uuid: str) -> GpuWatch | None:
+        try:
+            import pynvml  # type: ignore[import-not-found,import-untyped,unused-ignore]
+
+            pynvml.nvmlInit()
+            uuid = gpu_uuid if gpu_uuid.startswith(("GPU-", "MIG-")) else f"GPU-{gpu_uuid}"
+            handle = pynvml.nvmlDeviceGetHandleByUUID(uuid)
+            period = 167_000  # NVML's documented 1/6 s where the device's own samples do not say
+            try:
+                _, samples = pynvml.nvmlDeviceGetSamples(handle, pynvml.NVML_GPU_UTILIZATION_SAMPLES, 0)
+                stamps = sorted(int(s.timeStamp) for s in samples)
+                gaps = sorted(b - a for a, b in zip(stamps, stamps[1:]) if b > a)
+                period = gaps[len(gaps) // 2] if gaps else period
+            except Exception:  # noqa: BLE001 - not supported on this device: keep the documented period
+                pass
+            return cls(pynvml, handle, pid, min(max(period, 1_000), 1_000_000))
+        except Exception:  # noqa: BLE001 - no NVML (ImportError, no driver, no such device): not watched
+            return None
+
+    @staticmethod
+    def now_us() -> int:
+        return time.time_ns() // 1000  # NVML's sample timestamps are CPU wall-clock microseconds
+
+    def _latest_active(self, t_us: int) -> tuple[int, int]:
+        """(highest SM %, newest timestamp) over the worker's active samples newer than ``t_us``; (0, 0): none."""
+        try:
+            samples = self.nvml.nvmlDeviceGetProcessUtilization(self.handle, t_us)
+        except Exception:  # noqa: BLE001 - NVML_ERROR_NOT_FOUND: no process used the GPU since t_us
+            return 0, 0
+        mine = [(int(s.smUtil), int(s.timeStamp)) for s in samples
+                if int(s.pid) == self.pid and int(s.timeStamp) > t_us and int(s.smUtil) > 0]
+        return max((u for u, _ in mine), default=0), max((t for _, t in mine), default=0)
+
+    def active_since(self, t_us: int) -> int:
+        """The worker's highest SM % over NVML's samples newer than ``t_us`` (0: none active)."""
+        return self._latest_active(t_us)[0]
+
+    def wait_quiet(self, timeout_s: float = 2.0) -> int:
+        """Called with the worker stopped: wait until a sample period and a margin passed since the stop and
+        since the worker's last active sample (at most ``timeout_s``). Returns the time (us) after which an
+        active sample can only show work that ran after the stop: a sample's activity lies up to one period
+        before its timestamp, so the worker's own timed batch, which ended before it was stopped, never
+        counts against it."""
+        quiet_us = self.period_us + self.period_us // 4 + 2_000
+        start = self.now_us()
+        last = start
+        while True:
+            now = self.now_us()
+            last = max(last, self._latest_active(start - self.period_us)[1])
+            if now - last >= quiet_us or now - start >= timeout_s * 1e6:
+                return now
+            time.sleep(0.002)

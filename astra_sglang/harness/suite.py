@@ -143,6 +143,25 @@ def _is_discrete(values: list[int]) -> bool:
     return 0 < len(values) <= 4
 
 
+#: head dims real models use (Llama 128, Gemma 256, Phi 80/96, GPT-J 256, DeepSeek 192, ...): held-out cases try
+#: the legal ones a manifest's list leaves out
+COMMON_HEAD_DIMS = (64, 80, 96, 112, 128, 192, 256)
+
+
+def _off_list(manifest: Manifest, name: str, listed: list[int]) -> list[int]:
+    """Legal values of a discrete dim that the manifest's list leaves out: the list's neighbours (one
+    ``multiple_of`` step), halves and doubles, and for a head dim the common model values. A kernel right only
+    at listed values (head dim 128/256 but not 64 or 80) passes every case drawn from the list (issue 22, 5b).
+    Only values the dim's constraints allow exactly (``_fit`` leaves them unchanged)."""
+    dim = next((d for d in manifest.signature.dims if d.name == name), None)
+    step = dim.multiple_of if dim is not None else 1
+    pool = {w for v in listed for w in (v - step, v + step, v // 2, 2 * v)}
+    meaning = dim.meaning.lower() if dim is not None else ""
+    if "head dim" in meaning or "head_dim" in meaning:
+        pool |= set(COMMON_HEAD_DIMS)
+    return sorted(v for v in pool if v >= 1 and v not in listed and _fit(manifest, name, v) == v)
+
+
 def test_shapes(manifest: Manifest) -> list[dict[str, int]]:
     """Three tiny shapes for the CPU suite (TRITON_INTERPRET=1 runs ~2 ms per program).
 
@@ -155,6 +174,17 @@ def test_shapes(manifest: Manifest) -> list[dict[str, int]]:
         if dims not in out:
             out.append(dims)
     return out
+
+
+def _large_special_shape(manifest: Manifest, config: EvalConfig,
+                         shapes: list[dict[str, int]]) -> dict[str, int] | None:
+    """Where special values also run, besides the shapes up to ``dist_max_elems``: the largest checked shape
+    above it (within ``check_max_elems``), or None. A kernel's path taken only above some size (vectorised,
+    split) must see inf/NaN too (issue 22, 5c); one case per dtype bounds the added time."""
+    if config.shapes == "test":
+        return None
+    large = [d for d in shapes if config.dist_max_elems < largest_numel(manifest, d) <= config.check_max_elems]
+    return max(large, key=lambda d: largest_numel(manifest, d)) if large else None
 
 
 def build_suite(manifest: Manifest, config: EvalConfig, base_seed: int, secret: bytes | None) -> list[Case]:
@@ -184,6 +214,11 @@ def build_suite(manifest: Manifest, config: EvalConfig, base_seed: int, secret: 
             if (dtype, dist) not in covered:
                 cases.append(Case(dims=dict(smallest), dtype=dtype, distribution=dist, seed=rng.getrandbits(48),
                                   tags=["smallest"]))
+    biggest = _large_special_shape(manifest, config, [d for d, _ in shapes]) if "special" in dists else None
+    if biggest is not None:
+        for dtype in dtypes:
+            cases.append(Case(dims=dict(biggest), dtype=dtype, distribution="special", seed=rng.getrandbits(48),
+                              tags=["large-special"]))
     names = {d.name for d in manifest.signature.dims}
     for extra in config.extra_cases:
         if set(extra.dims) != names:
@@ -201,12 +236,16 @@ def build_suite(manifest: Manifest, config: EvalConfig, base_seed: int, secret: 
 
 def heldout_cases(manifest: Manifest, config: EvalConfig, secret: bytes, dtypes: list[str],
                   dists: list[str]) -> list[Case]:
-    """Shapes no agent has seen, drawn inside the dims' constraints; seeds from the same private stream."""
+    """Shapes no agent has seen, drawn inside the dims' constraints; seeds from the same private stream.
+
+    A discrete dim mixes its listed values with legal ones off the list (``_off_list``); the first held-out
+    shape takes off-list values wherever the constraints allow any. Special values run at any size drawn."""
     import hashlib
 
     rng = random.Random(hashlib.sha256(secret + manifest.op_id.encode() + config.shapes.encode()).digest())
     values = _dim_values(manifest)
     small = config.shapes == "test"
+    off_list = {name: _off_list(manifest, name, seen) for name, seen in values.items() if _is_discrete(seen)}
     cases: list[Case] = []
     tries = 0
     while len(cases) < config.heldout_shapes * len(dtypes) and tries < 200:
@@ -214,7 +253,9 @@ def heldout_cases(manifest: Manifest, config: EvalConfig, secret: bytes, dtypes:
         dims: dict[str, int] = {}
         for name, seen in values.items():
             if _is_discrete(seen) and not small:
-                dims[name] = rng.choice(seen)
+                pool = off_list[name]
+                off = bool(pool) and ((not cases and tries <= 50) or rng.random() < 0.5)
+                dims[name] = rng.choice(pool if off else seen)
                 continue
             lo, hi = (1, 9) if small else (max(1, seen[0]), max(seen[-1], 2))
             v = int(round(math.exp(rng.uniform(math.log(lo), math.log(hi)))))

@@ -1,0 +1,132 @@
+"""The candidate cannot slow the original it is compared with (issue 22, attack class 4): while the judge times
+anything of its own (the warm-up, each ABBA batch of the original/baseline, the long wall-clock batch) the
+worker's whole process group is stopped, and it is continued afterwards.
+
+The adversarial candidate (tests/candidates/merge_state/cheats/loads_machine_while_original_is_timed.py, ours)
+starts a thread and a helper process that stamp ``time.monotonic_ns()`` into a file about every millisecond;
+the judge writes its timing windows through the ``ASTRA_SGLANG_DEBUG_WINDOWS`` test hook. ``time.monotonic``
+is system-wide on Linux, so the two compare: no stamp may fall inside a window. On CPU (TRITON_INTERPRET=1,
+simulated timing); the GPU half (queued GPU work seen through NVML) is ``gpu``-marked.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+import pytest
+from h_fixtures.ops import make_h_merge
+
+from astra_sglang.contract.eval_config import EvalConfig
+from astra_sglang.harness.checks import DEBUG_WINDOWS_ENV, NVML_WATCH_ENV
+from astra_sglang.harness.evaluate import evaluate
+from astra_sglang.harness.isolation import Child, all_stopped, group_tasks
+
+REPO = Path(__file__).resolve().parent.parent
+MS = REPO / "tests" / "candidates" / "merge_state"
+LOADER = MS / "cheats" / "loads_machine_while_original_is_timed.py"
+STAMPS_ENV = "ASTRA_TEST_QUIET_STAMPS"
+# unscreened: the screen refuses the candidate's threading/subprocess imports before anything runs
+SIM = EvalConfig(shapes="test", dtypes=["bfloat16"], device="cpu", timeout_s=120, seed=4321, screen=False,
+                 simulate_timing=True, warmup=2, rep=8, max_graph_launches=3, distributions=["normal"])
+
+
+@pytest.fixture(scope="module")
+def merge_op(tmp_path_factory) -> Path:
+    return make_h_merge(tmp_path_factory.mktemp("ops"))
+
+
+def _windows(path: Path) -> list[tuple[int, int, str]]:
+    out = []
+    for line in path.read_text().splitlines():
+        t0, t1, label = line.split(" ", 2)
+        out.append((int(t0), int(t1), label))
+    return out
+
+
+def _stamps(path: Path) -> list[tuple[int, int]]:
+    out = []
+    for line in path.read_text().splitlines():
+        parts = line.split()
+        if len(parts) == 2 and all(p.isdigit() for p in parts):
+            out.append((int(parts[0]), int(parts[1])))
+    return out
+
+
+def test_nothing_of_the_candidate_runs_while_the_judge_times_the_original(merge_op, tmp_path, monkeypatch):
+    stamps, windows = tmp_path / "stamps", tmp_path / "windows"
+    monkeypatch.setenv(STAMPS_ENV, str(stamps))
+    monkeypatch.setenv(DEBUG_WINDOWS_ENV, str(windows))
+    r = evaluate(merge_op, LOADER, SIM)
+    # the verdict is produced normally: the worker was continued after every window
+    assert r.correctness is not None and r.correctness.ok, r.model_dump_json(indent=1)[:3000]
+    assert r.timing is not None and r.timing.shapes, r.model_dump_json(indent=1)[:3000]
+    w = _windows(windows)
+    labels = {label.split()[0] for _, _, label in w}
+    assert {"warm-up", "batch", "wall-clock"} <= labels, labels
+    s = _stamps(stamps)
+    assert len({pid for _, pid in s}) >= 2, "the thread and the helper process both stamped"  # the attack ran
+    assert any(t > w[-1][1] for t, _ in s), "the load was continued after the last window"
+    inside = [(t, pid, label) for t, pid in s for t0, t1, label in w if t0 <= t <= t1]
+    assert inside == [], f"{len(inside)} stamps of the candidate inside the judge's timing windows: {inside[:5]}"
+
+
+def test_a_plain_correct_candidate_still_passes_and_is_timed(merge_op, tmp_path, monkeypatch):
+    monkeypatch.setenv(DEBUG_WINDOWS_ENV, str(tmp_path / "windows"))
+    r = evaluate(merge_op, MS / "h_correct.py", SIM)
+    assert r.ok and r.timing is not None and r.timing.shapes, r.model_dump_json(indent=1)[:3000]
+    assert _windows(tmp_path / "windows")
+
+
+SLEEPER = '''"""A child that says hello and sleeps until killed (a stand-in worker)."""
+import sys
+import time
+from multiprocessing.connection import Connection
+
+Connection(int(sys.argv[2]), readable=False).send_bytes(b"up")
+while True:
+    time.sleep(0.01)
+'''
+
+
+def _state(pid: int) -> str:
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+
+def test_the_worker_is_stopped_in_the_body_and_continued_even_when_the_body_raises(tmp_path):
+    (tmp_path / "sleeper.py").write_text(SLEEPER)
+    env = {"PYTHONPATH": os.pathsep.join([str(tmp_path), str(REPO)])}
+    with Child("sleeper", device="cpu", name="stand-in", env_extra=env) as child:
+        assert child.recv_bytes(60) == b"up"
+        pid = child.proc.pid
+        with pytest.raises(RuntimeError), child.stopped() as ok:
+            assert ok and _state(pid) == "T" and all_stopped(group_tasks(pid))
+            raise RuntimeError("the judge's timing failed")
+        assert _state(pid) != "T"  # continued: a stopped worker would time out the next request
+        with child.stopped() as ok:
+            assert ok and _state(pid) == "T"
+        assert _state(pid) != "T"
+        os.kill(pid, signal.SIGSTOP)  # a worker that stops itself is continued as well
+        with child.stopped():
+            pass
+        assert _state(pid) != "T"
+
+
+@pytest.mark.gpu
+def test_gpu_work_queued_before_the_stop_makes_the_timing_suspect(tmp_path, monkeypatch, restored_op):
+    """On the H200: the candidate's thread keeps the GPU queue full; SIGSTOP stops the thread, not the queue.
+    With NVML the shape is suspect (never a win); without it a note says the queue is not watched."""
+    monkeypatch.setenv("ASTRA_TEST_QUIET_GPU", "1")
+    monkeypatch.setenv(NVML_WATCH_ENV, "1")  # opt-in until it has run on a GPU (checks.NVML_WATCH_ENV)
+    cand = MS / "cheats" / "queues_gpu_work_while_original_is_timed.py"
+    r = evaluate(restored_op("merge_state"), cand, EvalConfig(shapes="paper", timing_dtypes=["bfloat16"],
+                                                              screen=False))
+    assert r.correctness is not None and r.correctness.ok and r.timing is not None, r.error
+    try:
+        import pynvml  # type: ignore[import-not-found,import-untyped,unused-ignore]  # noqa: F401
+    except ImportError:
+        assert any("not watched" in n for n in r.correctness.notes), r.correctness.notes
+        return
+    assert all(s.verdict == "suspect" for s in r.timing.shapes), r.timing
+    assert all("GPU work" in s for s in r.timing.suspect), r.timing.suspect
