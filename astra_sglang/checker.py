@@ -218,11 +218,6 @@ def compare_outputs(got: dict[str, torch.Tensor], orig: dict[str, torch.Tensor],
     return None
 
 
-def max_errors(cand: torch.Tensor, orig: torch.Tensor) -> tuple[float, float]:
-    hp = torch.float64 if cand.dtype == torch.float64 else torch.float32
-    return _errors(cand.to(hp), orig.to(hp))
-
-
 def _against_reference(out: torch.Tensor, ref: torch.Tensor,
                        segments: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
     """The output and the reference, both canonical under ``segments``, in the comparison precision."""

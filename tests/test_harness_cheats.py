@@ -28,14 +28,10 @@ SIM = CPU.model_copy(update=dict(simulate_timing=True, warmup=1, rep=4, max_grap
                                  distributions=["normal"]))
 
 
-def _have_files(op: Path) -> bool:
-    return (op / "manifest.json").is_file() and all((op / f.path).exists() for f in load_manifest(op).files)
-
-
 @pytest.fixture(scope="module")
-def merge_op(tmp_path_factory) -> Path:
-    real = REPO / "extracted" / "merge_state"
-    return real if _have_files(real) else make_h_merge(tmp_path_factory.mktemp("ops"))
+def merge_op(tmp_path_factory, restored_op_or_none) -> Path:
+    real = restored_op_or_none("merge_state")
+    return real if real is not None else make_h_merge(tmp_path_factory.mktemp("ops"))
 
 
 @pytest.fixture(scope="module")
@@ -112,10 +108,8 @@ TRITON_OPS = ["cast_to_float32_logits", "softcap_inplace_logits", "softcap_to_fl
 
 
 @pytest.mark.parametrize("name", TRITON_OPS)
-def test_every_extracted_triton_original_passes_as_a_candidate(name):
-    op = REPO / "extracted" / name
-    if not _have_files(op):
-        pytest.skip(f"extracted/{name} not restored")
+def test_every_extracted_triton_original_passes_as_a_candidate(name, restored_op):
+    op = restored_op(name)
     m = load_manifest(op)
     r = evaluate(op, op / m.recipe.source, CPU.model_copy(update={"dtypes": None}))
     assert r.ok, r.model_dump_json(indent=1)[:3000]

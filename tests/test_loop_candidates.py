@@ -12,6 +12,7 @@ import json
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -257,14 +258,9 @@ def test_check_on_a_cpu_host_runs_the_triton_interpreter_and_says_so(op_dir: Pat
 
 
 @pytest.mark.nvcc
-def test_check_of_a_cuda_candidate_on_a_cpu_host_is_an_nvcc_build_with_the_ptxas_report(tmp_path: Path):
-    import shutil
-
-    if shutil.which("nvcc") is None and not Path("/usr/local/cuda/bin/nvcc").is_file():
-        pytest.skip("nvcc not installed")
-    op = REPO / "extracted" / "fused_add_rmsnorm"
-    if not any((op / "src").rglob("*.cuh")):
-        pytest.skip("fused_add_rmsnorm not extracted with its source (astra-sglang extract --restore)")
+def test_check_of_a_cuda_candidate_on_a_cpu_host_is_an_nvcc_build_with_the_ptxas_report(
+        tmp_path: Path, restored_op: Callable[[str], Path]):
+    op = restored_op("fused_add_rmsnorm")
     q = QueueEvaluator(op, tmp_path / "queue", "run1")
     ok = q.check(REPO / "tests/candidates/fused_add_rmsnorm/hand_written.cuh", EvalSpec())
     assert ok.built and ok.how == "compile-only"

@@ -4,26 +4,21 @@ before any worker starts."""
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
+from h_fixtures.ops import make_h_norm
 
 from astra_sglang.contract.eval_config import EvalConfig
 from astra_sglang.contract.op import CudaJitRecipe, load_manifest
 from astra_sglang.harness import evaluate as evaluate_mod
 from astra_sglang.harness.evaluate import build_all, evaluate
 from astra_sglang.harness.screen import screen_cuda, screen_python, screen_source
-from astra_sglang.loader import toolchain
 from astra_sglang.loop.static_check import check_source
 
 REPO = Path(__file__).resolve().parent.parent
 EXTRACTED = REPO / "extracted"
 CANDS = REPO / "tests" / "candidates"
-
-
-def _restored(op: Path) -> bool:
-    return (op / "manifest.json").is_file() and all((op / f.path).exists() for f in load_manifest(op).files)
 
 
 def _rules(findings) -> list[str]:
@@ -290,10 +285,9 @@ _CLOSURE_GAP = {"concat_and_cast_mha_k_triton", "decode_attention", "extend_atte
 @pytest.mark.parametrize("op", [pytest.param(p, marks=pytest.mark.xfail(
     strict=True, reason="the screen refuses imports of the vendored closure")) if p.name in _CLOSURE_GAP else p
     for p in _ops()], ids=lambda p: p.name)
-def test_every_extracted_source_and_header_passes(op):
+def test_every_extracted_source_and_header_passes(op, restored_op):
     """SGLang's (and FlashInfer's baseline) kernels, every file the extraction copied: the rules must fit them."""
-    if not _restored(op):
-        pytest.skip(f"{op.name}: run `astra-sglang extract --restore` first")
+    restored_op(op.name)
     m = load_manifest(op)
     dirs = [op / d for r in [m.recipe] + [b.recipe for b in m.baselines] if isinstance(r, CudaJitRecipe)
             for d in r.include_dirs]
@@ -319,8 +313,14 @@ SCREENED = {
     "merge_state/cheats/rebinds_original.py": "forbidden-import",
     "merge_state/cheats/scales_timer.py": "forbidden-import",
     "merge_state/cheats/wrong_return.py": "forbidden-import",
+    "merge_state/cheats/loads_machine_while_original_is_timed.py": "forbidden-import",
+    "merge_state/cheats/queues_gpu_work_while_original_is_timed.py": "forbidden-import",
     "fused_add_rmsnorm/cheats/static_ctor_python.cuh": "symbol-interposition",
 }
+
+
+# candidates of the tests' own ops (tests/h_fixtures), which have no extracted/ folder: screened against the fixture
+FIXTURE_OPS = {"h_norm": make_h_norm}
 
 
 def _candidates() -> list[Path]:
@@ -328,10 +328,9 @@ def _candidates() -> list[Path]:
 
 
 @pytest.mark.parametrize("cand", _candidates(), ids=lambda p: str(p.relative_to(CANDS)))
-def test_every_candidate_in_the_repo_gets_the_screen_verdict_it_is_labelled_with(cand):
-    op = EXTRACTED / cand.relative_to(CANDS).parts[0]
-    if not _restored(op):
-        pytest.skip(f"{op.name}: run `astra-sglang extract --restore` first")
+def test_every_candidate_in_the_repo_gets_the_screen_verdict_it_is_labelled_with(cand, restored_op, tmp_path):
+    name = cand.relative_to(CANDS).parts[0]
+    op = FIXTURE_OPS[name](tmp_path) if name in FIXTURE_OPS else restored_op(name)
     found = screen_source(cand.read_text(), op, load_manifest(op))
     expected = SCREENED.get(str(cand.relative_to(CANDS)))
     if expected is None:
@@ -359,9 +358,9 @@ Hijack hijack;
 """
 
 
-def test_evaluate_rejects_a_screened_candidate_with_the_rule_before_any_worker_starts(tmp_path, monkeypatch):
-    if not _restored(MERGE):
-        pytest.skip("extracted/merge_state not restored")
+def test_evaluate_rejects_a_screened_candidate_with_the_rule_before_any_worker_starts(tmp_path, monkeypatch,
+                                                                                      restored_op):
+    restored_op(MERGE.name)
     cand = tmp_path / "cheat.py"
     cand.write_text(CHECKER_REBIND + (CANDS / "merge_state" / "h_correct.py").read_text())
     started = []
@@ -373,9 +372,8 @@ def test_evaluate_rejects_a_screened_candidate_with_the_rule_before_any_worker_s
     assert r.correctness is None and r.timing is None
 
 
-def test_the_loops_form_check_reports_the_same_rule():
-    if not _restored(MERGE):
-        pytest.skip("extracted/merge_state not restored")
+def test_the_loops_form_check_reports_the_same_rule(restored_op):
+    restored_op(MERGE.name)
     m = load_manifest(MERGE)
     original = (MERGE / m.recipe.source).read_text()
     assert check_source(original, MERGE, m) is None
@@ -386,20 +384,16 @@ def test_the_loops_form_check_reports_the_same_rule():
 FAR = EXTRACTED / "fused_add_rmsnorm"
 
 
-def test_a_cuda_static_constructor_calling_into_python_is_screened_out():
-    if not _restored(FAR):
-        pytest.skip("extracted/fused_add_rmsnorm not restored")
+def test_a_cuda_static_constructor_calling_into_python_is_screened_out(restored_op):
+    restored_op(FAR.name)
     source = (CANDS / "fused_add_rmsnorm" / "hand_written.cuh").read_text() + STATIC_CTOR_INTO_PYTHON
     found = screen_source(source, FAR, load_manifest(FAR))
     assert {"python-api", "symbol-interposition", "static-initializer"} <= set(_rules(found))
 
 
 @pytest.mark.nvcc
-@pytest.mark.skipif(not (toolchain.cuda_home() / "bin" / "nvcc").exists() or not shutil.which("ninja"),
-                    reason="nvcc/ninja not installed")
-def test_build_all_never_compiles_a_screened_cuda_candidate(tmp_path):
-    if not _restored(FAR):
-        pytest.skip("extracted/fused_add_rmsnorm not restored")
+def test_build_all_never_compiles_a_screened_cuda_candidate(tmp_path, restored_op):
+    restored_op(FAR.name)
     cheat = tmp_path / "cheat.cuh"
     cheat.write_text((CANDS / "fused_add_rmsnorm" / "hand_written.cuh").read_text() + STATIC_CTOR_INTO_PYTHON)
     (report,) = build_all(FAR, load_manifest(FAR), [cheat], ["bfloat16"], EvalConfig(cache_dir=tmp_path / "c"))
@@ -411,10 +405,6 @@ def test_build_all_never_compiles_a_screened_cuda_candidate(tmp_path):
 
 @pytest.mark.gpu
 def test_gpu_evaluate_rejects_the_static_constructor_cheat_with_the_rule(tmp_path):
-    import torch
-
-    if not torch.cuda.is_available():
-        pytest.skip("needs a CUDA GPU")
     cheat = tmp_path / "cheat.cuh"
     cheat.write_text((CANDS / "fused_add_rmsnorm" / "hand_written.cuh").read_text() + STATIC_CTOR_INTO_PYTHON)
     r = evaluate(FAR, cheat, EvalConfig(shapes="test", timing=False))

@@ -156,10 +156,8 @@ def test_a_malformed_tune_in_the_loop_is_that_candidate_s_build_failure(merge_op
 # ------------------------------------------------------------------------------------ tune OP, bad input
 
 
-def test_the_original_s_launch_parameters_are_found_and_changed_by_ast():
-    src = (REPO / "extracted" / "softcap_inplace_logits" / "src" / "kernels" / "ops" / "activation" / "softcap.py")
-    if not src.is_file():
-        pytest.skip("run `astra-sglang extract --restore`")
+def test_the_original_s_launch_parameters_are_found_and_changed_by_ast(restored_op):
+    src = restored_op("softcap_inplace_logits") / "src" / "kernels" / "ops" / "activation" / "softcap.py"
     params = find_launch_params(src.read_text(), ["softcap_inplace_logits_kernel"])
     by = {p.name: p for p in params}
     assert set(by) == {"softcap_inplace_logits_kernel.num_warps", "softcap_inplace_logits_kernel.BLOCK_SIZE"}

@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from pydantic import Field, SerializerFunctionWrapHandler, model_serializer
 
-from astra_sglang.contract.base import Model, read_versioned, sha256_bytes
+from astra_sglang.contract.base import Model, read_versioned, sha256_bytes, write_atomic
 from astra_sglang.errors import AstraError
 
 SCHEMA_VERSION = 2
@@ -399,8 +399,9 @@ def manifest_text(manifest: Manifest) -> str:
 
 
 def write_manifest(op_dir: Path, manifest: Manifest) -> Path:
+    """Atomically: a crash or full disk mid-write leaves the op's previous contract, never half of one."""
     path = Path(op_dir) / MANIFEST_NAME
-    path.write_text(manifest_text(manifest))
+    write_atomic(path, manifest_text(manifest))
     return path
 
 

@@ -20,6 +20,7 @@ from pydantic import Field
 from astra_sglang.contract.base import Model, read_versioned, sha256_file
 from astra_sglang.contract.op import Manifest, hook_target
 from astra_sglang.contract.result import EvalResult
+from astra_sglang.errors import AstraError
 
 SCHEMA_VERSION = 2
 MANIFEST_NAME = "manifest.json"
@@ -145,7 +146,7 @@ class PatchManifest(Model):
                          "serves only where its id is named")
 
 
-class PatchManifestError(ValueError):
+class PatchManifestError(AstraError, ValueError):
     """A patch folder that cannot be read: one clear reason."""
 
 

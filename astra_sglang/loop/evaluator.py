@@ -383,10 +383,10 @@ def _compile_only(op_dir: Path, manifest: Manifest, candidate: Path) -> CheckRep
         return CheckReport(built=False, how="compile-only", log=str(e)[-6000:],
                            ran=f"built with nvcc for {arch}: the build FAILED (compiler output below); "
                                f"not run: no GPU here")
-    except Exception as e:  # toolchain missing etc.: say so, let the queue decide
+    except Exception as e:  # toolchain missing, a loader bug: nothing was built, so the check must not say it was
         why = f"{type(e).__name__}: {e}"
-        return CheckReport(built=True, how="static", log=f"compile-only check unavailable here ({why})",
-                           ran=f"form checked only: no nvcc build here ({why}); not run: no GPU here")
+        return CheckReport(built=False, how="compile-only", log=f"the nvcc build did not complete here ({why})",
+                           ran=f"built with nvcc for {arch}: the build FAILED ({why}); not run: no GPU here")
 
 
 def _resources(report: BuildReport) -> str:

@@ -70,9 +70,6 @@ from astra_sglang.loop.stopping import stop_reason
 from astra_sglang.loop.view import LiveView
 from astra_sglang.loop.winner import flat, pick_base, ranked, round_best
 
-# Step failures that end the round, not the run: transport gave up, the model misbehaved, a tool broke.
-ROUND_ERRORS = (Exception,)
-
 # The round and candidate an agent task works for: tools called from inside it (in threads) read it here.
 SLOT: ContextVar[tuple[int, int | None]] = ContextVar("astra_slot")
 
@@ -138,7 +135,7 @@ class Optimizer:
                              transcript=transcript)
         except ModelAuthFailed as e:
             raise AstraError(str(e)) from None
-        except ROUND_ERRORS as e:
+        except Exception as e:  # transport, model or tool failure: it ends the round, not the run
             step = SuiteStep(note=f"testing agent failed ({short_error(e)}); the harness's own suite is used",
                              transcript=transcript)
         self.folder.save_step(0, "suite", step)
@@ -210,7 +207,7 @@ class Optimizer:
                 code = await self.code_step(i, base_source, plan.plan)
         except (EvalPending, ModelAuthFailed):
             raise
-        except ROUND_ERRORS as e:
+        except Exception as e:  # transport, model or tool failure: it ends the round, not the run
             record.error = f"{short_error(e)}"
             self._note_trace(i, e)
         if diag is not None:
@@ -257,7 +254,7 @@ class Optimizer:
                                                 for j, text in enumerate(inputs)), return_exceptions=True))
         except (EvalPending, ModelAuthFailed):
             raise
-        except ROUND_ERRORS as e:
+        except Exception as e:  # transport, model or tool failure: it ends the round, not the run
             head.error = short_error(e)
             self._note_trace(i, e)
         for code in codes:  # a rejected key or Ctrl-C in one agent ends the run, not just its candidate
@@ -447,7 +444,7 @@ class Optimizer:
                 continue
             except (EvalPending, ModelAuthFailed):
                 raise
-            except ROUND_ERRORS as e:
+            except Exception as e:  # transport, model or tool failure: it ends the round, not the run
                 if not outcome.attempts:
                     raise
                 outcome.error = f"fixing stopped at attempt {attempt}: {short_error(e)}"  # keep what came before

@@ -1,7 +1,7 @@
 """Choose the patches this process should use and hand their guarded stand-ins to an installer.
 
-The installer is a parameter so the same selection, checks and stand-ins serve two worlds: SGLang's
-HookRegistry (the plugin) and a plain ``setattr`` where SGLang is not installed (the GPU check script).
+The installer is a parameter so the selection, checks and stand-ins are tested without SGLang's HookRegistry
+(the plugin passes its registration; tests pass a recorder).
 Every refusal here is fail-closed: the patch is skipped with one warning and the original stays.
 """
 
@@ -13,12 +13,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from astra_sglang.contract.patch import file_problem
 from astra_sglang.patches import status
 from astra_sglang.patches.env import ENV_PLACEBO, placebo_requested
 from astra_sglang.patches.registry import (
     ENV_ROOT,
-    PatchEntry,
     discover,
     installed_sglang_version,
     patches_root,
@@ -37,7 +35,7 @@ def resolve_target(target: str) -> Any:
 
 
 def install_selected(installer: Installer, *, root: Path | None = None, value: str | None = None,
-                     sglang_version: str | None = None, check_version: bool = True) -> dict[str, Any]:
+                     sglang_version: str | None = None) -> dict[str, Any]:
     """Install every selected, applicable patch; returns {patch_id: PatchRuntime} of those installed."""
     from astra_sglang.patches.runtime import PatchRuntime
 
@@ -55,7 +53,7 @@ def install_selected(installer: Installer, *, root: Path | None = None, value: s
     claimed: dict[str, str] = {}
     installed: dict[str, Any] = {}
     for e in chosen:
-        problem = static_problem(e, version) if check_version else _files_only(e)
+        problem = static_problem(e, version)
         if problem:
             status.fail(e.patch_id, problem, e.op)
             continue
@@ -91,15 +89,6 @@ def startup_line(installed: dict[str, Any]) -> str:
     return "astra-sglang: patches " + "; ".join(parts)
 
 
-def _files_only(e: PatchEntry) -> str | None:
-    """Integrity only, for hosts without SGLang (the GPU check): the version check needs SGLang."""
-    return file_problem(e.path, e.manifest) if e.manifest else (e.error or "unreadable manifest")
-
-
-def runtimes() -> dict[str, Any]:
-    return dict(_runtimes)
-
-
 def activate(patch_id: str | None = None, device: Any = None) -> dict[str, bool]:
     """Build and check installed patches now instead of at their first call; {patch_id: active}."""
     out = {}
@@ -107,9 +96,3 @@ def activate(patch_id: str | None = None, device: Any = None) -> dict[str, bool]
         if patch_id is None or pid == patch_id:
             out[pid] = rt.activate(device)
     return out
-
-
-def setattr_installer(target: str, original: Any, hook: Callable[..., Any]) -> None:
-    """Install without SGLang's HookRegistry (no sglang on the GPU host): rebind the target attribute."""
-    obj_path, attr = target.rsplit(".", 1)
-    setattr(pkgutil.resolve_name(obj_path), attr, hook)
