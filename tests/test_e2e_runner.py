@@ -142,3 +142,15 @@ def test_arm_order_rotates():
 
     assert [arm_order(r) for r in (1, 2, 3, 4)] == [("A", "B", "C"), ("B", "C", "A"), ("C", "A", "B"),
                                                     ("A", "B", "C")]
+
+
+def test_the_default_forward_is_in_the_installed_package_not_the_checkout():
+    """A user who pip-installed astra-sglang has no scripts/ folder: the default forward is a module of the package
+    (SGLang's one_batch after load_plugins), run with this Python."""
+    import sys
+
+    from astra_sglang.e2e.runner import default_forward
+
+    cmd = default_forward()
+    assert cmd[:2] == [sys.executable, "-m"] and importlib.util.find_spec(cmd[2]) is not None
+    assert cmd[2] == "astra_sglang.profile.one_batch_child"

@@ -1,8 +1,9 @@
 """``astra-sglang e2e -- <one_batch / launch_server arguments>``: does the model forward get faster with the patches?
 
-SGLang's own model forward (``sglang.benchmark.one_batch``, after ``load_plugins()``: scripts/h200_server/forward.py)
-in fresh processes, rounds of A (patches off) B (on) C (placebo: B's hooks, SGLang's originals serving), rotated.
-One A/B pair cannot answer: processes with identical kernels differ by 3-6% in decode step median on the H200.
+SGLang's own model forward (``sglang.benchmark.one_batch`` after ``load_plugins()``, run as
+``python -m astra_sglang.profile.one_batch_child``) in fresh processes, rounds of A (patches off) B (on) C
+(placebo: B's hooks, SGLang's originals serving), rotated. One A/B pair cannot answer: processes with identical
+kernels differ by 1-4% (CV of the decode step median, by batch size) on the H200.
 """
 
 from __future__ import annotations

@@ -45,8 +45,8 @@ REPORT_FILE = "report.json"
 PLOT_FILE = "e2e.png"
 ARM_FILE = "arm.json"
 STATUS_LINE = "ASTRA-PATCHES "
-REPO = Path(__file__).resolve().parents[2]
-DEFAULT_FORWARD = REPO / "scripts" / "h200_server" / "forward.py"
+# SGLang's one_batch after load_plugins(), from the installed package: a pip install has it, not only a checkout
+DEFAULT_FORWARD_MODULE = "astra_sglang.profile.one_batch_child"
 OWN_ARGS = ("--result-filename",)  # one_batch arguments e2e sets itself
 
 
@@ -154,12 +154,13 @@ def arm_env(arm: str, patches: str, status_dir: Path, round_no: int) -> dict[str
 
 
 def default_forward() -> list[str]:
-    return [sys.executable, str(DEFAULT_FORWARD)]
+    return [sys.executable, "-m", DEFAULT_FORWARD_MODULE]
 
 
 def preflight(forward: Sequence[str] | None, one_batch_args: Sequence[str]) -> list[str]:
     """The command prefix to run, or one line naming what is missing: e2e's default forward is SGLang's
-    one_batch, which needs SGLang, this checkout's scripts/h200_server/forward.py and a CUDA GPU."""
+    one_batch run by ``python -m astra_sglang.profile.one_batch_child`` (installed with astra-sglang), which needs
+    SGLang and a CUDA GPU."""
     if not [a for a in one_batch_args if a != "--"]:
         raise AstraError("nothing to run: give the one_batch (launch_server) arguments after `--`, e.g. "
                          "-- --model-path M --load-format dummy")
@@ -176,9 +177,6 @@ def preflight(forward: Sequence[str] | None, one_batch_args: Sequence[str]) -> l
     if importlib.util.find_spec("sglang") is None:
         raise AstraError("SGLang is not installed in this Python: the default forward is SGLang's one_batch "
                          "(install 'astra-sglang[sglang]'), or pass --forward SCRIPT")
-    if not DEFAULT_FORWARD.is_file():
-        raise AstraError(f"the default forward {DEFAULT_FORWARD} is not here (a source checkout has it); "
-                         "pass --forward SCRIPT")
     try:
         import torch
 
