@@ -129,10 +129,17 @@ def test_outputs_returned_as_new_tensors_are_checked_like_buffers(tmp_path):
     assert f.reason == "wrong return value" and "new tensor" in f.detail, f
 
 
+# Wrong kernels, not attacks on the harness: they pass the screen by design and are caught by the suite's reach
+# (off-list held-out dims, special values at large sizes: tests/test_integrity2_suite_reach.py)
+PASS_THE_SCREEN = {"wrong_off_list_head_dim.py", "wrong_special_when_large.py"}
+
+
 def test_the_static_screen_rejects_every_cheat_before_it_runs(merge_op, tmp_path, monkeypatch):
-    """Defence in depth: with the screen on (the default), none of the cheats gets as far as a worker."""
+    """Defence in depth: with the screen on (the default), none of the cheats that attack the harness gets as far
+    as a worker."""
     monkeypatch.setenv("ASTRA_TEST_CHEAT_MARKER", str(tmp_path))
-    paths = sorted(CHEATS.glob("*.py"))
+    paths = sorted(p for p in CHEATS.glob("*.py") if p.name not in PASS_THE_SCREEN)
+    assert PASS_THE_SCREEN <= {p.name for p in CHEATS.glob("*.py")}
     on = CPU.model_copy(update={"screen": True})
     for path, r in zip(paths, evaluate_many(merge_op, paths, on), strict=True):
         assert not r.build.ok and r.error and "screen: " in r.error, (path.name, r.error)
