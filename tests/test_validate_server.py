@@ -247,3 +247,16 @@ def test_the_default_tie_margin_follows_the_measured_drift_but_is_capped() -> No
     assert default_margin(drift(0.01), 0.5) == pytest.approx(0.02)
     assert default_margin(drift(0.3), 0.5) == MARGIN_CAP == 0.1
     assert default_margin(drift(0.0), 0.5) == 0.0
+
+
+def test_a_launch_argument_given_twice_is_read_as_sglang_reads_it_the_last_one():
+    """validate's own port/host/memory choices and profile's model folder read the user's launch arguments the
+    way SGLang's argparse does: either spelling, aliases, and the last of a repeated flag."""
+    from astra_sglang.serving.launch import flag_value, server_args
+
+    args = ["--port", "30000", "--model", "A", "--port=30001", "--model-path", "B"]
+    assert flag_value(args, "--port") == "30001"
+    assert flag_value(args, "--model-path", "--model") == "B"
+    assert flag_value(args, "--host") is None and flag_value(["--port"], "--port") is None
+    args = server_args(["--mem-fraction-static", "0.3", "--mem-fraction-static=0.5"], 9, 0.4)
+    assert flag_value(args, "--mem-fraction-static") == "0.5" and flag_value(args, "--port") == "9"

@@ -23,6 +23,7 @@ from astra_sglang.errors import AstraError
 from astra_sglang.profile.attribution import HotList, KernelMap, PatchInfo, hot_list, served_calls
 from astra_sglang.profile.trace import summarize
 from astra_sglang.profile.traffic import DEFAULT_KV_SPLITS, Traffic, count, load_config, model_dtype
+from astra_sglang.serving.launch import flag_value
 
 NEEDS_GPU = "profile needs a CUDA GPU and SGLang; attribute a recorded trace with --trace FILE"
 PREFIX = "astra"
@@ -57,20 +58,8 @@ def decode_context(input_len: int, output_len: int | None, steps: int) -> int:
     return input_len + step + 1
 
 
-def server_arg(sglang_args: list[str], *names: str) -> str | None:
-    """The value of a server argument given as ``--name V`` or ``--name=V`` (the last one wins, as in argparse)."""
-    found = None
-    for i, a in enumerate(sglang_args):
-        for name in names:
-            if a == name and i + 1 < len(sglang_args):
-                found = sglang_args[i + 1]
-            elif a.startswith(name + "="):
-                found = a[len(name) + 1:]
-    return found
-
-
 def _int_arg(sglang_args: list[str], default: int, *names: str) -> int:
-    v = server_arg(sglang_args, *names)
+    v = flag_value(sglang_args, *names)
     try:
         return default if v is None else int(v)
     except ValueError:
@@ -81,13 +70,13 @@ def model_traffic(sglang_args: list[str], extracted: Path, phase: str, batch_siz
                   output_len: int, steps: int) -> Traffic | None:
     """Bytes per call of the covered ops, from the ``--model-path`` folder's config.json; None when the model path
     is not a local folder with one (a Hub id: nothing to read without downloading)."""
-    model = server_arg(sglang_args, "--model-path", "--model")
+    model = flag_value(sglang_args, "--model-path", "--model")
     cfg = Path(model).expanduser() / "config.json" if model else None
     if cfg is None or not cfg.is_file():
         return None
     config = load_config(cfg)
     return count(extracted, config, phase, batch_size, input_len, decode_context(input_len, output_len, steps),
-                 model_dtype(config, server_arg(sglang_args, "--dtype")),
+                 model_dtype(config, flag_value(sglang_args, "--dtype")),
                  _int_arg(sglang_args, DEFAULT_KV_SPLITS, "--triton-attention-num-kv-splits"),
                  _int_arg(sglang_args, 1, "--tp-size", "--tensor-parallel-size"), source=str(cfg))
 

@@ -44,33 +44,37 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _flag_value(args: Sequence[str], flag: str) -> str | None:
+def flag_value(args: Sequence[str], *flags: str) -> str | None:
+    """The value of a launch_server argument given as ``--flag V`` or ``--flag=V`` under any of ``flags``
+    (aliases); given twice, the last one wins, as in SGLang's argparse."""
+    found = None
     for i, a in enumerate(args):
-        if a == flag and i + 1 < len(args):
-            return args[i + 1]
-        if a.startswith(flag + "="):
-            return a.split("=", 1)[1]
-    return None
+        for flag in flags:
+            if a == flag and i + 1 < len(args):
+                found = args[i + 1]
+            elif a.startswith(flag + "="):
+                found = a[len(flag) + 1:]
+    return found
 
 
 def server_args(user_args: Sequence[str], port: int, mem_fraction: float) -> list[str]:
     """The user's launch_server arguments plus the port (ours: two servers run side by side) and, unless the
     user set one, a memory fraction small enough for both to fit on one GPU."""
     args = [a for a in user_args if a != "--"]
-    if _flag_value(args, "--port") is not None:
+    if flag_value(args, "--port") is not None:
         raise AstraError("leave --port out of the server arguments: validate picks one port per server")
     args += ["--port", str(port)]
-    if _flag_value(args, "--host") is None:
+    if flag_value(args, "--host") is None:
         args += ["--host", "127.0.0.1"]
-    if _flag_value(args, "--mem-fraction-static") is None:
+    if flag_value(args, "--mem-fraction-static") is None:
         args += ["--mem-fraction-static", str(mem_fraction)]
     return args
 
 
 def start(name: str, module: str, args: list[str], patches: str, workdir: Path,
           extra_env: dict[str, str] | None = None) -> Server:
-    port = int(_flag_value(args, "--port") or 0)
-    host = _flag_value(args, "--host") or "127.0.0.1"
+    port = int(flag_value(args, "--port") or 0)
+    host = flag_value(args, "--host") or "127.0.0.1"
     log = workdir / f"server-{name}.log"
     status_root = workdir / f"status-{name}"
     env = dict(os.environ, ASTRA_SGLANG_PATCHES=patches, ASTRA_SGLANG_STATUS_DIR=str(status_root),
