@@ -276,6 +276,11 @@ class CallSite(Model):
                                 "FlashInfer's base-2 merge_state beside SGLang's base-e one)")
     reached_by_serving: bool
     note: str = ""
+    call: list[str] | None = Field(None, description="how this site calls the entry point, in the recipe's call "
+                                   "syntax, where it differs from the recipe's call: e.g. FlashInfer's backend "
+                                   "calls merge_state_triton(prefix_output, prefix_lse, suffix_output, suffix_lse) "
+                                   "and takes the outputs it returns; the harness checks every such form "
+                                   "(suite.call_forms). None: the recipe's call")
 
 
 def hook_target(entry_point: str) -> str:

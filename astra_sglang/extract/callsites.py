@@ -65,4 +65,6 @@ def scan_call_sites(
         elif site.reached_by_serving and not found.reached_by_serving:
             # the scan proves what the attribute binds; the catalog knows that serving reaches it, and how
             sites[key2] = found.model_copy(update={"reached_by_serving": True, "note": site.note})
+        if found is not None and site.call is not None:  # how the site calls it is read from source: the catalog's
+            sites[key2] = sites[key2].model_copy(update={"call": site.call})
     return list(sites.values()), skipped

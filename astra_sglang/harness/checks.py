@@ -43,9 +43,10 @@ from astra_sglang.contract.op import (
     states_serving,
 )
 from astra_sglang.contract.result import CorrectnessReport, FailedCase, ShapeTiming
+from astra_sglang.errors import AstraError
 from astra_sglang.harness import timing
 from astra_sglang.harness.arena import Arena, put, take
-from astra_sglang.harness.isolation import Child, ChildDied, GpuWatch, crash_lines
+from astra_sglang.harness.isolation import STOP_WAIT_S, Child, ChildDied, GpuWatch, crash_lines
 from astra_sglang.harness.protocol import (
     CUDA_STICKY,
     CaseSpec,
@@ -71,7 +72,7 @@ from astra_sglang.harness.protocol import (
 from astra_sglang.harness.protocol import (
     TIMING_BATCH as BATCH,
 )
-from astra_sglang.harness.suite import shape_of
+from astra_sglang.harness.suite import shape_of, with_call
 from astra_sglang.harness.tensors import ArgSet, torch_dtype
 from astra_sglang.loader.launch import compile_call, load_inputs, load_reference, make_launcher
 
@@ -104,7 +105,9 @@ LAUNCH_REFUSED = ("invalid argument", "invalid configuration argument", "too man
 
 class Checker:
     def __init__(self, job: CheckJob, progress: Callable[[Progress], None], worker: Child | None,
-                 arena: Arena | None):
+                 arena: Arena | None, start_worker: Callable[[], Child] | None = None):
+        """``start_worker`` starts a fresh worker for the candidate (the judge's): where given, a worker that died
+        or hung on a case the original refuses is replaced and the case skipped (``_outside_domain``)."""
         self.job = job
         self.progress = progress
         self.manifest = job.manifest
@@ -112,28 +115,46 @@ class Checker:
         self.device = job.device
         self.cfg = job.config
         self.worker = worker
+        self.start_worker = start_worker
         self.arena = arena
         self.candidate = job.candidate
         self.timed = self.device == "cuda" or self.cfg.simulate_timing
         self.clock = timing.clock_for(self.device)
-        self._orig: dict[str, Launcher] = {}
+        self._orig: dict[tuple[str, tuple[str, ...] | None], Launcher] = {}
         self._served_fns: dict[tuple[str, str], Launcher] = {}
         self.reference = load_reference(self.op_dir, self.manifest)
         self.op_inputs = load_inputs(self.op_dir, self.manifest)
-        call_names = compile_call(self.manifest.recipe.call, signature_names(self.manifest)).names()
+        self.passed, self.by_value = self._passing(None)
         tensors = self.manifest.signature.tensors
-        self.passed = {t.name for t in tensors if t.name in call_names}
-        self.by_value = [t.name for t in tensors if t.role == "output" and t.name not in call_names]
         self.compared = [t.name for t in tensors if t.role in ("output", "inplace")]
         self.inputs = [t.name for t in tensors if t.role == "input"]
         self.notes: list[str] = []
         self.skipped = 0
+        self.died_outside_domain = 0  # cases skipped where the worker died or hung and the original refuses too
+        self._load_dtypes: list[str] = []
         self.reference_error: dict[str, tuple[float, float]] = {}
         self.deadline = time.monotonic() + max(1.0, self.cfg.max_wall_s - 30.0)
         self._latency_us: float | None = None
         self._gpu_watch: GpuWatch | None = None
         self._gpu_watched = False  # GpuWatch.open tried (once per worker)
         self._gpu_busy = 0  # the worker's highest SM % seen while this process timed the current shape
+        self._unstopped = 0  # windows of the current shape in which the worker was not seen stopped (_quiet)
+
+    def _passing(self, call: list[str] | None) -> tuple[set[str], list[str]]:
+        """For the recipe's call (None) or a recorded call form: the tensors passed, and the outputs not passed
+        (returned by value, in signature order)."""
+        names = compile_call(call if call is not None else self.manifest.recipe.call,
+                             signature_names(self.manifest)).names()
+        tensors = self.manifest.signature.tensors
+        return ({t.name for t in tensors if t.name in names},
+                [t.name for t in tensors if t.role == "output" and t.name not in names])
+
+    def _form(self, case: CaseSpec) -> str:
+        """How a case calls the entry point, for a failure's label: '' for the recipe's call."""
+        if case.call is None:
+            return ""
+        left_out = sorted(self._passing(None)[0] - self._passing(case.call)[0])
+        return f" [called as SGLang's call site does: without {', '.join(left_out)}, using what it returns]"
 
     # -- the candidate's worker ------------------------------------------------------------------------------
     def _ask(self, req: Any, case: CaseSpec | None, label: str) -> tuple[Reply, list[torch.Tensor]]:
@@ -189,21 +210,28 @@ class Checker:
                                          f"rebound: {', '.join(tampered[:8])}"))
 
     # -- the original, the reference ---------------------------------------------------------------------
-    def _orig_launcher(self, dtype: str) -> Launcher:
-        if dtype not in self._orig:
+    def _orig_launcher(self, dtype: str, call: list[str] | None = None) -> Launcher:
+        key = (dtype, tuple(call) if call is not None else None)
+        if key not in self._orig:
             kw: dict[str, Any] = {}
             if self.manifest.source_kind == "cuda_jit":
                 kw = dict(cache_dir=self.cfg.cache_dir, arch=self.cfg.arch)
-            self._orig[dtype] = make_launcher(self.op_dir, self.manifest, dtype, **kw)
-        return self._orig[dtype]
+            self._orig[key] = make_launcher(self.op_dir, with_call(self.manifest, call), dtype, **kw)
+        return self._orig[key]
 
-    def _outs(self, ret: Any, a: ArgSet) -> dict[str, torch.Tensor]:
-        """The original's outputs: the buffers, plus outputs it returns by value (in order)."""
-        outs = {n: a.tensors[n].view for n in self.compared if n not in self.by_value}
-        if self.by_value:
+    def _outs(self, ret: Any, a: ArgSet, call: list[str] | None = None) -> dict[str, torch.Tensor]:
+        """The original's outputs: the buffers, plus outputs it returns by value (in order; in a call form that
+        leaves outputs out, by ``Signature.returns``)."""
+        by_value = self._passing(call)[1]
+        outs = {n: a.tensors[n].view for n in self.compared if n not in by_value}
+        if by_value:
             seq = list(ret) if isinstance(ret, (tuple, list)) else [ret]
-            for n, t in zip(self.by_value, seq):
-                outs[n] = t
+            returns = self.manifest.signature.returns
+            got = dict(zip(returns if call is not None and returns else by_value, seq))
+            missing = [n for n in by_value if n not in got]
+            if missing:
+                raise AstraError(f"{self.manifest.short_name}: the original called as {call} returns no {missing}")
+            outs.update((n, got[n]) for n in by_value)
         return outs
 
     def _orig_run(self, case: CaseSpec, vals: dict[str, torch.Tensor],
@@ -213,12 +241,16 @@ class Checker:
         a = ArgSet(self.manifest, case.dims, case.dtype, self.device, self.op_inputs)
         a.fill(case.distribution, None, vals)  # type: ignore[arg-type]
         try:
-            ret = self._orig_launcher(case.dtype)(a.args())
+            ret = self._orig_launcher(case.dtype, case.call)(a.args())
             self.clock.sync()
-            outs = self._outs(ret, a)
+            outs = self._outs(ret, a, case.call)
+        except AstraError:
+            raise
         except Exception as e:  # noqa: BLE001
             if any(s in str(e) for s in CUDA_STICKY):
                 raise
+            # served kernels are called as the recipe calls the original: no stand-in for another call form
+            served_fallback = served_fallback and case.call is None
             served = self._served_run(case, vals) if served_fallback and self.candidate is not None else None
             if served is not None:
                 return served
@@ -253,16 +285,17 @@ class Checker:
                   label: str) -> dict[str, torch.Tensor]:
         """Outputs the candidate returned by value; a return that breaks the op contract fails the case."""
         value = value or ReturnValue(container="none")
+        passed, by_value = self._passing(case.call)
         tensors = iter(frames)
         got: list[tuple[Returned, torch.Tensor | None]] = [
             (it, next(tensors) if it.kind == "tensor" else None) for it in value.items]
         want = self.manifest.signature.returns
         if want is None:  # unchecked: outputs not passed come back in order
             vals = [t for it, t in got if it.kind == "tensor" and t is not None]
-            if len(vals) < len(self.by_value):
+            if len(vals) < len(by_value):
                 raise self._fail(case, "wrong return value", f"{label}: returned {len(vals)} new tensor(s), the "
-                                 f"op returns {self.by_value}")
-            return dict(zip(self.by_value, vals))
+                                 f"op returns {by_value}")
+            return dict(zip(by_value, vals))
 
         def shown(v: ReturnValue) -> str:
             if v.container in ("none", "other"):
@@ -279,7 +312,7 @@ class Checker:
         for name, (it, t) in zip(want, got):
             if bad:
                 break
-            if name in self.passed:
+            if name in passed:
                 bad = not (it.kind == "arg" and it.name == name)
             elif it.kind != "tensor" or t is None:
                 bad = True
@@ -293,12 +326,13 @@ class Checker:
     def _cand_run(self, case: CaseSpec, vals: dict[str, torch.Tensor], label: str, base: int = 0,
                   finite_prefill: bool = False) -> tuple[ArgSet, dict[str, torch.Tensor]]:
         assert self.arena is not None
+        label += self._form(case)
         a = ArgSet(self.manifest, case.dims, case.dtype, self.device, self.op_inputs)
         a.fill(case.distribution, None, vals)  # type: ignore[arg-type]
         if finite_prefill:
             a.fill_outputs(finite=True)
         layout = put(self.arena, a, base)
-        reply, frames = self._ask(Run(dtype=case.dtype, layout=layout), case, label)
+        reply, frames = self._ask(Run(dtype=case.dtype, layout=layout, call=case.call), case, label)
         got = take(self.arena, layout, a)
         if not reply.ok:
             raise self._launch_error(case, reply, label)
@@ -308,7 +342,8 @@ class Checker:
                frames: list[torch.Tensor], label: str) -> dict[str, torch.Tensor]:
         """What one candidate call left in memory and returned: its outputs, or the case's failure."""
         self._memory_checks(case, got, vals, label)
-        outs = {n: got.tensors[n].view for n in self.compared if n not in self.by_value}
+        by_value = self._passing(case.call)[1]
+        outs = {n: got.tensors[n].view for n in self.compared if n not in by_value}
         outs.update(self._returned(case, reply.returned, frames, label))
         return outs
 
@@ -352,17 +387,53 @@ class Checker:
         try:
             _, first = self._cand_run(case, vals, "first run (before the original)")
         except CaseFailure as f:
-            if f.failure.reason == "launch error" and not f.sticky:
-                self._orig_run(case, vals, served_fallback=False)  # Skip when the original refuses it too
+            self._outside_domain(case, vals, f)
             raise
         orig = self._orig_run(case, vals)
         _, second = self._cand_run(case, vals, "second run (after the original, new addresses)",
                                    base=self._shift(case, 1))
         ref = self._reference(case, vals)
         for label, outs in (("first run", first), ("second run", second)):
+            label += self._form(case)
             bad = self._check(case, outs, orig, ref)
             if bad is not None:
                 raise self._diagnose(case, vals, orig, ref, label, *bad)
+
+    def _outside_domain(self, case: CaseSpec, vals: dict[str, torch.Tensor], f: CaseFailure) -> None:
+        """Skip (raised) where the candidate failed a case the original refuses too (it raises there: outside the
+        op's domain, SGLang never gets past it); returns where the failure stands.
+
+        A refusal (a launch error) is skipped as before. A worker that crashed, hung or poisoned its CUDA context
+        there is replaced by a fresh one with the candidate loaded again, so the rest of the suite runs, and the
+        case is skipped and counted (``died_outside_domain``, a note). Without ``start_worker`` (a sweep's quick
+        check, which starts its own) the failure stands."""
+        died = f.sticky or f.failure.reason in ("crash", "timeout")
+        if not died and f.failure.reason != "launch error":
+            return
+        if died and self.start_worker is None:
+            return
+        try:
+            self._orig_run(case, vals, served_fallback=False)
+        except Skip as s:
+            if not died:
+                raise
+            self._fresh_worker()
+            self.died_outside_domain += 1
+            raise Skip(f"{s}; the candidate's worker died there too ({f.failure.reason}): skipped") from None
+
+    def _fresh_worker(self) -> None:
+        """Replace a dead or hung worker (its whole process group killed) by a fresh one with the candidate loaded
+        and the tripwire read, as at the start."""
+        assert self.worker is not None and self.start_worker is not None
+        self.worker.close()
+        self.worker = self.start_worker()
+        self._latency_us = None
+        self._gpu_watched, self._gpu_watch = False, None  # NVML watches a pid
+        reply, _ = self._ask(Load(dtypes=self._load_dtypes), None, "candidate import (fresh worker)")
+        if not reply.ok:
+            raise CaseFailure(FailedCase(reason="crash", detail="the candidate no longer imports in a fresh worker: "
+                                         + reply.error[:2000]))
+        self._tampered(reply.tampered, "right after the candidate was imported in a fresh worker")
 
     def _diagnose(self, case: CaseSpec, vals: dict[str, torch.Tensor], orig: dict[str, torch.Tensor],
                   ref: dict[str, torch.Tensor], label: str, name: str, m: Mismatch) -> CaseFailure:
@@ -389,8 +460,7 @@ class Checker:
             try:
                 _, outs = self._cand_run(case, vals, "same-address re-run", base=base)
             except CaseFailure as f:
-                if f.failure.reason == "launch error" and not f.sticky:
-                    self._orig_run(case, vals, served_fallback=False)  # Skip when the original refuses it too
+                self._outside_domain(case, vals, f)
                 raise
             orig = self._orig_run(case, vals)
             ref = self._reference(case, vals)
@@ -437,12 +507,15 @@ class Checker:
         whole process group, so nothing the candidate started (threads, a helper process) can load the machine
         then (issue 22, class 4); continued after, also on an exception. On CUDA the worker's GPU work queued
         before the stop is waited for, and any SM activity of the worker during the body is recorded
-        (``_gpu_busy``): the shape's timing is then suspect."""
+        (``_gpu_busy``): the shape's timing is then suspect, as it is when ``Child.stopped`` could not see every
+        thread of the group stopped (``_unstopped``: the body ran beside a running thread)."""
         if self.worker is None or self.worker.closed or self.worker.proc.poll() is not None:
             with self._window(label):
                 yield
             return
-        with self.worker.stopped():
+        with self.worker.stopped() as ok:
+            if not ok:  # a thread of the group kept running (e.g. in an uninterruptible call): the shape is suspect
+                self._unstopped += 1
             watch = self._watch_gpu()
             since = watch.wait_quiet() if watch is not None else 0
             try:
@@ -526,7 +599,7 @@ class Checker:
             return clock.time_eager(g, n, per_replay) if eager else clock.time_replays(g, n, per_replay)
 
         warmup, rep = self.job.warmup, self.job.rep
-        self._gpu_busy = 0
+        self._gpu_busy = self._unstopped = 0
         with self._quiet("warm-up"):
             for _, g in local:
                 run_local(g, warmup)
@@ -585,6 +658,10 @@ class Checker:
                                f"{ceiling:.0f} GB/s by more than {100 * cfg.suspect_margin:.0f}%")
             if wall_reason:
                 reasons.append(wall_reason)
+            if self._unstopped:
+                reasons.append(f"the candidate's worker was not seen stopped within {STOP_WAIT_S:.0f} s in "
+                               f"{self._unstopped} of the windows in which the original was timed (a thread kept "
+                               "running beside it)")
             if self._gpu_busy:
                 reasons.append(f"the candidate's worker, stopped, still ran GPU work (up to {self._gpu_busy}% SM "
                                "in NVML's samples) while the original was timed")
@@ -791,6 +868,7 @@ class Checker:
     def _run(self, out: CheckResult) -> CheckResult:
         cases = self.job.cases
         dtypes = sorted({c.dtype for c in cases} | set(self.job.timing_dtypes))
+        self._load_dtypes = dtypes
         for dt in sorted({c.dtype for c in cases}):
             self._orig_launcher(dt)
         failure: FailedCase | None = None
@@ -825,8 +903,12 @@ class Checker:
                     continue
                 run += 1
                 heldout += int(case.heldout)
+            if self.died_outside_domain:
+                self.notes.append(f"{self.died_outside_domain} case(s) skipped where the candidate's worker crashed "
+                                  "or hung and the original refuses the case too (outside the op's domain)")
             if self.candidate is not None:
-                visible = sorted((c for c in cases if not c.heldout and c.distribution == "normal"),
+                visible = sorted((c for c in cases if not c.heldout and c.distribution == "normal"
+                                  and c.call is None),
                                  key=lambda c: math.prod(c.dims.values()))
                 for case in visible[: self.cfg.stateful_checks]:
                     self.progress(Progress(step="stateful", case=case))

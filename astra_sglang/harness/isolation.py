@@ -205,22 +205,30 @@ class Child:
 
         The stop is asynchronous: the group is polled through ``/proc`` until each task is in the stopped
         state, so nothing of the child runs once the body starts (its SIGSTOP is re-sent each poll: a task
-        forked meanwhile is stopped too). SIGSTOP cannot be caught, blocked or ignored; a SIGCONT handler the
-        candidate installs runs only after the body. A stopped child is asked nothing, so no request can time
-        out on it; SIGKILL (``close``, ``PR_SET_PDEATHSIG``) still kills it stopped."""
+        forked meanwhile is stopped too). The polls read the states of the tasks one scan of all ``/proc``
+        found, not a new scan every 0.2 ms; once those are all stopped (a stopped task starts nothing) one more
+        scan confirms that no task started meanwhile is left running. SIGSTOP cannot be caught, blocked or
+        ignored; a SIGCONT handler the candidate installs runs only after the body. A stopped child is asked
+        nothing, so no request can time out on it; SIGKILL (``close``, ``PR_SET_PDEATHSIG``) still kills it stopped."""
         pgid = self.proc.pid
         try:
             ok = False
             end = time.monotonic() + wait_s
+            tasks: list[Path] | None = None
             while True:
                 try:
                     os.killpg(pgid, signal.SIGSTOP)
                 except ProcessLookupError:  # the whole group is gone: nothing of it can run
                     ok = True
                     break
-                if all_stopped(group_tasks(pgid)):
-                    ok = True
-                    break
+                if tasks is None:
+                    tasks = group_tasks(pgid)
+                if all_stopped(tasks):
+                    fresh = group_tasks(pgid)  # a task started before the others stopped is in this scan
+                    if all_stopped(fresh):
+                        ok = True
+                        break
+                    tasks = fresh
                 if time.monotonic() > end:
                     break
                 time.sleep(0.0002)

@@ -63,14 +63,17 @@ def main(argv: list[str]) -> None:
 
     worker = None
     sweep = None
+    checker = None
 
     def stop_workers() -> None:
         """Before any verdict leaves: a worker still hung in candidate code is killed (and reaped) first, so no
-        candidate process outlives the verdict the parent acts on."""
+        candidate process outlives the verdict the parent acts on (also one the checker started in its place)."""
         if worker is not None:
             worker.close()
         if sweep is not None:
             sweep.close()
+        if checker is not None and checker.worker is not None:
+            checker.worker.close()
 
     try:
         job = recv(conn_in, CheckJob)
@@ -105,7 +108,8 @@ def main(argv: list[str]) -> None:
             sweep = SweepChecker(job, progress, worker, start_worker, arena)
             result = sweep.run()
         else:
-            result = Checker(job, progress, worker, arena).run()
+            checker = Checker(job, progress, worker, arena, start_worker if job.candidate is not None else None)
+            result = checker.run()
         stop_workers()
         send(conn_out, CheckerMessage(msg=result))
     except BaseException as e:  # noqa: BLE001 - report anything, then exit; the parent decides what it means

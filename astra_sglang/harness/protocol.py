@@ -62,6 +62,8 @@ class CaseSpec(Model):
     seed: int
     heldout: bool = False
     tags: list[str] = Field(default_factory=list)
+    call: list[str] | None = Field(None, description="the call form a call site uses (suite.call_forms), e.g. "
+                                   "outputs left out and returned; None: the recipe's call")
 
 
 class CheckJob(Model):
@@ -175,6 +177,8 @@ class Run(Model):
     op: Literal["run"] = "run"
     dtype: str
     layout: Layout
+    call: list[str] | None = Field(None, description="call it this way (a recorded call form) instead of the "
+                                   "recipe's call: the arguments it leaves out are not passed at all")
 
 
 class Prepare(Model):

@@ -15,9 +15,10 @@ import random
 from astra_sglang import pyast
 from astra_sglang.contract.base import fit_dim
 from astra_sglang.contract.eval_config import DISTRIBUTIONS, EvalConfig
-from astra_sglang.contract.op import Manifest
+from astra_sglang.contract.op import Manifest, signature_names
 from astra_sglang.errors import AstraError
 from astra_sglang.harness.protocol import CaseSpec
+from astra_sglang.loader.launch import compile_call
 
 Case = CaseSpec  # one case of the suite, as it travels to the checker
 
@@ -231,7 +232,73 @@ def build_suite(manifest: Manifest, config: EvalConfig, base_seed: int, secret: 
         if secret is None:
             raise AstraError("held-out cases need the private secret")
         cases += heldout_cases(manifest, config, secret, dtypes, dists)
-    return cases
+    return cases + form_cases(manifest, cases)
+
+
+def call_forms(manifest: Manifest) -> list[list[str]]:
+    """The other ways SGLang calls the entry point, as its call sites record them (``CallSite.call``), in order.
+
+    SGLang's FlashInfer backend calls merge_state_triton without its output buffers and uses the tensors it
+    returns: a kernel right only when given the buffers passed a suite that always passed them (issue 22, 5a).
+    A form may leave out only outputs the op returns (``Signature.returns``): anything else cannot be checked,
+    and a manifest that records it gets one error, never a silently unchecked form."""
+    full = list(manifest.recipe.call)
+    known = signature_names(manifest)
+    returned = set(manifest.signature.returns or [])
+    outputs = {t.name for t in manifest.signature.tensors if t.role == "output"}
+    passed_by_recipe = compile_call(full, known).names()
+    forms: list[list[str]] = []
+    for site in manifest.call_sites:
+        if site.call is None or site.binds != "entry_point" or not site.same_function:
+            continue
+        form = list(site.call)
+        if form == full or form in forms:
+            continue
+        left_out = passed_by_recipe - compile_call(form, known).names()
+        if not left_out <= outputs & returned:
+            raise AstraError(f"{manifest.short_name}: call site {site.module}:{site.attr} calls it as {form}, leaving "
+                             f"out {sorted(left_out - (outputs & returned))}: a call form may leave out only outputs "
+                             f"the op returns (signature.returns: {sorted(returned)})")
+        forms.append(form)
+    return forms
+
+
+def with_call(manifest: Manifest, call: list[str] | None) -> Manifest:
+    """The manifest whose recipe calls the entry point as ``call`` (a recorded form); the manifest itself for None.
+    The one way the judge (the original) and the worker (the candidate) build a launcher for a form."""
+    if call is None:
+        return manifest
+    return manifest.model_copy(update={"recipe": manifest.recipe.model_copy(update={"call": list(call)})})
+
+
+def form_cases(manifest: Manifest, cases: list[Case]) -> list[Case]:
+    """Cases run again in each recorded call form (``call_forms``): per form the smallest case of each dtype and
+    value distribution, the smallest held-out case of each dtype, and the largest visible timed normal case.
+
+    A subset, not the whole suite: a form changes how outputs are passed, not what is computed, and evaluation of
+    a plain candidate must stay within 30 s on paper shapes. Seeds are derived from the picked cases' (a
+    held-out one's stays private), so no form case repeats the values of the case it was picked from."""
+    forms = call_forms(manifest)
+    if not forms:
+        return []
+    picked: dict[tuple[object, ...], Case] = {}
+
+    def keep(key: tuple[object, ...], c: Case, larger: bool = False) -> None:
+        have = picked.get(key)
+        n = largest_numel(manifest, c.dims)
+        if have is None or (n > largest_numel(manifest, have.dims) if larger else n < largest_numel(manifest, have.dims)):
+            picked[key] = c
+
+    for c in cases:
+        keep(("heldout", c.dtype) if c.heldout else (c.dtype, c.distribution), c)
+        if not c.heldout and "timed" in c.tags and c.distribution == "normal" and c.dtype == cases[0].dtype:
+            keep(("large",), c, larger=True)
+    chosen = list({id(c): c for c in picked.values()}.values())
+    out: list[Case] = []
+    for k, form in enumerate(forms):
+        out += [c.model_copy(update={"call": list(form), "tags": [*c.tags, "call-form"],
+                                     "seed": (c.seed + 0x9E3779B97F4A * (k + 1)) % (1 << 48)}) for c in chosen]
+    return out
 
 
 def heldout_cases(manifest: Manifest, config: EvalConfig, secret: bytes, dtypes: list[str],

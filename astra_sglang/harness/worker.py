@@ -50,6 +50,7 @@ from astra_sglang.harness.protocol import (
     recv,
     send,
 )
+from astra_sglang.harness.suite import with_call
 from astra_sglang.harness.tensors import ArgSet, torch_dtype
 
 Launcher = Callable[[dict[str, Any]], Any]
@@ -93,22 +94,24 @@ class Worker:
         self.clock = timing.clock_for(job.device)
         self.sources = job.variants or [job.candidate]
         self.active = 0
-        self.launchers: dict[tuple[int, str], Launcher] = {}
+        self.launchers: dict[tuple[int, str, tuple[str, ...] | None], Launcher] = {}
         self.timed: tuple[Any, list[ArgSet], int, bool, Launcher] | None = None
         self.dev: torch.Tensor | None = None
         from astra_sglang.loader.launch import load_inputs
 
         self.op_inputs = load_inputs(Path(job.op_dir), job.manifest)  # the op's own generator, not the candidate's
 
-    def _launcher(self, dtype: str) -> Launcher:
-        key = (self.active, dtype)
+    def _launcher(self, dtype: str, call: list[str] | None = None) -> Launcher:
+        """The active source's launcher, calling it as the recipe does or as ``call`` (a recorded call form that
+        leaves out output buffers: they are not passed at all, as at SGLang's call site)."""
+        key = (self.active, dtype, tuple(call) if call is not None else None)
         if key not in self.launchers:
             from astra_sglang.loader.launch import make_launcher
 
             kw: dict[str, Any] = {}
             if self.manifest.source_kind == "cuda_jit":
                 kw = dict(cache_dir=Path(self.job.cache_dir) if self.job.cache_dir else None, arch=self.job.arch)
-            self.launchers[key] = make_launcher(Path(self.job.op_dir), self.manifest, dtype,
+            self.launchers[key] = make_launcher(Path(self.job.op_dir), with_call(self.manifest, call), dtype,
                                                 kernel_source=Path(self.sources[self.active]), **kw)
         return self.launchers[key]
 
@@ -138,7 +141,7 @@ class Worker:
         if isinstance(req, Run):
             region = self._region(req.layout)
             args = views(region, req.layout)
-            ret = self._launcher(req.dtype)(args)
+            ret = self._launcher(req.dtype, req.call)(args)
             self.clock.sync()
             value, frames = describe_return(ret, args)
             self._write_back(region, req.layout)
