@@ -63,7 +63,7 @@ def compile_call(call: list[str], names: set[str] | list[str]) -> CompiledCall:
     kw: list[tuple[str, bool, Any]] = []
     for it in call:
         key, eq, rest = it.partition("=")
-        if eq and key.isidentifier() and key not in known and rest:
+        if eq and key.isidentifier() and rest:  # name=value, name=arg (page_size=page_size) alike
             kw.append((key, *item(rest)))
         else:
             if kw:

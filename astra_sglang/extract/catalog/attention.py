@@ -2,9 +2,9 @@
 KV pool) and extend (prefill) attention ``extend_attention_fwd`` (a chunk of new tokens attending to their
 cached prefix and, causally, to each other), as the Triton attention backend calls them.
 
-The sources import other SGLang modules (``score_mod``, ``sglang.srt.environ``, ``sglang.srt.utils``), so it is
-extracted only with its Python closure (branch ``closure``); until then ``extract`` refuses it with that reason
-and the contract is checked on CPU against torch's scaled_dot_product_attention (tests/test_contracts_attn.py).
+Both sources import other SGLang modules (``score_mod``, ``sglang.srt.environ``, ``sglang.srt.utils``): they are
+extracted with their Python closure. Their contracts are also held to torch's scaled_dot_product_attention on
+CPU (tests/test_contracts_attn.py).
 """
 
 from __future__ import annotations
@@ -14,37 +14,50 @@ from astra_sglang.extract.catalog.base import CatalogEntry
 from astra_sglang.extract.shapes import case, dedup, head_pairs
 
 _MODULE = "sglang.kernels.ops.attention.decode_attention"
-_MAX_KV_SPLITS = 8  # ServerArgs.triton_attention_num_kv_splits default
-_H200_SMS = 132
+_MAX_KV_SPLITS = 8  # ServerArgs (arg_groups/fields/exec_.py) triton_attention_num_kv_splits default on CUDA
+_H200_SMS = 132  # TritonAttnBackend.device_core_count = get_device_core_count(gpu_id): the H200's SMs
 
 _DECODE_REFERENCE = '''"""Reference for decode_attention_fwd (astra-sglang, written): per request b and query head h, float64
 softmax(q[b, h] . K^T * sm_scale) V over the request's KV rows kv_indices[kv_indptr[b]:kv_indptr[b+1]], KV head
-h // (NQ // NK). attn_logits / attn_lse are the kernel's split-KV workspace: not part of the function."""
+h // (NQ // NK); page_size only says how those rows were laid out, not which are read.
+
+attn_logits / attn_lse are the kernel's split-KV workspace: stage 1 writes the partials of the splits
+num_kv_splits asks for, stage 2 reads them, and SGLang's decode path reads neither afterwards. They are not part
+of the function: ':segments' of -1 everywhere, so they are never compared (a candidate with another split plan,
+or none at all, passes on o alone)."""
 
 import torch
 
 
 def reference(**args):
-    q, kb, vb = args["q"].double(), args["k_buffer"].double(), args["v_buffer"].double()
+    q, kb, vb = args["q"].double(), args["k_buffer"], args["v_buffer"]
     indptr, indices = args["kv_indptr"].long(), args["kv_indices"].long()
-    group = q.shape[1] // kb.shape[1]
+    nk = kb.shape[1]
+    group = q.shape[1] // nk
     out = torch.empty_like(q)
     scale = torch.empty_like(q)
     for b in range(q.shape[0]):
         rows = indices[indptr[b]:indptr[b + 1]]
-        k = kb[rows].repeat_interleave(group, dim=1)  # [L, NQ, D]
-        v = vb[rows].repeat_interleave(group, dim=1)
-        p = torch.softmax(torch.einsum("hd,lhd->hl", q[b], k) * float(args["sm_scale"]), dim=-1)
-        out[b] = torch.einsum("hl,lhd->hd", p, v)
-        scale[b] = torch.einsum("hl,lhd->hd", p, v.abs())  # the size of the terms each output sums
-    return {"o": out, "o:scale": scale}
+        k, v = kb[rows].double(), vb[rows].double()  # [L, NK, D]: only the request's rows, in float64
+        qb = q[b].reshape(nk, group, -1)  # query head h = kv head h // G, h % G within the group
+        p = torch.softmax(torch.einsum("kgd,lkd->kgl", qb, k) * float(args["sm_scale"]), dim=-1)
+        out[b] = torch.einsum("kgl,lkd->kgd", p, v).reshape(out[b].shape)
+        scale[b] = torch.einsum("kgl,lkd->kgd", p, v.abs()).reshape(out[b].shape)  # the size of the terms summed
+    result = {"o": out, "o:scale": scale}
+    for name in ("attn_logits", "attn_lse"):
+        ws = args[name]
+        result[name] = torch.zeros(ws.shape, dtype=ws.dtype, device=ws.device)
+        result[name + ":segments"] = torch.full(ws.shape, -1, dtype=torch.int64, device=ws.device)
+    return result
 '''
 
-# A decode batch: B requests whose KV lengths (>= 1, mixed) add up to B*S, their KV rows a random permutation
-# of pool slots 1.. (slot 0 is SGLang's padded slot), q and K at the magnitudes attention sees after RoPE (unit
-# normal: logits ~ N(0, 1) after sm_scale; a 'wide' q/K would make logits of 1e6, meaningless for attention),
-# and num_kv_splits as the backend's get_num_kv_splits_triton computes it on an H200 (132 SMs).
-_DECODE_INPUTS = '''"""Structured inputs for decode_attention_fwd (astra-sglang, written): a decode batch of mixed lengths."""
+# A decode batch as TritonAttnBackend serves it: B requests whose KV lengths add up to B*S, either all S (R = 1:
+# one_batch/profile-like) or mixed (R = 2: random cuts, each >= 1); each request's tokens fill whole pages of P
+# consecutive pool slots, the last page partly, pages drawn at random from the pool without page 0 (SGLang's
+# padding page), as PagedTokenToKVPoolAllocator hands them out (P = 1: single slots, the token allocator); q and K
+# unit normal as after RoPE (logits ~ N(0, 1) after sm_scale; a 'wide' q/K would make logits of 1e6, meaningless
+# for attention); num_kv_splits as the backend's get_num_kv_splits computes it on an H200 (132 SMs).
+_DECODE_INPUTS = '''"""Structured inputs for decode_attention_fwd (astra-sglang, written): a decode batch over a paged KV pool."""
 
 import math
 
@@ -55,6 +68,7 @@ SMS = ''' + str(_H200_SMS) + '''
 
 
 def kv_lengths(b, total, gen, device):
+    """b lengths >= 1 adding up to total, by b - 1 distinct random cuts of [1, total)."""
     cuts = (torch.randperm(total - 1, generator=gen, device=device)[: b - 1] + 1).sort().values
     edges = torch.cat([torch.zeros(1, dtype=torch.int64, device=device), cuts.to(torch.int64),
                        torch.full((1,), total, dtype=torch.int64, device=device)])
@@ -62,13 +76,17 @@ def kv_lengths(b, total, gen, device):
 
 
 def num_kv_splits(lens, num_head, num_kv_head, max_splits=MAX_KV_SPLITS, sms=SMS):
-    """torch restatement of get_num_kv_splits_triton (kernels/ops/attention/metadata.py), num_group = 1."""
+    """torch restatement of get_num_kv_splits_triton (kernels/ops/attention/metadata.py) as
+    TritonAttnBackend.get_num_kv_splits launches it for a decode batch: num_group = 1, MAX_NUM_SEQ =
+    max(256, next_power_of_2(batch)) lanes (every request is loaded), device_core_count = the SMs. The
+    log2 and the core count are float32 like the kernel's, truncated to int32 as tl.cast does."""
     mx, mn = int(lens.max()), int(lens.min())
     if mx * 8 < mn * 10:
         mn = mx
     splits_1 = min(-(-mx // mn), max_splits)
     chunk_1 = -(-mx // splits_1)
-    cores = int(sms * max(math.log2(mx / 64.0) if mx > 0 else 0.0, 1.0))
+    ext = torch.tensor(mx, dtype=torch.float32) / 64.0
+    cores = int((sms * torch.clamp(torch.log2(ext), min=1.0)).to(torch.int32))
     group = num_head // num_kv_head
     grid = len(lens) * num_head if group == 1 else len(lens) * -(-num_head // min(16, group))
     splits_2 = min(-(-cores // grid), max_splits)
@@ -76,13 +94,30 @@ def num_kv_splits(lens, num_head, num_kv_head, max_splits=MAX_KV_SPLITS, sms=SMS
     return torch.maximum(-(-lens // chunk_1), -(-lens // chunk_2)).to(torch.int32)
 
 
+def paged_indices(lens, page, pool, gen, device):
+    """Token slots of every request, request after request: request b's tokens fill ceil(len_b / page) whole
+    pages (slots page_id * page .. + page - 1 in order, the last page partly), its pages drawn at random among
+    pages 1 .. pool // page - 1 (page 0 is SGLang's padding page); page 1 gives single random slots."""
+    pages_per = -(-lens // page)
+    avail = pool // page - 1
+    pages = torch.randperm(avail, generator=gen, device=device)[: int(pages_per.sum())] + 1
+    first_page = torch.cumsum(pages_per, 0) - pages_per  # request b's first page in `pages`
+    start = torch.cumsum(lens, 0) - lens
+    pos = torch.arange(int(lens.sum()), device=device) - torch.repeat_interleave(start, lens)
+    page_of = torch.repeat_interleave(first_page, lens) + pos // page
+    return (pages[page_of] * page + pos % page).to(torch.int64)
+
+
 def make_inputs(dims, dtype, gen, device):
-    b, s, nk, g, d, x = dims["B"], dims["S"], dims["NK"], dims["G"], dims["D"], dims["X"]
-    lens = kv_lengths(b, b * s, gen, device) if b > 1 else torch.full((1,), s, dtype=torch.int64, device=device)
+    b, s, nk, g, d, p, x = (dims[n] for n in ("B", "S", "NK", "G", "D", "P", "X"))
+    if dims.get("R", 2) == 2 and b > 1:  # without R (dims written before it): mixed, as they were
+        lens = kv_lengths(b, b * s, gen, device)
+    else:
+        lens = torch.full((b,), s, dtype=torch.int64, device=device)
     indptr = torch.zeros(b + 1, dtype=torch.int32, device=device)
     indptr[1:] = lens.cumsum(0).to(torch.int32)
-    pool = b * s + x
-    indices = (torch.randperm(pool - 1, generator=gen, device=device) + 1)[: b * s].to(torch.int64)
+    pool = b * s + (b + 1) * (p - 1) + x
+    indices = paged_indices(lens, p, pool, gen, device)
     dt = getattr(torch, dtype)
     q = torch.randn((b, nk * g, d), generator=gen, device=device).to(dt)
     k = torch.randn((pool, nk, d), generator=gen, device=device).to(dt)
@@ -91,27 +126,62 @@ def make_inputs(dims, dtype, gen, device):
 
 
 def scalars(dims, dtype):
-    return {"sm_scale": 1.0 / math.sqrt(dims["D"]), "max_kv_splits": dims["MS"]}
+    return {"sm_scale": 1.0 / math.sqrt(dims["D"]), "max_kv_splits": dims["MS"], "page_size": dims["P"]}
 '''
+
+_UNIFORM, _RAGGED = 1, 2  # dim R: every request S KV rows / lengths mixed
+
+
+def _serving(tags: list[str], source: str, b: int, s: int, nk: int = 8, g: int = 4, d: int = 128, p: int = 1,
+             r: int = _RAGGED, x: int = 1) -> ShapeCase:
+    """One decode batch as the Triton backend serves it (LLaMA-3-8B TP1 heads unless said)."""
+    kind = "uniform" if r == _UNIFORM else "ragged"
+    return case(tags, f"{source}: {b} requests, context {s} ({kind}), page {p}", B=b, S=s, NK=nk, G=g, D=d, P=p,
+                R=r, X=x, MS=_MAX_KV_SPLITS)
 
 
 def _decode_shapes() -> list[ShapeCase]:
-    batches = ((1, 4096), (8, 2048), (32, 1024), (64, 512), (128, 256), (256, 128))
-    cases = []
-    for i, (nq, nk, src) in enumerate(head_pairs()):
-        b, s = batches[i % len(batches)]
-        cases.append(case(["decode"], f"{src}: {b} requests, mean context {s}", B=b, S=s, NK=nk, G=nq // nk, D=128,
-                          X=1024, MS=_MAX_KV_SPLITS))
+    """The timed "paper" set (also tagged "decode"): the H200 profile's shapes exactly (uniform lengths, as
+    one_batch runs them) and serving mixes at GQA 4 and 8, KV heads 8/4/2, page 1 and 16, each case's K and V
+    rows at most ~1.1 GB; then wider "decode" coverage (checked, not timed by default), edges and tiny CPU cases."""
+    paper, decode = ["paper", "decode"], ["decode"]
+    u = _UNIFORM
+    cases = [
+        _serving(paper, "profile LLaMA-3-8B", 128, 1024, r=u),
+        _serving(paper, "profile LLaMA-3-8B", 32, 1024, r=u),
+        _serving(paper, "profile LLaMA-3-8B", 1, 1024, r=u),
+        _serving(paper, "profile LLaMA-3-8B", 1, 8192, r=u),
+        _serving(paper, "profile LLaMA-3-8B", 16, 8192, r=u),
+        _serving(paper, "profile LLaMA-3-8B", 32, 8192, r=u),
+        _serving(paper, "LLaMA-3-8B TP1", 128, 1024),
+        _serving(paper, "LLaMA-3-8B TP1", 256, 1024),
+        _serving(paper, "LLaMA-3-8B TP1, page 16", 64, 2048, p=16),
+        _serving(paper, "LLaMA-3-8B TP1, page 16", 32, 8192, p=16, r=u),
+        _serving(paper, "LLaMA-3-70B TP1", 64, 4096, g=8),
+        _serving(paper, "LLaMA-3-70B TP2", 8, 32768, nk=4, g=8),
+        _serving(paper, "LLaMA-3-70B TP4", 128, 2048, nk=2, g=8),
+        _serving(paper, "LLaMA-3-8B TP2, page 16", 256, 2048, nk=4, p=16),
+    ]
+    wide = ((1, 32768), (8, 8192), (32, 2048), (64, 1024), (128, 512), (256, 512))
+    pairs = [(nq, nk, src) for nq, nk, src in head_pairs() if nq // nk in (4, 7, 8)]  # GQA groups served
+    for i, (nq, nk, src) in enumerate(pairs):
+        b, s = wide[i % len(wide)]
+        cases.append(_serving(decode, src, b, s, nk=nk, g=nq // nk, p=(1, 16)[i % 2], r=(_RAGGED, u)[i // 2 % 2]))
     cases += [
-        case(["edge", "decode"], "edge: one request, one KV token", B=1, S=1, NK=8, G=4, D=128, X=16,
+        _serving(["edge", "decode"], "edge: one request, one KV token", 1, 1, r=u),
+        _serving(["edge", "decode"], "edge: long context (32k), GQA 8", 4, 32768, g=8, p=16),
+        _serving(["edge", "decode"], "edge: head_dim 64, MHA (LLaMA-2-7B TP4 heads)", 16, 700, nk=8, g=1, d=64),
+        _serving(["edge", "decode"], "edge: MHA (LLaMA-2-7B TP4)", 64, 1024, nk=8, g=1, p=16, r=u),
+        _serving(["edge", "decode"], "edge: head_dim 64, GQA 4 (LLaMA-3.2-1B)", 64, 1024, d=64),
+        _serving(["edge", "decode"], "edge: head_dim 256, GQA 2 (Gemma-2-9B)", 32, 2048, nk=8, g=2, d=256, p=16),
+        _serving(["edge", "decode"], "edge: page 64, odd context", 16, 3001, p=64),
+        case(["test"], "CPU: GQA 2, mixed lengths", B=2, S=5, NK=1, G=2, D=16, P=1, R=_RAGGED, X=3,
              MS=_MAX_KV_SPLITS),
-        case(["edge", "decode"], "edge: long context (32k), GQA 8", B=4, S=32768, NK=8, G=8, D=128, X=64,
+        case(["test"], "CPU: MHA, mixed lengths, page 4", B=3, S=9, NK=2, G=1, D=16, P=4, R=_RAGGED, X=1,
              MS=_MAX_KV_SPLITS),
-        case(["edge", "decode"], "edge: head_dim 64, MHA", B=16, S=700, NK=16, G=1, D=64, X=100,
-             MS=_MAX_KV_SPLITS),
-        case(["test"], "CPU: GQA 2", B=2, S=5, NK=1, G=2, D=16, X=3, MS=_MAX_KV_SPLITS),
-        case(["test"], "CPU: MHA, mixed lengths", B=3, S=9, NK=2, G=1, D=32, X=1, MS=_MAX_KV_SPLITS),
-        case(["test"], "CPU: one request", B=1, S=3, NK=1, G=1, D=16, X=1, MS=_MAX_KV_SPLITS),
+        case(["test"], "CPU: one request", B=1, S=3, NK=1, G=1, D=16, P=1, R=u, X=1, MS=_MAX_KV_SPLITS),
+        case(["test"], "CPU: GQA 4, uniform 7, page 4 (last page partly filled)", B=2, S=7, NK=1, G=4, D=16, P=4,
+             R=u, X=2, MS=_MAX_KV_SPLITS),
     ]
     return dedup(cases)
 
@@ -124,24 +194,29 @@ DECODE_ATTENTION = CatalogEntry(
     signature=Signature(
         dims=[
             Dim(name="B", meaning="decode requests (one query token each)"),
-            Dim(name="S", meaning="mean KV length per request (the batch holds B*S KV tokens, lengths mixed)"),
+            Dim(name="S", meaning="mean KV length per request (the batch reads B*S KV rows)"),
             Dim(name="NK", meaning="KV heads (after TP)"),
             Dim(name="G", meaning="query heads per KV head (NQ = NK * G)"),
             Dim(name="D", meaning="head dim (qk and v)", multiple_of=16),
-            Dim(name="X", meaning="KV pool slots beyond the batch's (pool = B*S + X; slot 0 is padding)"),
+            Dim(name="P", meaning="page size (--page-size): a request's KV rows fill whole pages of P slots"),
+            Dim(name="R", meaning="KV lengths: 1 = every request S (uniform), 2 = mixed (random cuts, each >= 1)",
+                max=2),
+            Dim(name="X", meaning="pool slots beyond what the batch's pages can need (pool = B*S + (B+1)*(P-1) "
+                "+ X; page 0 is padding)"),
             Dim(name="MS", meaning="max_kv_splits (pinned: the server's triton_attention_num_kv_splits)",
                 min=_MAX_KV_SPLITS, max=_MAX_KV_SPLITS),
         ],
         tensors=[
             TensorArg(name="q", role="input", shape=["B", "NK*G", "D"], dtype="{dtype}", generated=True),
-            TensorArg(name="k_buffer", role="input", shape=["B*S+X", "NK", "D"], dtype="{dtype}", generated=True),
-            TensorArg(name="v_buffer", role="input", shape=["B*S+X", "NK", "D"], dtype="{dtype}"),
+            TensorArg(name="k_buffer", role="input", shape=["B*S+(B+1)*(P-1)+X", "NK", "D"], dtype="{dtype}",
+                      generated=True),
+            TensorArg(name="v_buffer", role="input", shape=["B*S+(B+1)*(P-1)+X", "NK", "D"], dtype="{dtype}"),
             TensorArg(name="o", role="output", shape=["B", "NK*G", "D"], dtype="{dtype}"),
             TensorArg(name="kv_indptr", role="input", shape=["B+1"], dtype="int32", align_bytes=4, generated=True),
             TensorArg(name="kv_indices", role="input", shape=["B*S"], dtype="int64", align_bytes=8,
                       generated=True),
-            # the kernel's split-KV workspace (stage 1 writes, stage 2 reads); outputs only because the contract
-            # has no scratch role: a candidate must not be compared on them (see notes)
+            # the kernel's split-KV workspace (stage 1 writes, stage 2 reads, the caller reads neither): outputs
+            # by role, never compared (the reference gives them ':segments' of -1)
             TensorArg(name="attn_logits", role="output", shape=["B", "NK*G", "MS", "D"], dtype="float32"),
             TensorArg(name="attn_lse", role="output", shape=["B", "NK*G", "MS"], dtype="float32", align_bytes=4),
             TensorArg(name="num_kv_splits", role="input", shape=["B"], dtype="int32", align_bytes=4,
@@ -150,12 +225,16 @@ DECODE_ATTENTION = CatalogEntry(
         scalars=[
             ScalarArg(name="max_kv_splits", type="int", default=_MAX_KV_SPLITS, meaning="attn_logits.shape[2]"),
             ScalarArg(name="sm_scale", type="float", default=0.08838834764831845, meaning="1/sqrt(D)"),
+            ScalarArg(name="page_size", type="int", default=1, meaning="P: TritonAttnBackend.page_size"),
         ],
         dtypes=["bfloat16", "float16"],
         relations=[
             "o[b, h] = softmax(q[b, h] . K_b^T * sm_scale) V_b, K_b/V_b = k_buffer/v_buffer[kv_indices[kv_indptr[b]:"
             "kv_indptr[b+1]], h // G]",
+            "kv_indices are token slots; with page_size P a request's slots fill whole pages (slot // P its page, "
+            "slot % P the token in it; the last page partly)",
             "1 <= num_kv_splits[b] <= max_kv_splits; k_scale = v_scale = 1.0 (bf16/fp16 KV cache)",
+            "attn_logits / attn_lse: workspace, any content before and after the call",
         ],
         returns=[],
     ),
@@ -164,7 +243,7 @@ DECODE_ATTENTION = CatalogEntry(
     inputs_scalars=True,
     shapes=_decode_shapes,
     call=["q", "k_buffer", "v_buffer", "o", "kv_indptr", "kv_indices", "attn_logits", "attn_lse", "num_kv_splits",
-          "max_kv_splits", "sm_scale", "1.0", "1.0"],
+          "max_kv_splits", "sm_scale", "1.0", "1.0", "page_size=page_size"],
     wrapper=f"{_MODULE}:decode_attention_fwd",
     callsite_modules=(_MODULE,),
     serving_sites={f"{_MODULE}:decode_attention_fwd": "the definition"},
@@ -175,16 +254,19 @@ DECODE_ATTENTION = CatalogEntry(
             note="read from source: TritonAttnBackend.__init__ imports it lazily and keeps "
             "torch.compiler.disable(decode_attention_fwd) as self.decode_attention_fwd; forward_decode calls it "
             "for every decode batch with --attention-backend triton (kv_group_num == 1: the normal kernels, "
-            "else the grouped ones); a REPLACE must rebind before the backend is built",
+            "else the grouped ones), page_size=self.page_size; a REPLACE must rebind before the backend is built",
         ),
     ],
     notes=[
         "Triton kernels _fwd_kernel_stage1 (MHA) / _fwd_grouped_kernel_stage1 (GQA) on grid (B, heads, "
-        "max_kv_splits) then _fwd_kernel_stage2 on (B, NQ); page_size 1, no logit cap, sinks, score_mod or "
-        "Lean path (CUDA)",
-        "attn_logits/attn_lse are workspace: validation compares only o (the reference returns only o); before "
-        "`optimize` the contract needs a scratch role so a candidate with another split plan is not compared "
-        "on them",
+        "max_kv_splits) then _fwd_kernel_stage2 on (B, NQ); no logit cap, sinks, score_mod or Lean path (CUDA)",
+        "page_size: on the 3-D pool the kernel's page-aware address (slot // P * P + slot % P rows) is the slot's "
+        "row, so P changes the compiled variant and the layout of kv_indices (runs of P consecutive slots), not "
+        "which rows are read",
+        "not passed here though forward_decode passes them: use_pdl (True on sm_90: programmatic dependent "
+        "launch between stage 1 and 2), uneven_batch (read on HIP only)",
+        "attn_logits/attn_lse are workspace: the reference marks every element ':segments' -1 (never compared), "
+        "so a candidate may split the KV differently or not use them",
     ],
 )
 
