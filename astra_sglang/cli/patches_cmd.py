@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 
 from astra_sglang.errors import AstraError
+from astra_sglang.patches.adapters import adapter_ops
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -41,7 +42,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         e.add_argument("patch_id", help="the patch's id (see `patches list`)")
         e.set_defaults(handler=lambda a, on=on: cmd_enable(a, on))
     a = sub.add_parser("add", help="register a kernel source as a patch (one command after measuring it)")
-    a.add_argument("--op", required=True, choices=["silu_and_mul", "fused_add_rmsnorm", "merge_state"],
+    a.add_argument("--op", required=True, choices=adapter_ops(),
                    help="the extracted op the kernel replaces")
     a.add_argument("--source", required=True, type=Path, help="a .cuh (cuda_jit) or a Triton .py")
     a.add_argument("--id", dest="patch_id", required=True, help="patch id: its folder is patches/<op>/<id>")

@@ -1,27 +1,37 @@
-"""Per-op adapters: the calling convention of SGLang's function at each patchable call site."""
+"""Per-op adapters: the calling convention of SGLang's function at each patchable call site.
+
+One registry (op -> module:class, imported on first use: a serving process loads only the adapters its patches
+need); ``patches add --op`` takes its choices from it, so a new adapter is one line here.
+"""
 
 from __future__ import annotations
+
+import importlib
 
 from astra_sglang.errors import AstraError
 from astra_sglang.patches.adapters.base import OpAdapter, Prepared, make_guard
 
+ADAPTERS: dict[str, str] = {
+    "silu_and_mul": "astra_sglang.patches.adapters.silu_and_mul:SiluAndMulAdapter",
+    "fused_add_rmsnorm": "astra_sglang.patches.adapters.fused_add_rmsnorm:FusedAddRMSNormAdapter",
+    "merge_state": "astra_sglang.patches.adapters.merge_state:MergeStateAdapter",
+    "decode_attention": "astra_sglang.patches.adapters.decode_attention:DecodeAttentionAdapter",
+}
+
+
+def adapter_ops() -> list[str]:
+    """The ops a patch can target: those with an adapter."""
+    return list(ADAPTERS)
+
 
 def get_adapter(op: str) -> OpAdapter:
-    if op == "silu_and_mul":
-        from astra_sglang.patches.adapters.silu_and_mul import SiluAndMulAdapter
-
-        return SiluAndMulAdapter()
-    if op == "fused_add_rmsnorm":
-        from astra_sglang.patches.adapters.fused_add_rmsnorm import (
-            FusedAddRMSNormAdapter,
-        )
-
-        return FusedAddRMSNormAdapter()
-    if op == "merge_state":
-        from astra_sglang.patches.adapters.merge_state import MergeStateAdapter
-
-        return MergeStateAdapter()
-    raise AstraError(f"no patch adapter for op {op!r} (known: silu_and_mul, fused_add_rmsnorm, merge_state)")
+    where = ADAPTERS.get(op)
+    if where is None:
+        raise AstraError(f"no patch adapter for op {op!r} (known: {', '.join(ADAPTERS)})")
+    module, cls = where.split(":")
+    adapter = getattr(importlib.import_module(module), cls)()
+    assert isinstance(adapter, OpAdapter)
+    return adapter
 
 
-__all__ = ["OpAdapter", "Prepared", "get_adapter", "make_guard"]
+__all__ = ["ADAPTERS", "OpAdapter", "Prepared", "adapter_ops", "get_adapter", "make_guard"]

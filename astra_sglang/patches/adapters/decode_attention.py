@@ -1,0 +1,161 @@
+"""decode_attention (SGLang's Triton split-KV decode attention, ``decode_attention_fwd``), o written in place.
+
+Call site: ``sglang.kernels.ops.attention.decode_attention.decode_attention_fwd``. ``TritonAttnBackend.__init__``
+imports that name lazily and keeps ``torch.compiler.disable(decode_attention_fwd)``, so a REPLACE of the module
+attribute at plugin load (before any backend is built) is what every Triton decode batch then calls:
+``forward_decode``'s main call (one per layer and decode step, eager and under CUDA-graph capture) and its DCP
+call (float32 ``o``, ``attn_lse`` read afterwards: not served, below).
+
+Served: the op contract's function only, i.e. bf16/fp16 q, KV and o of one dtype, 3-D KV buffers (token slots;
+for a 3-D buffer ``page_size`` changes no address: SGLang's page stride is ``slot_stride * page_size``), equal
+qk and v head dims, no logit cap, sinks, xAI temperature, MLA, score_mod or scales. ``enable_lean`` is refused
+only where the original would take the Lean path (ROCm): on CUDA SGLang ignores it, and its capture-time policy
+sets it for every captured batch of 16 and more (LLaMA-3-8B), so refusing it there would serve no batch that
+counts. ``use_pdl`` and ``uneven_batch`` (a HIP scheduling hint) change no result and are not passed on.
+
+The guard sees B, NK, G, D, MS and P, never S, R or X: the mean KV length is ``kv_indptr[B] / B``, a device read
+(a synchronisation, illegal under CUDA-graph capture), ``kv_indices`` is the whole pre-sized buffer under graphs,
+so its length says nothing, and the length mix (R) and the pool's spare slots (X) follow from S. Workspace
+SGLang sizes for the largest captured batch (``attn_logits``, ``attn_lse``, ``kv_indptr``, ``num_kv_splits``) is
+passed as views of its first B rows, the contract's shapes. A row-strided q (LLaMA's, a view of the fused qkv
+output) reaches the kernel as a contiguous copy: the layout the contract checked.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from astra_sglang.contract.patch import GuardSpec
+from astra_sglang.patches.adapters.base import Args, OpAdapter, Prepared, dim_ranges
+
+_NAMES = ("q", "k_buffer", "v_buffer", "o", "kv_indptr", "kv_indices", "attn_logits", "attn_lse", "num_kv_splits")
+_SCALARS = ("max_kv_splits", "sm_scale", "page_size")
+
+
+def _is_number(x: Any, value: float) -> bool:
+    """``x == value`` for a Python number; False for anything else (a tensor scale would need a device read)."""
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and x == value
+
+
+class DecodeAttentionAdapter(OpAdapter):
+    op = "decode_attention"
+    tensor_names = _NAMES
+    scalar_names = _SCALARS
+
+    def __init__(self) -> None:
+        import torch
+
+        self._hip = torch.version.hip is not None  # SGLang's is_hip(): where enable_lean selects the Lean kernel
+        self._half = (torch.bfloat16, torch.float16)
+        self._f32, self._i32, self._i64 = torch.float32, torch.int32, torch.int64
+        self._inputs: Any = None
+
+    def prepare(self, q: Any, k_buffer: Any, v_buffer: Any, o: Any, kv_indptr: Any, kv_indices: Any,
+                attn_logits: Any, attn_lse: Any, num_kv_splits: Any, max_kv_splits: Any, sm_scale: Any,
+                k_scale: Any, v_scale: Any, logit_cap: Any = 0.0, sinks: Any = None, xai_temperature_len: Any = -1,
+                has_mla: Any = False, use_pdl: Any = False, page_size: Any = 1, score_mod: Any = None,
+                aux_tensors: Any = None, enable_lean: Any = None, lean_Mp: Any = None, lean_Lp: Any = None,
+                lean_Op: Any = None, lean_locks: Any = None, uneven_batch: Any = None) -> Prepared | None:
+        """SGLang's full call (exactly ``decode_attention_fwd``'s signature) -> the contract's args, or None."""
+        if (not _is_number(logit_cap, 0) or sinks is not None or not isinstance(xai_temperature_len, int)
+                or xai_temperature_len > 0 or has_mla or score_mod is not None or aux_tensors is not None
+                or (self._hip and enable_lean) or not _is_number(k_scale, 1.0) or not _is_number(v_scale, 1.0)
+                or not isinstance(max_kv_splits, int) or not isinstance(page_size, int) or page_size < 1
+                or not isinstance(sm_scale, (int, float))):
+            return None
+        dt = q.dtype
+        if (dt not in self._half or k_buffer.dtype != dt or v_buffer.dtype != dt or o.dtype != dt
+                or attn_logits.dtype != self._f32 or attn_lse.dtype != self._f32 or kv_indptr.dtype != self._i32
+                or num_kv_splits.dtype != self._i32 or kv_indices.dtype != self._i64):
+            return None
+        if (q.dim() != 3 or k_buffer.dim() != 3 or v_buffer.dim() != 3 or o.shape != q.shape
+                or attn_logits.dim() != 4 or attn_lse.dim() != 3 or kv_indptr.dim() != 1
+                or kv_indices.dim() != 1 or num_kv_splits.dim() != 1):
+            return None
+        b, nq, d = q.shape
+        slots, nk, dk = k_buffer.shape
+        if (v_buffer.shape != k_buffer.shape or dk != d or nk < 1 or nq % nk
+                or attn_logits.shape[1:] != (nq, max_kv_splits, d) or attn_logits.shape[0] < b
+                or attn_lse.shape[1:] != (nq, max_kv_splits) or attn_lse.shape[0] < b
+                or kv_indptr.shape[0] < b + 1 or num_kv_splits.shape[0] < b):
+            return None
+        # views of the first B rows (host metadata only): the contract's shapes, no device memory
+        if attn_logits.shape[0] != b:
+            attn_logits = attn_logits[:b]
+        if attn_lse.shape[0] != b:
+            attn_lse = attn_lse[:b]
+        if kv_indptr.shape[0] != b + 1:
+            kv_indptr = kv_indptr[:b + 1]
+        if num_kv_splits.shape[0] != b:
+            num_kv_splits = num_kv_splits[:b]
+        tensors = (q, k_buffer, v_buffer, o, kv_indptr, kv_indices, attn_logits, attn_lse, num_kv_splits)
+        args = dict(zip(_NAMES, tensors))
+        args.update(max_kv_splits=max_kv_splits, sm_scale=float(sm_scale), page_size=page_size)
+        dims = {"B": b, "NK": nk, "G": nq // nk, "D": d, "MS": max_kv_splits, "P": page_size}
+        if q.is_contiguous():
+            return Prepared(args, tensors, dims)
+        # LLaMA's q on CUDA: a view of the fused qkv projection, rows of (q_size + 2 * kv_size). The contract (and
+        # so every check a candidate passed) has a contiguous q: launch hands the kernel a contiguous copy
+        # (B * NQ * D elements, ~1 MB at batch 128: about 1 us beside 229 us of attention). Only a view whose
+        # heads are whole rows is taken; the guard then checks the other tensors' layout (q's copy is fresh).
+        if q.stride(2) != 1 or q.stride(1) != d:
+            return None
+        return Prepared(args, tensors[1:], dims)
+
+    def launch(self, kernel: Callable[[Args], Any], p: Prepared) -> Any:
+        q = p.args["q"]
+        if not q.is_contiguous():
+            p.args["q"] = q.contiguous()
+        kernel(p.args)
+        return None  # the original returns nothing: o is written in place
+
+    def sample(self, dims: dict[str, int], dtype: Any, device: Any, seed: int) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        """A decode batch from the contract's own input generator (mixed lengths, scattered slots, SGLang's
+        split counts), plus what it leaves to the harness: v_buffer, a poisoned o and the workspace."""
+        import torch
+
+        from astra_sglang.checker import fill_poison
+
+        make, scalars = self._contract_inputs()
+        name = str(dtype).removeprefix("torch.")
+        g = torch.Generator(device=device).manual_seed(seed)
+        a = make(dims, name, g, str(device))
+        b, nq, d, ms = dims["B"], dims["NK"] * dims["G"], dims["D"], dims["MS"]
+        k = a["k_buffer"]
+        v = torch.randn(k.shape, generator=g, device=device).to(dtype)
+        o = torch.empty((b, nq, d), dtype=dtype, device=device)
+        fill_poison(o)  # an element the kernel never writes keeps the checker's poison
+        logits = torch.empty((b, nq, ms, d), dtype=torch.float32, device=device)
+        lse = torch.empty((b, nq, ms), dtype=torch.float32, device=device)
+        s = scalars(dims, name) if scalars is not None else {}
+        sm_scale = float(s.get("sm_scale", d ** -0.5))
+        return ((a["q"], k, v, o, a["kv_indptr"], a["kv_indices"], logits, lse, a["num_kv_splits"], ms, sm_scale,
+                 1.0, 1.0), {"page_size": dims.get("P", 1)})
+
+    def _contract_inputs(self) -> tuple[Any, Any]:
+        """The op folder's ``make_inputs``/``scalars`` (loaded once)."""
+        if self._inputs is None:
+            from astra_sglang.contract.op import load_manifest
+            from astra_sglang.loader.launch import load_inputs
+            from astra_sglang.patches.registry import op_folder
+
+            folder = op_folder(self.op)
+            make, scalars = load_inputs(folder, load_manifest(folder))
+            if make is None:
+                raise ValueError(f"{folder} has no input generator; decode_attention's sample needs its batches")
+            self._inputs = (make, scalars)
+        return self._inputs  # type: ignore[no-any-return]
+
+    def outputs(self, args: tuple[Any, ...], kwargs: dict[str, Any], ret: Any) -> dict[str, Any]:
+        return {"o": args[3]}  # attn_logits/attn_lse are workspace: the contract never compares them
+
+    def default_guard(self) -> GuardSpec:
+        return GuardSpec(dtypes=["bfloat16", "float16"],
+                         dims=dim_ranges(B=(1, 4096, 1), NK=(1, 128, 1), G=(1, 64, 1), D=(64, 256, 16),
+                                         MS=(8, 8, 1), P=(1, 256, 1)))
+
+    def default_check_shapes(self) -> list[dict[str, int]]:
+        return [{"B": 1, "S": 512, "NK": 8, "G": 4, "D": 128, "P": 1, "R": 1, "X": 64, "MS": 8},
+                {"B": 7, "S": 300, "NK": 32, "G": 1, "D": 128, "P": 1, "R": 2, "X": 64, "MS": 8},
+                {"B": 128, "S": 256, "NK": 8, "G": 4, "D": 128, "P": 16, "R": 2, "X": 64, "MS": 8}]

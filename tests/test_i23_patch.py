@@ -1,0 +1,196 @@
+"""The decode_attention adapter: which of SGLang's calls a decode_attention patch may serve, on host metadata only.
+
+The calls are SGLang 0.5.23's own: ``TritonAttnBackend.forward_decode`` passes every keyword below for each decode
+batch, eager and under CUDA-graph capture; its DCP path passes a float32 ``o``. Prepare runs on the hot path, inside
+capture, so it must not read device memory: the tests run it on meta tensors, where any read raises.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from astra_sglang.patches.adapters import get_adapter, make_guard  # noqa: E402
+from astra_sglang.patches.adapters.decode_attention import DecodeAttentionAdapter  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+BF16 = torch.bfloat16
+
+
+def batch(device: str = "meta", b: int = 4, nk: int = 2, g: int = 4, d: int = 64, slots: int = 300,
+          graph_rows: int = 0, dtype: Any = BF16) -> dict[str, Any]:
+    """The tensors forward_decode passes; ``graph_rows`` > b sizes the workspace as SGLang's CUDA-graph buffers
+    (for the largest captured batch), of which a batch uses the first rows."""
+    rows = max(b, graph_rows)
+    nq = nk * g
+    return {
+        "q": torch.empty(b, nq, d, dtype=dtype, device=device),
+        "k_buffer": torch.empty(slots, nk, d, dtype=dtype, device=device),
+        "v_buffer": torch.empty(slots, nk, d, dtype=dtype, device=device),
+        "o": torch.empty(b, nq, d, dtype=dtype, device=device),
+        "kv_indptr": torch.empty(rows + 1, dtype=torch.int32, device=device),
+        "kv_indices": torch.empty(slots * 4, dtype=torch.int64, device=device),
+        "attn_logits": torch.empty(rows, nq, 8, d, dtype=torch.float32, device=device),
+        "attn_lse": torch.empty(rows, nq, 8, dtype=torch.float32, device=device),
+        "num_kv_splits": torch.empty(rows, dtype=torch.int32, device=device),
+    }
+
+
+def forward_decode_call(t: dict[str, Any], page_size: int = 1, **over: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """(args, kwargs) exactly as TritonAttnBackend.forward_decode calls decode_attention_fwd (LLaMA: no cap, no
+    sinks, xai_temperature_len -1, k/v descale 1.0, use_pdl False as on a host without PDL)."""
+    args = (t["q"], t["k_buffer"], t["v_buffer"], t["o"], t["kv_indptr"], t["kv_indices"], t["attn_logits"],
+            t["attn_lse"], t["num_kv_splits"], 8, 1 / math.sqrt(t["q"].shape[2]), 1.0, 1.0)
+    kwargs: dict[str, Any] = dict(logit_cap=0.0, sinks=None, xai_temperature_len=-1, has_mla=False, use_pdl=False,
+                                  page_size=page_size, score_mod=None, aux_tensors=None, enable_lean=False,
+                                  lean_Mp=None, lean_Lp=None, lean_Op=None, lean_locks=None, uneven_batch=None)
+    kwargs.update(over)
+    return args, kwargs
+
+
+@pytest.mark.parametrize("page_size", [1, 16])
+def test_accepts_forward_decodes_exact_call_with_the_contract_names_and_dims(page_size):
+    ad = get_adapter("decode_attention")
+    assert isinstance(ad, DecodeAttentionAdapter)
+    t = batch()
+    args, kwargs = forward_decode_call(t, page_size=page_size)
+    p = ad.prepare(*args, **kwargs)
+    assert p is not None
+    assert list(p.args) == [*ad.tensor_names, *ad.scalar_names]
+    assert p.dims == {"B": 4, "NK": 2, "G": 4, "D": 64, "MS": 8, "P": page_size}
+    assert "S" not in p.dims and "X" not in p.dims  # not knowable without a device read (module docstring)
+    assert p.args["page_size"] == page_size and p.args["max_kv_splits"] == 8
+    assert p.args["sm_scale"] == pytest.approx(1 / 8)
+    assert p.args["q"] is t["q"] and p.args["o"] is t["o"]
+
+
+def test_graph_sized_workspace_is_passed_as_the_batchs_rows():
+    """Under CUDA graphs SGLang passes attn_logits/attn_lse/kv_indptr/num_kv_splits sized for the largest batch."""
+    ad = DecodeAttentionAdapter()
+    t = batch(device="cpu", b=3, graph_rows=160)
+    p = ad.prepare(*forward_decode_call(t)[0], **forward_decode_call(t)[1])
+    assert p is not None
+    a = p.args
+    assert a["attn_logits"].shape == (3, 8, 8, 64) and a["attn_lse"].shape == (3, 8, 8)
+    assert a["kv_indptr"].shape == (4,) and a["num_kv_splits"].shape == (3,)
+    for name in ("attn_logits", "attn_lse", "kv_indptr", "num_kv_splits"):  # views of the same memory
+        assert a[name].data_ptr() == t[name].data_ptr() and a[name].is_contiguous()
+
+
+def test_prepare_and_guard_read_no_device_memory():
+    """Meta tensors have shapes, dtypes and strides but no data: item(), tolist() and bool() raise on them."""
+    t = batch(graph_rows=64)
+    with pytest.raises((RuntimeError, NotImplementedError)):
+        t["kv_indptr"][-1].item()
+    ad = DecodeAttentionAdapter()
+    args, kwargs = forward_decode_call(t, page_size=16, enable_lean=True, lean_locks=torch.empty(8, device="meta"))
+    p = ad.prepare(*args, **kwargs)
+    assert p is not None
+    assert make_guard(ad.default_guard(), "meta")(p)
+
+
+def test_enable_lean_is_refused_only_where_sglang_takes_the_lean_path():
+    """On CUDA decode_attention_fwd ignores enable_lean, and forward_decode's capture policy sets it for every
+    captured batch >= 16 of LLaMA-3-8B: refusing it there would leave the patch out of every graph that counts."""
+    t = batch()
+    args, kwargs = forward_decode_call(t, enable_lean=True, lean_locks=torch.empty(8, device="meta"))
+    cuda = DecodeAttentionAdapter()
+    cuda._hip = False
+    assert cuda.prepare(*args, **kwargs) is not None
+    hip = DecodeAttentionAdapter()
+    hip._hip = True  # ROCm: the original would run the Lean kernel
+    assert hip.prepare(*args, **kwargs) is None
+    assert hip.prepare(*forward_decode_call(t, enable_lean=False)[0], **forward_decode_call(t, enable_lean=False)[1])
+
+
+def _refused_forms() -> list[Any]:
+    def kw(**over: Any) -> Any:
+        return lambda t: forward_decode_call(t, **over)
+
+    def tensors(**over: Any) -> Any:
+        def make(t: dict[str, Any]) -> Any:
+            t = {**t, **{k: v(t) for k, v in over.items()}}
+            return forward_decode_call(t)
+        return make
+
+    def scalars(i: int, value: Any) -> Any:
+        def make(t: dict[str, Any]) -> Any:
+            args, kwargs = forward_decode_call(t)
+            return args[:i] + (value,) + args[i + 1:], kwargs
+        return make
+
+    fp8 = torch.float8_e4m3fn
+    return [
+        pytest.param(kw(logit_cap=30.0), id="logit_cap"),
+        pytest.param(kw(sinks=torch.empty(8, device="meta")), id="sinks"),
+        pytest.param(kw(xai_temperature_len=1024), id="xai_temperature_len"),
+        pytest.param(kw(has_mla=True), id="has_mla"),
+        pytest.param(kw(score_mod=object()), id="score_mod"),
+        pytest.param(kw(aux_tensors=(torch.empty(1, device="meta"),)), id="aux_tensors"),
+        pytest.param(scalars(11, 0.5), id="k_scale"),
+        pytest.param(scalars(12, 0.5), id="v_scale"),
+        pytest.param(scalars(11, torch.ones((), device="meta")), id="k_scale_tensor"),
+        pytest.param(tensors(k_buffer=lambda t: t["k_buffer"].to(fp8), v_buffer=lambda t: t["v_buffer"].to(fp8)),
+                     id="fp8_kv"),
+        pytest.param(tensors(q=lambda t: t["q"].float(), o=lambda t: t["o"].float(),
+                             k_buffer=lambda t: t["k_buffer"].float(), v_buffer=lambda t: t["v_buffer"].float()),
+                     id="float32"),
+        pytest.param(tensors(o=lambda t: t["o"].float()), id="dcp_float32_o"),
+        pytest.param(tensors(k_buffer=lambda t: t["k_buffer"].unflatten(0, (30, 10))), id="4d_k_buffer"),
+        pytest.param(tensors(v_buffer=lambda t: torch.empty(300, 2, 32, dtype=BF16, device="meta")),
+                     id="v_head_dim_differs"),
+        pytest.param(tensors(attn_logits=lambda t: torch.empty(4, 8, 16, 64, device="meta")), id="logits_splits_not_ms"),
+        pytest.param(tensors(kv_indices=lambda t: t["kv_indices"].int()), id="int32_kv_indices"),
+        pytest.param(kw(enable_lean=True, lean_locks=torch.empty(8, device="meta")), id="lean_on_hip"),
+    ]
+
+
+@pytest.mark.parametrize("form", _refused_forms())
+def test_every_call_form_outside_the_contract_goes_to_the_original(form):
+    ad = DecodeAttentionAdapter()
+    ad._hip = True  # lean_on_hip; the other forms are refused on CUDA too (checked below)
+    t = batch()
+    args, kwargs = form(t)
+    assert ad.prepare(*args, **kwargs) is None
+    ad._hip = False
+    if kwargs.get("enable_lean") is not True:
+        assert ad.prepare(*args, **kwargs) is None
+
+
+def test_a_row_strided_q_is_served_through_a_contiguous_copy():
+    """LLaMA on CUDA passes q as a view of the fused qkv projection (row stride q_size + 2 * kv_size). The contract
+    checks candidates on a contiguous q, so the patch serves such a call by handing its kernel a contiguous copy of
+    q (same values); refusing it, as the first version did, left every LLaMA decode call to the original. A view
+    whose heads are not whole rows is still the original's."""
+    ad = DecodeAttentionAdapter()
+    nq, nk, d, b = 8, 2, 64, 4
+    qkv = torch.randn(b, (nq + 2 * nk) * d).to(BF16)
+    q = qkv[:, : nq * d].reshape(-1, nq * d).view(-1, nq, d)  # forward_decode's reshape + view
+    assert not q.is_contiguous()
+    t = batch(device="cpu", b=b, nk=nk, g=nq // nk, d=d)
+    t["q"] = q
+    args, kwargs = forward_decode_call(t)
+    p = ad.prepare(*args, **kwargs)
+    assert p is not None and make_guard(ad.default_guard(), "cpu")(p)
+    seen: dict[str, Any] = {}
+    ad.launch(lambda a: seen.update(q=a["q"]), p)
+    assert seen["q"].is_contiguous() and torch.equal(seen["q"], q)
+    t["q"] = torch.randn(b, d, nq).to(BF16).transpose(1, 2)  # heads strided inside a row: not taken
+    args, kwargs = forward_decode_call(t)
+    assert ad.prepare(*args, **kwargs) is None
+
+
+def test_adapter_names_are_the_contracts_signature():
+    """The runtime refuses a patch whose adapter passes other names than the op signature (page_size included)."""
+    manifest = json.loads((REPO / "extracted" / "decode_attention" / "manifest.json").read_text())
+    names = [t["name"] for t in manifest["signature"]["tensors"]] + [s["name"] for s in manifest["signature"]["scalars"]]
+    if "page_size" not in names:
+        pytest.xfail("the contract revision that adds the page_size scalar has not landed in extracted/decode_attention")
+    ad = DecodeAttentionAdapter()
+    assert names == [*ad.tensor_names, *ad.scalar_names]
