@@ -142,6 +142,10 @@ class TritonRecipe(Model):
     adapter: str | None = Field(
         default=None, description="'file.py:function' in the op folder (ours): called as function(wrapper, *call) "
         "where the wrapper takes what no call list can hold (a per-shape config dict, a Triton dtype)")
+    tuned: list[str] | None = Field(
+        default=None, description="the kernels `tune` sweeps: those the contract's shapes reach on the GPUs it "
+        "serves (a wrapper that also holds ROCm or MHA-only kernels would otherwise sweep thousands of configs "
+        "of kernels serving never launches); None: every kernel")
 
     @model_serializer(mode="wrap")
     def _without_empty_closure(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
@@ -149,7 +153,7 @@ class TritonRecipe(Model):
         byte for byte what they were before closures existed, so the hashes that patches and validations pin
         still hold."""
         data: dict[str, Any] = handler(self)
-        for key in ("closure", "adapter"):
+        for key in ("closure", "adapter", "tuned"):
             if data.get(key) is None:
                 data.pop(key, None)
         return data

@@ -187,8 +187,11 @@ def _triton(entry: CatalogEntry, folder: _Folder) -> TritonRecipe:
     rel = folder.copy_sglang(path, "kernel")
     closure = _vendor_closure(result, folder)
     adapter = f"{folder.write('adapter.py', entry.adapter, 'glue')}:call" if entry.adapter else None
+    unknown = sorted(set(entry.tuned_kernels) - set(scan.triton_kernels))
+    if unknown:
+        raise AstraError(f"{entry.short_name}: tuned kernels {unknown} are not @triton.jit kernels of {path.name}")
     return TritonRecipe(source=rel, wrapper=wrapper, kernels=list(scan.triton_kernels), call=list(entry.call),
-                        closure=closure, adapter=adapter)
+                        closure=closure, adapter=adapter, tuned=list(entry.tuned_kernels) or None)
 
 
 @dataclass

@@ -60,9 +60,16 @@ def _has_loop(fn: ast.FunctionDef) -> bool:
 
 
 def _single_int_assign(scope: ast.AST, name: str) -> ast.Assign | None:
+    """The ``NAME = <int>`` statement that sets a launch value: the only assignment of the name, or, when
+    branches reassign it (SGLang's decode attention: ``BLOCK = 32``, then ``BLOCK = 16`` under ``if _is_hip``),
+    the one unconditional statement of the wrapper's body. A variant changes that statement, so the value swept
+    is the one on the path no branch overrides; a branch that does keeps its own value."""
     found = [n for n in ast.walk(scope) if isinstance(n, (ast.Assign, ast.AugAssign, ast.AnnAssign))
              and any(isinstance(t, ast.Name) and t.id == name for t in
                      (n.targets if isinstance(n, ast.Assign) else [n.target]))]
+    if len(found) > 1:
+        body = getattr(scope, "body", [])
+        found = [n for n in found if n in body]
     if len(found) == 1 and isinstance(found[0], ast.Assign) and len(found[0].targets) == 1:
         v = found[0].value
         if isinstance(v, ast.Constant) and type(v.value) is int:

@@ -35,7 +35,7 @@ def original_params(op_dir: Path, manifest: Manifest) -> list[LaunchParam]:
         raise AstraError(f"{manifest.short_name} is a {r.kind} op: its source exposes no launch or template "
                          "parameters to sweep (the launch configuration is computed in its C++ code)")
     text = (Path(op_dir) / r.source).read_text()
-    return find_launch_params(text, list(r.kernels))
+    return find_launch_params(text, list(r.tuned or r.kernels))
 
 
 def sweep_baseline(op_dir: Path, config: EvalConfig,

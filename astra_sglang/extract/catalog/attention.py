@@ -245,6 +245,9 @@ DECODE_ATTENTION = CatalogEntry(
     call=["q", "k_buffer", "v_buffer", "o", "kv_indptr", "kv_indices", "attn_logits", "attn_lse", "num_kv_splits",
           "max_kv_splits", "sm_scale", "1.0", "1.0", "page_size=page_size"],
     wrapper=f"{_MODULE}:decode_attention_fwd",
+    # what CUDA serving launches for the grouped (GQA) shapes, ~95% of the op's time: stage 2 and the MHA/Lean
+    # kernels would multiply the sweep past its 64-config cap
+    tuned_kernels=("_fwd_grouped_kernel_stage1",),
     callsite_modules=(_MODULE,),
     serving_sites={f"{_MODULE}:decode_attention_fwd": "the definition"},
     extra_sites=[

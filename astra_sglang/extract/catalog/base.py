@@ -85,6 +85,7 @@ class CatalogEntry:
     inputs_scalars: bool = False  # inputs.py also defines scalars(dims, dtype)
     provenance: ContractProvenance = field(default_factory=ContractProvenance)
     adapter: str | None = None  # text of adapter.py (ours), defining call(wrapper, *call): see TritonRecipe
+    tuned_kernels: tuple[str, ...] = ()  # triton: the kernels `tune` sweeps (default: all): see TritonRecipe.tuned
     findings: list[KernelFinding] = field(default_factory=list)  # SGLang kernel bugs the reference does not copy
 
 
