@@ -85,7 +85,23 @@ def _variant(src: Path, dst: Path, marker: Path, how: str) -> Path:
 
 @pytest.fixture(scope="module")
 def h_scale(tmp_path_factory) -> Path:
+    """One h_scale folder for the module: its builds go to the loader's default cache (``<op>/build``), keyed by
+    the sources' digest and the toolchain, so a module one test built (the original, a variant) is not rebuilt by
+    the next; only the toolchain test's builds differ (another host compiler is another key)."""
     return make_h_scale(tmp_path_factory.mktemp("ops"))
+
+
+@pytest.fixture(scope="module")
+def variants(h_scale, tmp_path_factory) -> dict[str, Path]:
+    """The refused variants of h_scale, written once per module (same path, same bytes: the build cache's key),
+    plus ``marker``, the file any of them creates if it ever runs. ``wrapper`` is ``k.cuh``, the name
+    ``patches add`` reports."""
+    d = tmp_path_factory.mktemp("variants")
+    marker = d / "ran"
+    src = h_scale / "src" / "h_scale.cuh"
+    files = {how: _variant(src, d / name, marker, how)
+             for how, name in (("ctor", "ctor.cuh"), ("wrapper", "k.cuh"), ("system", "system.cuh"))}
+    return {**files, "marker": marker}
 
 
 @pytest.fixture
@@ -100,12 +116,11 @@ def never_loaded(monkeypatch):
 
 
 @pytest.mark.nvcc
-def test_candidates_calling_python_or_system_are_refused_without_being_loaded(h_scale, tmp_path, never_loaded):
+def test_candidates_calling_python_or_system_are_refused_without_being_loaded(h_scale, variants, never_loaded):
     manifest = load_manifest(h_scale)
-    src = h_scale / "src" / "h_scale.cuh"
-    marker = tmp_path / "ran"
-    cands = [_variant(src, tmp_path / f"{how}.cuh", marker, how) for how in ("ctor", "wrapper", "system")]
-    config = EvalConfig(device="cpu", cache_dir=tmp_path / "cache")
+    marker = variants["marker"]
+    cands = [variants[how] for how in ("ctor", "wrapper", "system")]
+    config = EvalConfig(device="cpu")
     orig, ctor, wrapper, system = _build_cuda(h_scale, manifest, [None, *cands], ["float32"], config)
     assert orig.ok, orig.log
     assert not ctor.ok and ctor.log.startswith("refused: the built module imports PyRun_SimpleString ("), ctor.log
@@ -116,10 +131,10 @@ def test_candidates_calling_python_or_system_are_refused_without_being_loaded(h_
 
 
 @pytest.mark.nvcc
-def test_patches_add_refuses_a_module_importing_python(h_scale, tmp_path, never_loaded):
+def test_patches_add_refuses_a_module_importing_python(h_scale, variants, never_loaded):
     from astra_sglang.patches.tooling.add import _build_cuda as add_build
 
-    cand = _variant(h_scale / "src" / "h_scale.cuh", tmp_path / "k.cuh", tmp_path / "ran", "wrapper")
+    cand = variants["wrapper"]  # k.cuh
     with pytest.raises(AstraError) as e:
         add_build(h_scale, load_manifest(h_scale), cand, ["float32"])
     assert str(e.value).startswith("k.cuh (float32): refused: the built module imports PyRun_SimpleString ("), e.value
@@ -166,7 +181,7 @@ def test_a_toolchain_that_links_libstdcxx_in_rejects_no_honest_candidate(h_scale
     honest.write_text("// the original, re-submitted as a candidate\n" + src.read_text())
     marker = tmp_path / "ran"
     py, system = (_variant(src, tmp_path / f"{how}.cuh", marker, how) for how in ("wrapper", "system"))
-    config = EvalConfig(device="cpu", cache_dir=tmp_path / "cache")
+    config = EvalConfig(device="cpu")  # the default cache: `patches add` below finds these builds there
     orig, ok, bad_py, bad_system = _build_cuda(h_scale, manifest, [None, honest, py, system], ["float32"], config)
     assert orig.ok and ok.ok, ok.log
     assert bad_py.log.startswith("refused: the built module imports PyRun_SimpleString"), bad_py.log
@@ -174,7 +189,7 @@ def test_a_toolchain_that_links_libstdcxx_in_rejects_no_honest_candidate(h_scale
     from astra_sglang.loader.cuda_build import CudaBuildSpec
     from astra_sglang.patches.tooling.add import _build_cuda as add_build
 
-    spec = CudaBuildSpec.from_recipe(h_scale, manifest, "float32", kernel_source=honest, cache_dir=tmp_path / "cache")
+    spec = CudaBuildSpec.from_recipe(h_scale, manifest, "float32", kernel_source=honest)
     assert module_imports.imports_refusal(spec.build(load=False).so_path) is not None  # the fixed list alone refuses
     assert add_build(h_scale, manifest, honest, ["float32"]).startswith("screen passed; built for float32")
 

@@ -68,5 +68,7 @@ def test_cuda_patch_builds_through_the_plugin_loader(root, restored_op):
     assert main(["patches", "add", "--op", "silu_and_mul", "--source", str(src), "--id", "hw-silu-cuda",
                  "--provenance", "hand-written", "--sglang-version", "0.5.23", "--arch", "sm_90"]) == 0
     e = discover()[0]
-    kernel = load_kernel(e.path, e.manifest, load_op(e.manifest), dtypes=["bfloat16", "float16"], arch="sm_90a")
+    # one dtype: `patches add` above already compiled both; what is shown here is the loader's own build of the
+    # registered copy (another path: another cache key), and one nvcc build fewer shows it as well
+    kernel = load_kernel(e.path, e.manifest, load_op(e.manifest), dtypes=["bfloat16"], arch="sm_90a")
     assert callable(kernel)

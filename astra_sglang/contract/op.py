@@ -286,6 +286,15 @@ class CallSite(Model):
                                    "and takes the outputs it returns; the harness checks every such form "
                                    "(suite.call_forms). None: the recipe's call")
 
+    @model_serializer(mode="wrap")
+    def _without_default_call(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """No recorded call form is written as no key: manifests extracted before call forms existed stay byte
+        for byte what they were (the committed contracts and the hashes patches pin)."""
+        data: dict[str, Any] = handler(self)
+        if data.get("call") is None:
+            data.pop("call", None)
+        return data
+
 
 def hook_target(entry_point: str) -> str:
     """'module:attr' -> the dotted path SGLang's HookRegistry resolves ('module.attr')."""

@@ -67,7 +67,8 @@ def make_evaluator(opts: LoopOptions, op_dir: Path, folder: RunFolder, run_id: s
     manifest = load_manifest(op_dir)
     if opts.eval_queue:
         return QueueEvaluator(op_dir, Path(opts.eval_queue), run_id, manifest, wait_s=opts.eval_wait_s,
-                              poll_s=min(5.0, max(0.2, opts.eval_wait_s / 20 or 5.0)), note=opts.label,
+                              # a folder listed once a second costs nothing; results land in bursts
+                              poll_s=min(1.0, max(0.2, opts.eval_wait_s / 20 or 1.0)), note=opts.label,
                               check_cache=folder.evals_dir)
     return LocalEvaluator(op_dir, manifest, cache_dir=folder.evals_dir)
 
