@@ -165,11 +165,17 @@ def test_the_call_passes_page_size_as_forward_decode_does_and_the_scalars_keep_t
     assert [s.name for s in sig.scalars] == ["max_kv_splits", "sm_scale", "page_size"]
     # decode_attention_fwd(..., max_kv_splits, sm_scale, k_scale, v_scale, ..., page_size=self.page_size): the
     # scales by position, page_size by keyword as forward_decode passes it (a candidate needs no other parameter)
-    import inspect
+    # read from SGLang's source, not imported: importing the module here (Triton kernels defined outside the
+    # interpreter) broke an interpreted kernel of a later test in the same process (test_i23_patch_e2e)
+    import ast
+    import importlib.util
 
-    from sglang.kernels.ops.attention.decode_attention import decode_attention_fwd
-
-    params = list(inspect.signature(decode_attention_fwd).parameters)
+    spec = importlib.util.find_spec("sglang")
+    assert spec is not None and spec.submodule_search_locations
+    src = Path(spec.submodule_search_locations[0]) / "kernels" / "ops" / "attention" / "decode_attention.py"
+    fn = next(n for n in ast.parse(src.read_text()).body
+              if isinstance(n, ast.FunctionDef) and n.name == "decode_attention_fwd")
+    params = [a.arg for a in fn.args.args]
     assert ENTRY.call[:11] == params[:9] + ["max_kv_splits", "sm_scale"] and ENTRY.call[11:13] == ["1.0", "1.0"]
     assert ENTRY.call[13:] == ["page_size=page_size"] and "page_size" in params
     from astra_sglang.loader.launch import compile_call
