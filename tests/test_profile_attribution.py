@@ -84,6 +84,10 @@ def test_bytes_are_not_invented(decode_list: at.HotList) -> None:
     ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64", "GEMM"),
     ("void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float>>(...)", "torch elementwise"),
     ("triton_poi_fused_add_0", "other"),
+    # SGLang's Triton MoE reduction (Qwen3-30B-A3B on the H200): a Triton kernel, not one of torch's
+    ("_moe_sum_reduce_kernel", "other"),
+    ("_small_copy_kernel", "other"),
+    ("void at::native::unrolled_elementwise_kernel<at::native::direct_copy_kernel_cuda(...)>(...)", "torch elementwise"),
 ])
 def test_group_of(kernel: str, group: str) -> None:
     assert at.group_of(kernel) == group

@@ -326,8 +326,9 @@ def group_of(kernel: str) -> str:
         return "attention library"
     if any(w in low for w in ("nvjet", "cutlass", "gemm", "xmma", "splitk", "cublas", "gemv")):
         return "GEMM"
-    if any(w in low for w in ("at::native", "elementwise", "reduce_kernel", "copy_kernel", "catarraybatchedcopy",
-                              "index_kernel", "fill_kernel")):
+    # torch's kernels are C++ templates in at::native (at_cuda_detail for its cub scans); a bare name ending in
+    # "reduce_kernel" or "copy_kernel" is someone's Triton kernel (SGLang's _moe_sum_reduce_kernel), not torch's
+    if any(w in low for w in ("at::native", "at_cuda_detail", "at::cuda", "catarraybatchedcopy")):
         return "torch elementwise"
     return "other"
 
