@@ -124,7 +124,8 @@ class Checker:
         self._served_fns: dict[tuple[str, str], Launcher] = {}
         self.reference = load_reference(self.op_dir, self.manifest)
         self.op_inputs = load_inputs(self.op_dir, self.manifest)
-        self.passed, self.by_value = self._passing(None)
+        self._passings: dict[tuple[str, ...] | None, tuple[set[str], list[str]]] = {}
+        self.by_value = self._passing(None)[1]
         tensors = self.manifest.signature.tensors
         self.compared = [t.name for t in tensors if t.role in ("output", "inplace")]
         self.inputs = [t.name for t in tensors if t.role == "input"]
@@ -142,12 +143,15 @@ class Checker:
 
     def _passing(self, call: list[str] | None) -> tuple[set[str], list[str]]:
         """For the recipe's call (None) or a recorded call form: the tensors passed, and the outputs not passed
-        (returned by value, in signature order)."""
-        names = compile_call(call if call is not None else self.manifest.recipe.call,
-                             signature_names(self.manifest)).names()
-        tensors = self.manifest.signature.tensors
-        return ({t.name for t in tensors if t.name in names},
-                [t.name for t in tensors if t.role == "output" and t.name not in names])
+        (returned by value, in signature order). Worked out once per form: every case of the form asks again."""
+        key = tuple(call) if call is not None else None
+        if key not in self._passings:
+            names = compile_call(call if call is not None else self.manifest.recipe.call,
+                                 signature_names(self.manifest)).names()
+            tensors = self.manifest.signature.tensors
+            self._passings[key] = ({t.name for t in tensors if t.name in names},
+                                   [t.name for t in tensors if t.role == "output" and t.name not in names])
+        return self._passings[key]
 
     def _form(self, case: CaseSpec) -> str:
         """How a case calls the entry point, for a failure's label: '' for the recipe's call."""
