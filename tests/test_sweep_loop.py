@@ -113,3 +113,89 @@ def test_a_round_of_k_candidates_shares_one_sweep_budget(tmp_path, restored_op):
     (res,) = evaluate_many(op, [cand], EvalConfig(shapes="test", device="cpu", max_tune_configs=16))
     assert not res.build.ok and "more than the cap of 16" in (res.error or "")
     assert QueueEvaluator(op, tmp_path / "queue", "run2").static(cand, k4.model_copy(update={"harness": {}})) is None
+
+
+def test_a_gpu_measured_tune_baseline_of_the_same_shapes_is_used_instead_of_queueing_the_sweep_again(
+        tmp_path, restored_op):
+    """Two runs sharing a queue after `astra-sglang tune` spent a GPU pass each re-sweeping the original (64
+    configs for decode_attention); the op folder's sweep of the same shapes and L2 mode is the same bar."""
+    import shutil
+
+    from astra_sglang.contract.eval_config import EvalConfig
+    from astra_sglang.contract.op import load_manifest
+    from astra_sglang.harness.suite import timed_shapes
+
+    op = tmp_path / "merge_state"
+    shutil.copytree(restored_op("merge_state"), op)
+    manifest = load_manifest(op)
+    paper = timed_shapes(manifest, EvalConfig(shapes="paper"))
+    one = merge_sweep_baseline(1.3)
+    measured = one.model_copy(update={
+        "method": "NVIDIA H200: each config in one worker, ABBA against the original, cold L2",
+        "shapes": [one.shapes[0].model_copy(update={"dims": d}) for d in paper]})
+    (op / "tune_baseline.json").write_text(measured.model_dump_json())
+    queue = tmp_path / "queue"
+    got = QueueEvaluator(op, queue, "run1").sweep_baseline(EvalSpec(shapes="paper", device="auto"))
+    assert got.baseline is not None and got.baseline.geomean_speedup == pytest.approx(1.3)
+    assert not queue.exists() or queue_status(queue) == {"pending": 0, "done": 0}
+    # another L2 mode, or other shapes, is another sweep: it goes to the GPU host
+    with pytest.raises(EvalPending):
+        QueueEvaluator(op, queue, "run2").sweep_baseline(EvalSpec(shapes="paper", device="auto", mode="warm"))
+    (op / "tune_baseline.json").write_text(measured.model_copy(update={"shapes": measured.shapes[:1]}).model_dump_json())
+    with pytest.raises(EvalPending):
+        QueueEvaluator(op, queue, "run3").sweep_baseline(EvalSpec(shapes="paper", device="auto"))
+
+
+def test_runs_sharing_a_queue_get_one_sweep_of_the_original(tmp_path, restored_op, monkeypatch):
+    """The GPU pass answers the second run's tune job from the sweep it just made (kept in the op folder)."""
+    import shutil
+
+    from astra_sglang.contract.eval_config import EvalConfig
+    from astra_sglang.contract.op import load_manifest
+    from astra_sglang.harness.suite import timed_shapes
+    from astra_sglang.loop import evaluator
+
+    root = tmp_path / "extracted"
+    op = root / "merge_state"
+    shutil.copytree(restored_op("merge_state"), op)
+    (op / "tune_baseline.json").unlink(missing_ok=True)
+    paper = timed_shapes(load_manifest(op), EvalConfig(shapes="paper"))
+    one = merge_sweep_baseline(1.3)
+    measured = one.model_copy(update={"method": "NVIDIA H200: ABBA, cold L2",
+                                      "shapes": [one.shapes[0].model_copy(update={"dims": d}) for d in paper]})
+    sweeps = []
+    monkeypatch.setattr(evaluator, "run_tune", lambda op_dir, config: sweeps.append(op_dir) or TuneOutcome(
+        baseline=measured))
+    queue = tmp_path / "queue"
+    for run in ("runA", "runB"):
+        with pytest.raises(EvalPending):
+            QueueEvaluator(op, queue, run).sweep_baseline(EvalSpec(shapes="paper", device="auto"))
+    process_queue(queue, root)
+    assert len(sweeps) == 1 and (op / "tune_baseline.json").is_file()
+    for run in ("runA", "runB"):
+        got = TuneOutcome.model_validate_json((queue / f"{run}--r000-tune" / TUNE_RESULT_NAME).read_text())
+        assert got.baseline is not None and got.baseline.geomean_speedup == pytest.approx(1.3)
+
+
+def test_the_sweep_of_the_original_is_not_refused_by_the_candidate_screen(tmp_path, restored_op, monkeypatch):
+    """SGLang's decode_attention.py imports logging and sglang.srt.utils: the candidate screen refused all 64
+    variants of it on the H200 (2026-12-04), so there was no sweep baseline. The variants are SGLang's source."""
+    from astra_sglang.contract.eval_config import EvalConfig
+    from astra_sglang.contract.op import load_manifest
+    from astra_sglang.contract.result import SweepConfig
+    from astra_sglang.harness import tune_baseline
+    from astra_sglang.harness.screen import screen_report
+
+    op = restored_op("decode_attention")
+    manifest = load_manifest(op)
+    assert screen_report(op / manifest.recipe.source, op, manifest) is not None  # the original fails the screen
+    seen = []
+
+    def fake(op_dir, manifest, configs, sources, config, device, seed, progress):
+        seen.append(config.screen)
+        return [SweepConfig(config=c, ok=False, failure="not run") for c in configs], "", 0
+
+    monkeypatch.setattr(tune_baseline, "sweep_variants", fake)
+    with pytest.raises(Exception, match="no config of the original passed"):
+        tune_baseline.sweep_baseline(op, EvalConfig(shapes="test", device="cpu", timing=False))
+    assert seen == [False]

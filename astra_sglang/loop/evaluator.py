@@ -29,7 +29,7 @@ from astra_sglang.contract.op import (
     TritonRecipe,
     load_manifest,
 )
-from astra_sglang.contract.result import BuildReport, EvalResult
+from astra_sglang.contract.result import BuildReport, EvalResult, SweepBaseline
 from astra_sglang.errors import AstraError
 from astra_sglang.loop.records import CheckReport, EvalSpec, QueueRequest, TuneOutcome
 from astra_sglang.loop.runfolder import atomic_write, now_iso
@@ -310,6 +310,9 @@ class QueueEvaluator(Evaluator):
         spec (shapes=test) has nothing to time: the op folder's file or a line saying it is missing."""
         if spec.shapes == "test" or spec.device == "cpu":
             return super().sweep_baseline(spec)
+        found = _same_sweep(self.op_dir, self.manifest, spec)
+        if found is not None:
+            return TuneOutcome(baseline=found)
         item_id = f"{self.run_id}--r000-tune"
         item_dir = self.queue_dir / item_id
         request = QueueRequest(item_id=item_id, run_id=self.run_id, label="r000-tune", op=self.manifest.short_name,
@@ -403,6 +406,26 @@ def _resources(report: BuildReport) -> str:
 TUNE_RESULT_NAME = "baseline.json"
 
 
+def _same_sweep(op_dir: Path, manifest: Manifest, spec: EvalSpec) -> SweepBaseline | None:
+    """The op folder's GPU-measured tune_baseline.json when it is the sweep this spec would queue (same op and
+    SGLang version, same timed shapes, same L2 mode): several runs sharing a queue, or a run after
+    `astra-sglang tune`, then spend no GPU pass sweeping the original again (64 configs for decode_attention)."""
+    from astra_sglang.harness.suite import timed_shapes
+    from astra_sglang.harness.tune_baseline import read_baseline
+
+    found = read_baseline(op_dir)
+    if found is None or found.op_id != manifest.op_id or found.sglang_version != manifest.sglang_version:
+        return None
+    if f"{spec.mode} L2" not in found.method:
+        return None
+    try:
+        wanted = sorted(sorted(d.items()) for d in timed_shapes(manifest, EvalConfig(shapes=spec.shapes)))
+    except (AstraError, ValueError):
+        return None
+    have = sorted(sorted(s.dims.items()) for s in found.shapes)
+    return found if wanted == have else None
+
+
 def run_tune(op_dir: Path, config: EvalConfig) -> TuneOutcome:
     from astra_sglang.harness.tune_baseline import sweep_baseline
 
@@ -410,6 +433,20 @@ def run_tune(op_dir: Path, config: EvalConfig) -> TuneOutcome:
         return TuneOutcome(baseline=sweep_baseline(op_dir, config))
     except AstraError as e:  # e.g. an op whose source exposes nothing to sweep: said, never fatal to the run
         return TuneOutcome(error=str(e))
+
+
+def _tune_once(op_dir: Path, spec_json: str, config: EvalConfig) -> TuneOutcome:
+    """A queue's tune job: the op folder's sweep of the same shapes when there is one, else the sweep, kept there
+    as ``astra-sglang tune`` keeps it, so the next run's tune job (runs sharing a queue) reuses it."""
+    from astra_sglang.harness.tune_baseline import BASELINE_NAME, measured_on_gpu
+
+    found = _same_sweep(op_dir, load_manifest(op_dir), EvalSpec.model_validate_json(spec_json))
+    if found is not None:
+        return TuneOutcome(baseline=found)
+    outcome = run_tune(op_dir, config)
+    if outcome.baseline is not None and measured_on_gpu(outcome.baseline):
+        atomic_write(op_dir / BASELINE_NAME, outcome.baseline.model_dump_json(indent=1) + "\n")
+    return outcome
 
 
 def read_tune_outcome(item_dir: Path) -> TuneOutcome | None:
@@ -472,8 +509,8 @@ def process_queue(queue_dir: Path, extracted_root: Path, device: str | None = No
                 progress(request)
         config = to_eval_config(EvalSpec.model_validate_json(spec_json))
         if job == "tune":
-            atomic_write(items[0][0] / TUNE_RESULT_NAME, run_tune(Path(extracted_root) / op, config).model_dump_json(
-                indent=1))
+            atomic_write(items[0][0] / TUNE_RESULT_NAME, _tune_once(Path(extracted_root) / op, spec_json, config)
+                         .model_dump_json(indent=1))
             continue
 
         def keep(i: int, result: EvalResult, items: list[tuple[Path, QueueRequest, Path | None]] = items) -> None:
