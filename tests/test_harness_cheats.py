@@ -95,6 +95,17 @@ def test_times_forged_inside_the_worker_are_suspect_never_a_win(merge_op, marker
     assert "timing.tampered" in _ran(marker, "forges_times")
 
 
+def test_a_kernel_that_skips_work_in_timed_replays_is_caught_on_a_timed_replay(merge_op, marker):
+    """Issue 22 class 1: work done for the first set of a back-to-back burst only. The re-check after timing
+    uses that first set, so before every timed replay was checked this passed as correct (and on the H200,
+    with hundreds of timing sets at small shapes, as a large false win)."""
+    r = evaluate(merge_op, CHEATS / "skips_work_in_timed_replays.py", SIM)
+    f = r.correctness.first_failure
+    assert not r.ok and f is not None and f.reason == "timed run wrong", r.model_dump_json(indent=1)[:3000]
+    assert "timed replay" in f.detail and "timing set 1 of" not in f.detail and "never written" in f.detail, f.detail
+    assert "skipped" in _ran(marker, "skips_work_in_timed_replays")
+
+
 GOOD = [None, MS / "hand_written.py", MS / "h_correct.py", MS / "scripted" / "r3.py", MS / "scripted" / "r4.py",
         MS / "scripted" / "r5.py"]
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import os
+import random
 import statistics
 import time
 from collections.abc import Callable, Iterator
@@ -52,6 +53,7 @@ from astra_sglang.harness.protocol import (
     CaseSpec,
     CheckJob,
     CheckResult,
+    Collect,
     Load,
     Ping,
     Prepare,
@@ -72,9 +74,12 @@ from astra_sglang.harness.protocol import (
 from astra_sglang.harness.protocol import (
     TIMING_BATCH as BATCH,
 )
+from astra_sglang.harness.replay_guard import ReplayGuard
 from astra_sglang.harness.suite import shape_of, with_call
 from astra_sglang.harness.tensors import ArgSet, torch_dtype
 from astra_sglang.loader.launch import compile_call, load_inputs, load_reference, make_launcher
+
+_SECRET = random.SystemRandom()  # which timed replay and set are checked: never derived from a seed the worker sees
 
 Launcher = Callable[[dict[str, Any]], Any]
 WALL_RATIO = 0.6  # a candidate batch reporting under this share of its wall time (less allowances) is suspect
@@ -138,6 +143,7 @@ class Checker:
         self._latency_us: float | None = None
         self._gpu_watch: GpuWatch | None = None
         self._gpu_watched = False  # GpuWatch.open tried (once per worker)
+        self._kept_check: tuple[CaseSpec, int] | None = None  # the shape being timed, its timing sets in use
         self._gpu_busy = 0  # the worker's highest SM % seen while this process timed the current shape
         self._unstopped = 0  # windows of the current shape in which the worker was not seen stopped (_quiet)
 
@@ -572,20 +578,26 @@ class Checker:
             return run_all
 
         local: list[tuple[str, Any]] = []  # (label, graph or eager body) timed in this process
+        guards: dict[str, ReplayGuard] = {}  # label -> its sets' outputs, poisoned before every replay
         eager = False
-        orig_body = body(orig_launch, self._local_sets(dims, dtype, n_sets, case.seed))
+        orig_sets = self._local_sets(dims, dtype, n_sets, case.seed)
+        orig_body = body(orig_launch, orig_sets)
         try:
             local.append(("original", clock.capture(orig_body)))
         except Exception as e:  # noqa: BLE001 - the original cannot be captured: time eagerly, both sides
             self.notes.append(f"original not capturable ({str(e)[:200]}); eager timing with full synchronisation")
             local.append(("original", orig_body))
             eager = True
+        outputs = self._kept_outputs()
+        if not eager:
+            guards["original"] = ReplayGuard(orig_sets if cold else orig_sets[:1], outputs)
         method = "eager, all streams synchronised before each end event" if eager else "cuda-graph replay"
         baseline = None if eager or stand_in else self._baseline(dtype, dims)
         if baseline is not None:
             try:
-                local.append((baseline[0], clock.capture(body(baseline[1], self._local_sets(dims, dtype, n_sets,
-                                                                                          case.seed)))))
+                base_sets = self._local_sets(dims, dtype, n_sets, case.seed)
+                local.append((baseline[0], clock.capture(body(baseline[1], base_sets))))
+                guards[baseline[0]] = ReplayGuard(base_sets if cold else base_sets[:1], outputs)
             except Exception as e:  # noqa: BLE001
                 self.notes.append(f"baseline {baseline[0]} not capturable: {str(e)[:200]}")
                 baseline = None
@@ -599,14 +611,20 @@ class Checker:
                 raise self._fail(case, "launch error", f"{what}: {reply.error[:1000]} (SGLang replays kernels in "
                                  "CUDA graphs)")
 
-        def run_local(g: Any, n: int) -> list[float]:
-            return clock.time_eager(g, n, per_replay) if eager else clock.time_replays(g, n, per_replay)
+        def run_local(label: str, g: Any, n: int) -> list[float]:
+            if eager:
+                return clock.time_eager(g, n, per_replay)
+            return clock.time_replays(g, n, per_replay, guards[label].between(n))
+
+        # the candidate's timed replays are checked too (replay_guard.py): one random replay of each batch,
+        # one random timing set of it, against the original on the same arguments
+        self._kept_check = (case, n_sets if cold else 1) if not eager and outputs else None
 
         warmup, rep = self.job.warmup, self.job.rep
         self._gpu_busy = self._unstopped = 0
         with self._quiet("warm-up"):
-            for _, g in local:
-                run_local(g, warmup)
+            for label, g in local:
+                run_local(label, g, warmup)
         if self.candidate is not None:
             self._ask(Time(replays=warmup), case, "warm-up")
         us: dict[str, list[float]] = {label: [] for label, _ in local}
@@ -618,7 +636,7 @@ class Checker:
                 if side == 0:
                     with self._quiet(f"batch {b}"):
                         for label, g in local:
-                            us[label] += run_local(g, k)
+                            us[label] += run_local(label, g, k)
                 else:
                     us["candidate"] += self._time_candidate(case, k)[0]
         wall_reason = None
@@ -627,7 +645,7 @@ class Checker:
             k = int(min(4000, max(1, WALL_BATCH_US / max(statistics.median(us["original"]) * per_replay, 1.0))))
             with self._quiet("wall-clock batch"):
                 t0 = time.perf_counter()
-                own = sum(run_local(local[0][1], k)) * per_replay
+                own = sum(run_local(local[0][0], local[0][1], k)) * per_replay
                 own_wall = (time.perf_counter() - t0) * 1e6
             reported, wall = self._time_candidate(case, k)[1:]
             calib = min(1.0, own / own_wall) if own_wall > 0 else 1.0
@@ -682,15 +700,62 @@ class Checker:
     def _time_candidate(self, case: CaseSpec, k: int) -> tuple[list[float], float, float]:
         """k timed replays in the worker: their per-launch times, the total it reports and the wall time (us)
         this process saw the request take."""
+        keep = _SECRET.randrange(k) if self._kept_check is not None else None
         t0 = time.perf_counter()
-        reply, _ = self._ask(Time(replays=k), case, "timing")
+        reply, _ = self._ask(Time(replays=k, keep=keep), case, "timing")
         wall = (time.perf_counter() - t0) * 1e6
         if not reply.ok:
             raise self._launch_error(case, reply, "timed replay")
         if len(reply.us) != k or not all(math.isfinite(u) and u > 0 for u in reply.us):
             raise self._fail(case, "protocol violation", f"the worker reported {len(reply.us)} times for {k} "
                              "replays, or times that are not positive numbers")
+        if keep is not None:
+            self._check_kept(keep, k)
         return reply.us, sum(reply.us) * self._per_replay, wall
+
+    def _kept_outputs(self) -> list[str]:
+        """What a timed replay's check compares: the output buffers; none for an op that returns its outputs by
+        value, or that changes an argument in place (replays apply it again and again: no one call's result)."""
+        tensors = self.manifest.signature.tensors
+        if self.by_value or any(t.role == "inplace" for t in tensors):
+            if "timed replays: only the one re-checked after timing" not in " ".join(self.notes):
+                self.notes.append("timed replays: only the one re-checked after timing is checked (outputs by "
+                                  "value or in place)")
+            return []
+        return [t.name for t in tensors if t.role == "output"]
+
+    def _check_kept(self, keep: int, k: int) -> None:
+        """Timed replay ``keep`` of the batch, on timing sets chosen now (all of up to four, else two at random):
+        their outputs as the worker kept them, against the original's and the reference on each set's
+        arguments (same seed), guard bands intact."""
+        assert self._kept_check is not None
+        case, n_used = self._kept_check
+        for index in range(n_used) if n_used <= 4 else _SECRET.sample(range(n_used), 2):
+            self._check_kept_set(case, keep, k, index, n_used)
+
+    def _check_kept_set(self, case: CaseSpec, keep: int, k: int, index: int, n_used: int) -> None:
+        assert self.arena is not None
+        vals = self._values(case, case.seed + index)
+        a = ArgSet(self.manifest, case.dims, case.dtype, self.device, self.op_inputs)
+        a.fill("normal", None, vals)  # type: ignore[arg-type]
+        layout = put(self.arena, a, 0)
+        label = f"timed replay {keep + 1} of {k}, timing set {index + 1} of {n_used}"
+        reply, _ = self._ask(Collect(layout=layout, index=index), case, label)
+        if not reply.ok:
+            raise self._fail(case, "protocol violation", f"{label}: the worker kept no outputs ({reply.error[:300]})")
+        got = take(self.arena, layout, a)
+        outputs = self._kept_outputs()
+        for name in outputs:
+            if not got.tensors[name].guards_intact():
+                raise self._fail(case, "out of bounds write", f"{label}: {name} written outside its bounds", name)
+        orig, ref = self._orig_run(case, vals), self._reference(case, vals)
+        tol = self.manifest.tolerances[case.dtype]
+        for name in outputs:
+            m = compare(name, got.tensors[name].view, orig[name], ref.get(name), tol, ref.get(scale_key(name)),
+                        ref.get(segments_key(name)))
+            if m is not None:
+                raise self._fail(case, "timed run wrong", f"{label}: {m.detail} (a timed replay did less than a "
+                                 "checked call)", name, m)
 
     def _warm_inplace(self) -> bool:
         """A warm replay applies an in-place op several times to one buffer: not one call's result."""

@@ -196,8 +196,21 @@ class Prepare(Model):
 
 
 class Time(Model):
+    """``replays`` timed replays, the timing sets' outputs poisoned before each; with ``keep``, that replay's
+    outputs kept for a ``Collect`` (replay_guard.py)."""
+
     op: Literal["time"] = "time"
     replays: int
+    keep: int | None = None
+
+
+class Collect(Model):
+    """Copy timing set ``index``'s outputs as kept after the last batch's ``keep`` replay (whole buffers,
+    guards included) into the arena at ``layout``'s places; nothing else of the layout is written."""
+
+    op: Literal["collect"] = "collect"
+    layout: Layout
+    index: int
 
 
 class Recheck(Model):
@@ -229,7 +242,7 @@ class Use(Model):
 
 
 class Request(Model):
-    req: Load | Run | Prepare | Time | Recheck | Release | Verify | Ping | Use = Field(discriminator="op")
+    req: Load | Run | Prepare | Time | Collect | Recheck | Release | Verify | Ping | Use = Field(discriminator="op")
 
 
 class Returned(Model):

@@ -39,6 +39,9 @@ _graph_ctx = torch.cuda.graph
 _perf = time.perf_counter
 
 Launch = Callable[[], Any]
+# ``between(i)``: work queued before replay i and, with i == replays, after the last, outside the timed window
+# (replay_guard.ReplayGuard: outputs poisoned before every replay, one replay's outputs kept for the checker)
+Between = Callable[[int], None]
 
 
 @triton.jit
@@ -155,7 +158,8 @@ def wall_suspect(reported_us: float, wall_us: float, replays: int, latency_us: f
 class Clock(Protocol):
     def capture(self, launch: Launch, eager_first: bool = True) -> Any: ...
     def replay(self, graph: Any) -> None: ...
-    def time_replays(self, graph: Any, replays: int, launches_per_replay: int) -> list[float]: ...
+    def time_replays(self, graph: Any, replays: int, launches_per_replay: int,
+                     between: Between | None = None) -> list[float]: ...
     def time_eager(self, launch: Launch, replays: int, launches_per_replay: int) -> list[float]: ...
     def sync(self) -> None: ...
     def warm(self, seconds: float) -> None: ...
@@ -186,13 +190,18 @@ class CudaClock:
     def replay(self, graph: Any) -> None:
         _replay(graph)
 
-    def time_replays(self, graph: Any, replays: int, launches_per_replay: int) -> list[float]:
+    def time_replays(self, graph: Any, replays: int, launches_per_replay: int,
+                     between: Between | None = None) -> list[float]:
         starts = [_Event(enable_timing=True) for _ in range(replays)]
         ends = [_Event(enable_timing=True) for _ in range(replays)]
         for i in range(replays):
+            if between is not None:
+                between(i)
             _record(starts[i])
             _replay(graph)
             _record(ends[i])
+        if between is not None:
+            between(replays)
         _sync()
         return [_elapsed(starts[i], ends[i]) * 1000.0 / launches_per_replay for i in range(replays)]
 
@@ -271,12 +280,17 @@ class HostClock:
     def replay(self, graph: Any) -> None:
         graph()
 
-    def time_replays(self, graph: Any, replays: int, launches_per_replay: int) -> list[float]:
+    def time_replays(self, graph: Any, replays: int, launches_per_replay: int,
+                     between: Between | None = None) -> list[float]:
         out = []
-        for _ in range(replays):
+        for i in range(replays):
+            if between is not None:
+                between(i)
             t0 = _perf()
             graph()
             out.append((_perf() - t0) * 1e6 / launches_per_replay)
+        if between is not None:
+            between(replays)
         return out
 
     def time_eager(self, launch: Launch, replays: int, launches_per_replay: int) -> list[float]:

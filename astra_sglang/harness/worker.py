@@ -31,6 +31,7 @@ from astra_sglang.harness.arena import Arena, views
 from astra_sglang.harness.isolation import die_with_parent
 from astra_sglang.harness.protocol import (
     CUDA_STICKY,
+    Collect,
     Layout,
     Load,
     Ping,
@@ -50,6 +51,7 @@ from astra_sglang.harness.protocol import (
     recv,
     send,
 )
+from astra_sglang.harness.replay_guard import ReplayGuard
 from astra_sglang.harness.suite import with_call
 from astra_sglang.harness.tensors import ArgSet, torch_dtype
 
@@ -96,6 +98,7 @@ class Worker:
         self.active = 0
         self.launchers: dict[tuple[int, str, tuple[str, ...] | None], Launcher] = {}
         self.timed: tuple[Any, list[ArgSet], int, bool, Launcher] | None = None
+        self.guard: ReplayGuard | None = None  # the timed sets' outputs (replay_guard.py); None when eager
         self.dev: torch.Tensor | None = None
         from astra_sglang.loader.launch import load_inputs
 
@@ -150,13 +153,16 @@ class Worker:
             return self._prepare(req), []
         if isinstance(req, Time):
             graph, _, per_replay, eager, _ = self._timed()
-            us = (self.clock.time_eager(graph, req.replays, per_replay) if eager
-                  else self.clock.time_replays(graph, req.replays, per_replay))
-            return Reply(ok=True, us=us), []
+            if eager:
+                return Reply(ok=True, us=self.clock.time_eager(graph, req.replays, per_replay)), []
+            between = self.guard.between(req.replays, req.keep) if self.guard is not None else None
+            return Reply(ok=True, us=self.clock.time_replays(graph, req.replays, per_replay, between)), []
+        if isinstance(req, Collect):
+            return self._collect(req), []
         if isinstance(req, Recheck):
             return self._recheck(req)
         if isinstance(req, Release):
-            self.timed = None
+            self.timed = self.guard = None
             if self.device == "cuda":
                 torch.cuda.empty_cache()
             return Reply(ok=True), []
@@ -167,7 +173,7 @@ class Worker:
         if isinstance(req, Use):
             if not 0 <= req.index < len(self.sources):
                 raise ProtocolError(f"no variant {req.index}")
-            self.active, self.timed = req.index, None
+            self.active, self.timed, self.guard = req.index, None, None
             return Reply(ok=True), []
         raise ProtocolError(f"unknown request {type(req).__name__}")
 
@@ -189,12 +195,30 @@ class Worker:
             for args in arglists:
                 launch(args)
 
+        self.guard = None
         if req.eager:
             run_all()
             self.clock.sync()
             self.timed = (run_all, sets, req.per_replay, True, launch)
             return Reply(ok=True)
         self.timed = (self.clock.capture(run_all), sets, req.per_replay, False, launch)
+        outputs = [t.name for t in self.manifest.signature.tensors if t.role == "output"]
+        self.guard = ReplayGuard(sets if req.cold else sets[:1], outputs)
+        return Reply(ok=True)
+
+    def _collect(self, req: Collect) -> Reply:
+        kept = self.guard.kept if self.guard is not None else None
+        if kept is None or not 0 <= req.index < len(kept):
+            raise ProtocolError(f"no kept outputs of timing set {req.index}")
+        for spec in req.layout.buffers:
+            if spec.name not in self.guard.outputs:  # type: ignore[union-attr]
+                continue
+            buf = kept[req.index][self.guard.outputs.index(spec.name)]  # type: ignore[union-attr]
+            if buf.numel() != spec.buf_numel:
+                raise ProtocolError(f"{spec.name}: the layout's buffer has {spec.buf_numel} elements, the timed "
+                                    f"one {buf.numel()}")
+            n = buf.numel() * buf.element_size()
+            self.arena.host[spec.offset:spec.offset + n].copy_(buf.reshape(-1).view(torch.uint8))
         return Reply(ok=True)
 
     def _recheck(self, req: Recheck) -> tuple[Reply, list[bytes]]:
