@@ -48,6 +48,15 @@ def test_python_cheats_on_paper_shapes(marker, restored_op):
         assert (marker / n).is_file(), f"{n}: the attack did not run"
 
 
+def test_a_kernel_that_skips_work_in_timed_replays_is_caught_on_the_gpu(marker, restored_op):
+    """Issue 22 class 1 on the H200: the capture sees the burst, so the graph holds the first set's launch only
+    (a large false win at small shapes before every timed replay was checked)."""
+    r = evaluate(restored_op("merge_state"), CHEATS / "skips_work_in_timed_replays.py", UNSCREENED)
+    f = r.correctness.first_failure if r.correctness else None
+    assert not r.ok and f is not None and f.reason == "timed run wrong", r.model_dump_json(indent=1)[:3000]
+    assert "skipped" in (marker / "skips_work_in_timed_replays").read_text()
+
+
 def test_cuda_static_constructor_calling_python_is_still_checked(marker, restored_op):
     op = restored_op("fused_add_rmsnorm")
     r = evaluate(op, CANDS / "fused_add_rmsnorm" / "cheats" / "static_ctor_python.cuh", UNSCREENED)
