@@ -16,7 +16,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from astra_sglang.patches.adapters import get_adapter, make_guard  # noqa: E402
+from astra_sglang.patches.adapters import adapter_ops, get_adapter, make_guard  # noqa: E402
 from astra_sglang.patches.adapters.decode_attention import DecodeAttentionAdapter  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -194,3 +194,19 @@ def test_adapter_names_are_the_contracts_signature():
         pytest.xfail("the contract revision that adds the page_size scalar has not landed in extracted/decode_attention")
     ad = DecodeAttentionAdapter()
     assert names == [*ad.tensor_names, *ad.scalar_names]
+
+
+@pytest.mark.parametrize("op", adapter_ops())
+def test_an_adapter_s_widest_guard_stays_inside_its_op_contract(op):
+    """decode_attention's guard took G up to 64 where its contract (and SGLang's grouped kernel) is right only up
+    to 16: a patch checked inside the contract must never be served outside it."""
+    from astra_sglang.contract.op import load_manifest
+
+    dims = {d.name: d for d in load_manifest(Path(__file__).resolve().parent.parent / "extracted" / op).signature.dims}
+    for name, r in get_adapter(op).default_guard().dims.items():
+        d = dims.get(name)
+        if d is None:
+            continue
+        assert r.min >= d.min, (op, name)
+        if d.max is not None:
+            assert r.max is not None and r.max <= d.max, (op, name, r.max, d.max)

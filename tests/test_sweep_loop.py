@@ -199,3 +199,34 @@ def test_the_sweep_of_the_original_is_not_refused_by_the_candidate_screen(tmp_pa
     with pytest.raises(Exception, match="no config of the original passed"):
         tune_baseline.sweep_baseline(op, EvalConfig(shapes="test", device="cpu", timing=False))
     assert seen == [False]
+
+
+def test_a_resumed_run_drops_proposed_cases_its_op_contract_no_longer_allows(tmp_path, restored_op):
+    """MODEL RUN 2026-12-04 (Claude answering through the file: provider): the Testing agent proposed
+    decode_attention at G = 17, where SGLang's grouped kernel is wrong, and the original failed its own round 0.
+    The contract now says G <= 16; the run resumed from its cached suite must not run that case again."""
+    from types import SimpleNamespace
+
+    from astra_sglang.agents.schemas import DimValue, ProposedCase
+    from astra_sglang.contract.op import load_manifest
+    from astra_sglang.loop.optimizer import Optimizer
+    from astra_sglang.loop.records import SuiteStep
+    from astra_sglang.loop.runfolder import RunFolder
+
+    op = restored_op("decode_attention")
+
+    def case(g: int) -> ProposedCase:
+        dims = dict(B=2, S=100, NK=2, G=g, D=64, P=1, R=1, X=1, MS=8)
+        return ProposedCase(dims=[DimValue(name=k, value=v) for k, v in dims.items()], dtype="bfloat16",
+                            distribution="normal", why="group size")
+
+    folder = RunFolder(tmp_path / "run")
+    folder.save_step(0, "suite", SuiteStep(accepted=[case(4), case(17)], used_by_harness=True, note="2 cases"))
+    events: list[str] = []
+    opt = Optimizer.__new__(Optimizer)
+    opt.folder, opt.manifest = folder, load_manifest(op)
+    opt.spec, opt.view = EvalSpec(shapes="paper"), SimpleNamespace(event=events.append)
+    step = opt._suite_under_contract(folder.load_step(0, "suite", SuiteStep))
+    assert [c.dims[3].value for c in step.accepted] == [4]
+    assert any("G=17 outside its constraints" in r for r in step.rejected) and "dropped on resume" in step.note
+    assert folder.load_step(0, "suite", SuiteStep).accepted == step.accepted and events

@@ -120,7 +120,7 @@ class Optimizer:
     async def suite_step(self) -> SuiteStep:
         cached = self.folder.load_step(0, "suite", SuiteStep)
         if cached is not None:
-            return cached
+            return self._suite_under_contract(cached)
         agent = self.team.testing
         transcript: list[TranscriptEntry] = []
         try:
@@ -140,6 +140,23 @@ class Optimizer:
                              transcript=transcript)
         self.folder.save_step(0, "suite", step)
         self.view.event(f"test suite: {step.note}")
+        return step
+
+    def _suite_under_contract(self, step: SuiteStep) -> SuiteStep:
+        """A resumed run's suite held against today's contract: a case the op contract no longer allows (its
+        domain narrowed after the suite was proposed, e.g. decode_attention's G <= 16 once a proposed G = 17
+        showed SGLang's kernel wrong there) is dropped and said, never run against the original."""
+        if not step.accepted:
+            return step
+        max_elems = 4096 if self.spec.shapes == "test" else 1 << 24
+        kept, dropped = views.validate_suite(step.accepted, self.manifest, max_elems)
+        if not dropped:
+            return step
+        note = f"{len(dropped)} proposed case(s) dropped on resume: outside the op contract now"
+        step = step.model_copy(update={"accepted": kept, "rejected": [*step.rejected, *dropped],
+                                       "note": f"{step.note}; {note}"})
+        self.folder.save_step(0, "suite", step)
+        self.view.event(f"test suite: {note} ({'; '.join(dropped)[:300]})")
         return step
 
     async def round_zero(self) -> RoundRecord:

@@ -196,7 +196,9 @@ DECODE_ATTENTION = CatalogEntry(
             Dim(name="B", meaning="decode requests (one query token each)"),
             Dim(name="S", meaning="mean KV length per request (the batch reads B*S KV rows)"),
             Dim(name="NK", meaning="KV heads (after TP)"),
-            Dim(name="G", meaning="query heads per KV head (NQ = NK * G)"),
+            Dim(name="G", meaning="query heads per KV head (NQ = NK * G); at most 16: the grouped stage 1 maps "
+                "head tile i to KV head i // cdiv(G, 16), right only for G <= 16 or a multiple of 16 (a proposed "
+                "test case at G = 17 found it, 2026-12-04)", max=16),
             Dim(name="D", meaning="head dim (qk and v)", multiple_of=16),
             Dim(name="P", meaning="page size (--page-size): a request's KV rows fill whole pages of P slots"),
             Dim(name="R", meaning="KV lengths: 1 = every request S (uniform), 2 = mixed (random cuts, each >= 1)",

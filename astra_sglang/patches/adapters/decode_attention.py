@@ -152,7 +152,7 @@ class DecodeAttentionAdapter(OpAdapter):
 
     def default_guard(self) -> GuardSpec:
         return GuardSpec(dtypes=["bfloat16", "float16"],
-                         dims=dim_ranges(B=(1, 4096, 1), NK=(1, 128, 1), G=(1, 64, 1), D=(64, 256, 16),
+                         dims=dim_ranges(B=(1, 4096, 1), NK=(1, 128, 1), G=(1, 16, 1), D=(64, 256, 16),
                                          MS=(8, 8, 1), P=(1, 256, 1)))
 
     def default_check_shapes(self) -> list[dict[str, int]]:
