@@ -62,7 +62,9 @@ def op_kernel(op_dir: Path, op: Manifest, *, kind: str, dtypes: list[str], arch:
 
 def load_kernel(patch_dir: Path, m: PatchManifest, op: Manifest, *, dtypes: list[str],
                 arch: str | None) -> Kernel:
-    """The patch's kernel; a CUDA one is built against the op folder completed with SGLang's headers."""
-    op_dir = extracted_op_dir(m) if m.source.kind == "cuda_jit" else op_folder(m.op)
+    """The patch's kernel, built or imported against the op folder completed with SGLang's files: a CUDA one
+    includes SGLang's headers, a Triton one may import what SGLang's kernel module imports (decode_attention's
+    score_mod and srt utilities), which a wheel never carries (the H200 forward's first call failed on it)."""
+    op_dir = extracted_op_dir(m)
     return op_kernel(op_dir, op, kind=m.source.kind, dtypes=dtypes, arch=arch or "sm_90a",
                      source=Path(patch_dir) / m.source.file)
