@@ -225,3 +225,20 @@ def test_a_triton_patch_loads_against_the_op_folder_completed_with_sglang_s_file
     m = PatchManifest.model_construct(op="decode_attention", source=type("S", (), {"kind": "triton", "file": "k.py"})())
     kernels.load_kernel(tmp_path, m, None, dtypes=["bfloat16"], arch=None)
     assert seen == [tmp_path / "completed"]
+
+
+def test_the_derived_guard_serves_a_decode_shape_only_where_the_patch_won_at_every_measured_context():
+    """The guard cannot see S (the mean context is a device read). A patch that wins at context 1024 and loses at
+    8192 for the same B/NK/G/D/MS/P must not serve that point at all; where it wins at both, it serves."""
+    from astra_sglang.contract.patch import GuardRow
+    from astra_sglang.patches.tooling.guard import derive_guard
+
+    def row(b: int, s: int, wins: bool) -> GuardRow:
+        return GuardRow(dims=dict(B=b, S=s, NK=8, G=4, D=128, P=1, R=1, X=1, MS=8), dtype="bfloat16",
+                        speedup=1.3 if wins else 0.9, spread_pct=1.0, wins=wins)
+
+    rows = [row(32, 1024, True), row(32, 8192, False), row(128, 1024, True), row(128, 8192, True)]
+    guard, table = derive_guard(DecodeAttentionAdapter().default_guard(), rows)
+    assert not guard.accepts_dims(dict(B=32, NK=8, G=4, D=128, MS=8, P=1))
+    assert guard.accepts_dims(dict(B=128, NK=8, G=4, D=128, MS=8, P=1))
+    assert [r.served for r in table] == [False, False, True, True]
