@@ -153,6 +153,51 @@ def test_a_malformed_tune_in_the_loop_is_that_candidate_s_build_failure(merge_op
     assert r_good.ok and r_good.sweep is None
 
 
+def test_a_finished_sweep_is_kept_beside_the_candidate_and_reused_only_for_the_same_text_and_settings(
+        swept, merge_op, monkeypatch):
+    """A queue pass cut short after a candidate's sweep (2026-12-04: two 16-config decode_attention sweeps ate a
+    540 s H200 pass, no verdict written) must not pay for that sweep again."""
+    import astra_sglang.harness.sweep as sweep
+
+    cand, first = swept
+    assert first.sweep is not None and cand.with_name("candidate.sweep.json").is_file()
+    calls: list[int] = []
+    real = sweep.sweep_variants
+    monkeypatch.setattr(sweep, "sweep_variants", lambda *a, **k: calls.append(1) or real(*a, **k))
+    Path(first.sweep.frozen_path).unlink()  # the frozen source lost: rewritten from the kept sweep
+    again = evaluate(merge_op, cand, SIM)
+    assert calls == [] and again.ok, again.error
+    assert again.sweep is not None and again.sweep.choice == first.sweep.choice
+    assert Path(again.sweep.frozen_path).read_text() == first.sweep.frozen_source
+    evaluate(merge_op, cand, SIM.model_copy(update={"mode": "warm"}))  # other settings: swept again
+    assert calls == [1]
+    edited = cand.with_name("edited.py")
+    edited.write_text(cand.read_text() + "\n# edited\n")
+    shutil.copy(cand.with_name("candidate.sweep.json"), edited.with_name("edited.sweep.json"))
+    evaluate(merge_op, edited, SIM)  # another text under a copied record: swept again
+    assert calls == [1, 1]
+
+
+def test_each_tunable_candidate_gets_its_verdict_before_the_next_one_is_swept(merge_op, tmp_path, monkeypatch):
+    """So a pass cut short keeps every verdict it reached instead of none (the sweeps used to run first, all)."""
+    import astra_sglang.harness.sweep as sweep
+    from astra_sglang.contract.result import SweepReport
+
+    events: list[str] = []
+
+    def fake_tune(op_dir, manifest, candidate, space, config, device, seed):
+        events.append(f"sweep {candidate.name}")
+        return SweepReport(parameters=space.params, configs=[], choice=[], single=False)
+
+    monkeypatch.setattr(sweep, "tune_candidate", fake_tune)
+    cands = []
+    for name in ("a.py", "b.py"):
+        cands.append(tmp_path / name)
+        shutil.copy(MS / "tunable" / "rows_x_warps.py", cands[-1])
+    evaluate_many(merge_op, cands, CHECK_ONLY, on_result=lambda i, r: events.append(f"verdict {i}"))
+    assert events == ["sweep a.py", "verdict 0", "sweep b.py", "verdict 1"]
+
+
 # ------------------------------------------------------------------------------------ tune OP, bad input
 
 

@@ -196,9 +196,10 @@ def evaluate_many(op_dir: Path, candidates: list[Path | None], config: EvalConfi
             raise AstraError(f"candidate {c} does not exist")
     base_seed = config.seed if config.seed is not None else random.SystemRandom().getrandbits(48)
     submitted = list(candidates)
-    sweeps = _tune_all(op_dir, manifest, candidates, config, device, base_seed)
-    candidates = [Path(s.frozen_path) if isinstance(s, SweepReport) and s.frozen_path else c
-                  for c, s in zip(candidates, sweeps)]
+    # a Triton candidate's sweep takes GPU-minutes (decode_attention: ~4 per candidate on the H200), so each one is
+    # swept, built and judged before the next is swept: a pass cut short keeps every verdict it reached
+    lazy = manifest.source_kind == "triton"
+    sweeps = [None] * len(candidates) if lazy else _tune_all(op_dir, manifest, candidates, config, device, base_seed)
     secret = heldout_secret() if config.include_heldout else None
     cases = build_suite(manifest, config, base_seed, secret)
     shapes = timed_shapes(manifest, config)
@@ -207,7 +208,8 @@ def evaluate_many(op_dir: Path, candidates: list[Path | None], config: EvalConfi
     t_dtypes = timing_dtypes(manifest, config)
     dtypes = sorted({c.dtype for c in cases} | set(t_dtypes))
     t0 = time.monotonic()
-    builds = build_all(op_dir, manifest, candidates, dtypes, config)
+    builds: list[BuildReport | None] = ([None] * len(candidates) if lazy else
+                                        build_all(op_dir, manifest, candidates, dtypes, config))
     # where the manifest says what SGLang serves, a candidate is also checked against it (every checked dtype)
     serving = states_serving(manifest)
     baselines = build_baselines(op_dir, manifest, dtypes if serving else t_dtypes, config,
@@ -215,8 +217,13 @@ def evaluate_many(op_dir: Path, candidates: list[Path | None], config: EvalConfi
     build_wall = time.monotonic() - t0
     warmup, rep = config.timing_protocol()
     results: list[EvalResult] = []
-    for cand, build, given, sweep in zip(candidates, builds, submitted, sweeps):
+    for given, build, sweep in zip(submitted, builds, sweeps):
         start = time.monotonic()
+        if lazy:
+            sweep = _tune_all(op_dir, manifest, [given], config, device, base_seed)[0]
+        cand = Path(sweep.frozen_path) if isinstance(sweep, SweepReport) and sweep.frozen_path else given
+        if build is None:
+            build = build_all(op_dir, manifest, [cand], dtypes, config)[0]
         res = EvalResult(op_id=manifest.op_id, candidate=str(given) if given else None,
                          candidate_sha256=sha256_file(given) if given else None,
                          device="cpu (TRITON_INTERPRET=1)" if device == "cpu" else "cuda",
@@ -249,7 +256,8 @@ def evaluate_many(op_dir: Path, candidates: list[Path | None], config: EvalConfi
         # the checker waits timeout_s on a silent candidate before it reports the hang itself
         outcome = run_checker(job, timeout_s=config.timeout_s + 60.0, max_wall_s=config.max_wall_s)
         _fill(res, outcome, config, device)
-        res.wall_s += time.monotonic() - start + (build.seconds if len(candidates) == 1 else build_wall / len(candidates))
+        res.wall_s += time.monotonic() - start + (build.seconds if len(candidates) == 1 or lazy
+                                                  else build_wall / len(candidates))
         _done(results, res, on_result)
     return results
 

@@ -40,6 +40,7 @@ from astra_sglang.harness.protocol import (
 M = TypeVar("M", bound=Model)
 
 PARENT_ENV = "ASTRA_HARNESS_PARENT_PID"  # set by ``Child``: the pid ``die_with_parent`` expects as its parent
+TRACE_ENV = "ASTRA_SGLANG_TRACE"  # "1": print every progress step of a checker, with its time, to stderr
 _PR_SET_PDEATHSIG = 1
 STOP_WAIT_S = 5.0  # how long ``Child.stopped`` waits for every task of the group to reach the stopped state
 
@@ -285,6 +286,7 @@ def run_checker(job: CheckJob, *, timeout_s: float, max_wall_s: float,
                 env_extra: dict[str, str] | None = None) -> WorkerOutcome:
     """Run the trusted checker on one job; its progress resets the hang watchdog."""
     out = WorkerOutcome()
+    trace = os.environ.get(TRACE_ENV) == "1"  # where a GPU pass spends its minutes (which step, which shape)
     with Child("astra_sglang.harness.judge", device=job.device, env_extra=env_extra, name="checker") as child:
         deadline = child.t0 + max_wall_s
         try:
@@ -295,6 +297,9 @@ def run_checker(job: CheckJob, *, timeout_s: float, max_wall_s: float,
                 if isinstance(msg, Progress):
                     out.last_progress = msg
                     out.progress.append(msg)
+                    if trace:
+                        print(f"[{time.monotonic() - child.t0:7.1f} s] {msg.step} {msg.dims or ''}",
+                              file=sys.stderr, flush=True)
                 elif isinstance(msg, CheckResult):
                     out.result = msg
                     break

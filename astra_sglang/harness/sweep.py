@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from astra_sglang.contract.base import sha256_text, write_atomic
+from astra_sglang.contract.base import Model, sha256_text, write_atomic
 from astra_sglang.contract.eval_config import EvalConfig
 from astra_sglang.contract.op import Manifest
 from astra_sglang.contract.result import (
@@ -194,11 +194,71 @@ def _write_frozen(candidate: Path, text: str) -> Path:
         return target
 
 
+class KeptSweep(Model):
+    """A finished sweep saved beside its candidate (``x.py`` -> ``x.sweep.json``), so an evaluation pass cut short
+    after the sweep (a K-candidate decode_attention round spends ~4 GPU-minutes per candidate sweeping on the
+    H200, 2026-12-04) does not sweep again: reused only for the same candidate text, op and sweep settings."""
+
+    candidate_sha256: str
+    key: str
+    report: SweepReport
+
+
+def sweep_key(manifest: Manifest, config: EvalConfig, device: str) -> str:
+    """What a sweep's result depends on besides the candidate text (not its seed: any fresh quick cases do)."""
+    fields = {"op": manifest.op_id, "sglang": manifest.sglang_version, "device": device, "shapes": config.shapes,
+              "timing_dtypes": config.timing_dtypes, "mode": config.mode, "max_configs": config.max_tune_configs,
+              "max_timed_shapes": config.max_timed_shapes, "screen": config.screen, "timing": config.timing,
+              "min_change_pct": config.min_change_pct, "dtypes": config.dtypes}
+    return sha256_text(repr(sorted(fields.items())))
+
+
+def _kept_path(candidate: Path) -> Path:
+    return candidate.with_name(f"{candidate.stem}.sweep.json")
+
+
+def kept_sweep(candidate: Path, text: str, key: str) -> SweepReport | None:
+    """The saved sweep of exactly this candidate text and key, its frozen source rewritten if it went missing;
+    None when there is none, it is for other text or settings, or it is unreadable."""
+    try:
+        kept = KeptSweep.model_validate_json(_kept_path(candidate).read_text())
+    except (OSError, ValueError):
+        return None
+    r = kept.report
+    if kept.candidate_sha256 != sha256_text(text) or kept.key != key:
+        return None
+    if r.frozen_source is not None:
+        if sha256_text(r.frozen_source) != r.frozen_sha256:
+            return None
+        path = Path(r.frozen_path or "")
+        try:
+            current = path.read_text() if path.is_file() else None
+        except OSError:
+            current = None
+        if current != r.frozen_source:
+            path = _write_frozen(candidate, r.frozen_source)
+        r = r.model_copy(update={"frozen_path": str(path)})
+    return r
+
+
+def _keep_sweep(candidate: Path, text: str, key: str, report: SweepReport) -> None:
+    try:
+        write_atomic(_kept_path(candidate), KeptSweep(candidate_sha256=sha256_text(text), key=key, report=report)
+                     .model_dump_json(indent=1) + "\n")
+    except OSError:
+        pass  # a read-only folder: the sweep is only not reusable
+
+
 def tune_candidate(op_dir: Path, manifest: Manifest, candidate: Path, space: TuneSpace, config: EvalConfig,
                    device: str, seed: int) -> SweepReport:
-    """The sweep of one tunable candidate; ``frozen_path`` is None when no config survived."""
+    """The sweep of one tunable candidate; ``frozen_path`` is None when no config survived. A timed sweep is saved
+    beside the candidate and reused by the next evaluation of the same text under the same settings."""
     t0 = time.monotonic()
     text = candidate.read_text()
+    key = sweep_key(manifest, config, device)
+    reused = kept_sweep(candidate, text, key)
+    if reused is not None:
+        return reused
     configs = space.configs()
     with tempfile.TemporaryDirectory(prefix="astra-sweep-") as tmp:
         sources = []
@@ -212,15 +272,15 @@ def tune_candidate(op_dir: Path, manifest: Manifest, candidate: Path, space: Tun
     report = SweepReport(parameters=space.params, configs=results, choice=choices, single=single,
                          quick_cases=n_quick, method=sweep_method(config, dev, untimed),
                          note=CPU_NOTE if device != "cuda" else "")
-    if index is None and not choices:
-        report.wall_s = time.monotonic() - t0
-        return report
-    table = ([({}, results[index].config)] if untimed and index is not None else
-             [(choices[0].dims, choices[0].config)] if single else [(c.dims, c.config) for c in choices])
-    frozen = freeze(text, space, table, manifest)
-    path = _write_frozen(candidate, frozen)
-    report.frozen_path, report.frozen_sha256, report.frozen_source = str(path), sha256_text(frozen), frozen
+    if index is not None or choices:
+        table = ([({}, results[index].config)] if untimed and index is not None else
+                 [(choices[0].dims, choices[0].config)] if single else [(c.dims, c.config) for c in choices])
+        frozen = freeze(text, space, table, manifest)
+        path = _write_frozen(candidate, frozen)
+        report.frozen_path, report.frozen_sha256, report.frozen_source = str(path), sha256_text(frozen), frozen
     report.wall_s = time.monotonic() - t0
+    if not untimed and report.frozen_path is not None:  # a failed sweep may be the device's fault: sweep again;
+        _keep_sweep(candidate, text, key, report)  # an interpreter sweep is quick and chooses arbitrarily
     return report
 
 
