@@ -40,7 +40,7 @@ REFERENCE = _ns(ENTRY.reference)["reference"]
 
 
 def _dims(**over: int) -> dict[str, int]:
-    return {"B": 3, "S": 9, "NK": 2, "G": 2, "D": 16, "P": 4, "R": 2, "X": 1, "MS": 8, **over}
+    return {"B": 3, "S": 9, "NK": 2, "G": 2, "D": 16, "P": 4, "R": 2, "X": 1, "KX": 0, "MS": 8, **over}
 
 
 def _args(dims: dict[str, int], dtype: str = "float16", seed: int = 0) -> dict[str, Any]:
@@ -211,7 +211,7 @@ def test_bytes_per_call_are_the_batchs_rows_by_hand() -> None:
     output by role: written; its read by stage 2 is not in the rule, see the report of issue 23)."""
     m = load_manifest(EXTRACTED)
     b, s, nk, g, d, ms = 128, 1024, 8, 4, 128, 8
-    dims = {"B": b, "S": s, "NK": nk, "G": g, "D": d, "P": 1, "R": 1, "X": 0, "MS": ms}
+    dims = {"B": b, "S": s, "NK": nk, "G": g, "D": d, "P": 1, "R": 1, "X": 0, "KX": 0, "MS": ms}
     kv = 2 * b * s * nk * d * 2
     q_and_o = 2 * b * nk * g * d * 2
     indices = (b + 1) * 4 + b * s * 8 + b * 4
@@ -219,3 +219,68 @@ def test_bytes_per_call_are_the_batchs_rows_by_hand() -> None:
     assert contract_bytes(m, dims, "bfloat16") == kv + q_and_o + indices + workspace
     # the harness's shapes keep one padding slot (X = 1) and, paged, the partial pages' slack: counted as read
     assert contract_bytes(m, {**dims, "X": 1}, "bfloat16") == kv + q_and_o + indices + workspace + 2 * nk * d * 2
+    # a CUDA-graph call's kv_indices is the whole buffer; only the batch's B*S entries are read
+    assert contract_bytes(m, {**dims, "KX": 1 << 21}, "bfloat16") == kv + q_and_o + indices + workspace
+
+
+# ------------------------------------------------------------------------------ kv_indices under CUDA graphs
+
+def test_kv_indices_past_the_batch_are_stale_slots_of_the_pool_as_a_graph_replay_passes_them() -> None:
+    """Under CUDA graphs TritonAttnBackend passes its whole cuda_graph_kv_indices buffer (max batch x context
+    entries); past the batch's rows it holds slots of earlier batches: real pool slots, not this batch's."""
+    dims = _dims(KX=50)
+    made = INPUTS["make_inputs"](dims, "float32", torch.Generator().manual_seed(5), "cpu")
+    idx, pool = made["kv_indices"], made["k_buffer"].shape[0]
+    rows = dims["B"] * dims["S"]
+    assert idx.numel() == rows + 50 == rows + dims["KX"] and int(made["kv_indptr"][-1]) == rows
+    assert int(idx[rows:].min()) >= 0 and int(idx[rows:].max()) < pool
+    eager = INPUTS["make_inputs"](_dims(), "float32", torch.Generator().manual_seed(5), "cpu")
+    assert torch.equal(eager["kv_indices"], idx[:rows])  # the batch's rows do not depend on the form
+
+
+def test_the_timed_shapes_are_the_graph_form_and_the_suite_also_checks_eager_calls() -> None:
+    """What serving times is a graph replay (every decode batch up to --cuda-graph-max-bs, 256 on an H200): the
+    paper shapes carry the H200's LLaMA-3-8B buffer (256 x 8192 entries); eager decode is checked too."""
+    shapes = ENTRY.shapes()
+    paper = [s.dims for s in shapes if "paper" in s.tags]
+    assert all(d["B"] * d["S"] + d["KX"] == 256 * 8192 for d in paper)
+    decode = [s.dims for s in shapes if "decode" in s.tags and "paper" not in s.tags]
+    assert any(d["KX"] == 0 for d in decode) and any(d["KX"] > 0 for d in decode)
+    tiny = [s.dims for s in shapes if "test" in s.tags]
+    assert any(d["KX"] == 0 for d in tiny) and any(d["KX"] > 0 for d in tiny)
+
+
+def test_a_kernel_that_takes_numel_of_kv_indices_for_the_batchs_rows_fails_the_contract(tmp_path) -> None:
+    """The MODEL RUN's best round-1 candidates sized their work by kv_indices.numel(), which the old contract
+    (kv_indices exactly B*S) could not tell from the batch's rows. This SCRIPTED candidate goes further and reads
+    to the end of kv_indices for the last request: right on an exact-length kv_indices, wrong on a graph replay's."""
+    from astra_sglang.contract.eval_config import EvalConfig
+    from astra_sglang.harness.evaluate import evaluate
+
+    src = (ROOT / "tests" / "fixtures" / "i23_decode_attention" / "correct.py").read_text()
+    head = "    b, nq, d = q.shape\n"
+    assert head in src
+    cand = tmp_path / "numel_rows.py"
+    cand.write_text(src.replace(head, head + "    kv_indptr = kv_indptr.clone()\n"
+                                "    kv_indptr[-1] = kv_indices.numel()\n", 1))
+    cfg = EvalConfig(shapes="test", dtypes=["float16"], device="cpu", timing=False, seed=3,
+                     distributions=["normal"], check_all_shapes=False)
+    r = evaluate(EXTRACTED, cand, cfg)
+    assert not r.ok and r.correctness is not None and r.correctness.first_failure is not None
+    assert r.correctness.first_failure.dims.get("KX", 0) > 0, r.correctness.first_failure
+    ok = evaluate(EXTRACTED, ROOT / "tests" / "fixtures" / "i23_decode_attention" / "correct.py", cfg)
+    assert ok.ok, ok.error
+
+
+def test_a_queued_case_written_before_kx_existed_is_run_as_the_eager_form_it_meant() -> None:
+    """Requests queued by runs begun before dim KX (2026-12-04: mr-da-k4 / mr-da-single round 1) carry their
+    proposed cases without it: the pass completes them with KX = 0 instead of refusing the whole request."""
+    from astra_sglang.contract.eval_config import EvalConfig, ExtraCase
+    from astra_sglang.harness.suite import build_suite
+
+    m = load_manifest(EXTRACTED)
+    old = {"B": 2, "S": 5, "NK": 1, "G": 2, "D": 16, "P": 1, "R": 1, "X": 1, "MS": 8}
+    cfg = EvalConfig(shapes="test", dtypes=["float16"], distributions=["normal"],
+                     extra_cases=[ExtraCase(dims=old, dtype="float16")])
+    extra = [c for c in build_suite(m, cfg, 1, None) if "extra" in c.tags]
+    assert [c.dims for c in extra] == [{**old, "KX": 0}]

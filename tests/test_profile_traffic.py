@@ -129,7 +129,7 @@ def test_rows_without_a_count_stay_dashes_and_the_note_says_what_was_counted(rec
     assert at.BYTES_NOTE not in recorded.notes
     note = next(n for n in recorded.notes if n.startswith("bytes moved:"))
     assert "per op call, all its kernels together" in note and "context 1033 per request" in note
-    assert "decode_attention (B=32 S=1033 NK=8 G=4 D=128 X=0 MS=8" in note and "4267 GB/s" in note
+    assert "decode_attention (B=32 S=1033 NK=8 G=4 D=128 X=0 KX=0 MS=8" in note and "4267 GB/s" in note
     assert "silu_and_mul" in note  # counted, but its kernel is one five activation ops share
 
 

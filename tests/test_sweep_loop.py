@@ -229,4 +229,6 @@ def test_a_resumed_run_drops_proposed_cases_its_op_contract_no_longer_allows(tmp
     step = opt._suite_under_contract(folder.load_step(0, "suite", SuiteStep))
     assert [c.dims[3].value for c in step.accepted] == [4]
     assert any("G=17 outside its constraints" in r for r in step.rejected) and "dropped on resume" in step.note
+    # proposed before kv_indices' graph form (dim KX) was added: kept, meaning what it meant (KX = 0, eager)
+    assert {d.name: d.value for d in step.accepted[0].dims}["KX"] == 0
     assert folder.load_step(0, "suite", SuiteStep).accepted == step.accepted and events

@@ -44,12 +44,17 @@ class Dim(Model):
     multiple_of: int = 1
     min: int = 1
     max: int | None = None
+    added_default: int | None = Field(None, description="for a dim added to a contract later: the value a case "
+                                      "written before it (a run's proposed suite, a patch's check shapes) meant")
 
 
 class TensorArg(Model):
     name: str
     role: Literal["input", "output", "inplace"]
     shape: list[str] = Field(description="symbolic, over Dim names, e.g. ['T', '2*H']")
+    moved: list[str] | None = Field(None, description="symbolic shape of what one call must move when that is less "
+                                    "than the tensor: kv_indices under CUDA graphs is a whole pre-sized buffer of "
+                                    "which a call reads the batch's B*S rows; None = all of it")
     dtype: str = Field(description="'{dtype}' for the case dtype, else a torch dtype name like 'float32'")
     align_bytes: int = 16
     contiguous: bool = True
@@ -437,3 +442,11 @@ def manifest_digest(manifest: Manifest) -> str:
 def manifest_sha256(op_dir: Path) -> str:
     """``manifest_digest`` of the op folder's manifest (ManifestError when it is missing or unreadable)."""
     return manifest_digest(load_manifest(op_dir))
+
+
+def complete_dims(manifest: Manifest, dims: dict[str, int]) -> dict[str, int]:
+    """``dims`` with every dim it lacks that has an ``added_default`` filled in: a case recorded before the dim
+    was added keeps meaning what it meant (a resumed run's suite, a queued request, a patch's check shapes)."""
+    missing = {d.name: d.added_default for d in manifest.signature.dims
+               if d.name not in dims and d.added_default is not None}
+    return {**dims, **missing} if missing else dims

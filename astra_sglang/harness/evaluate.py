@@ -208,8 +208,9 @@ def evaluate_many(op_dir: Path, candidates: list[Path | None], config: EvalConfi
     t_dtypes = timing_dtypes(manifest, config)
     dtypes = sorted({c.dtype for c in cases} | set(t_dtypes))
     t0 = time.monotonic()
-    builds: list[BuildReport | None] = ([None] * len(candidates) if lazy else
-                                        build_all(op_dir, manifest, candidates, dtypes, config))
+    builds: list[BuildReport | None] = [None] * len(candidates)
+    if not lazy:
+        builds = list(build_all(op_dir, manifest, candidates, dtypes, config))
     # where the manifest says what SGLang serves, a candidate is also checked against it (every checked dtype)
     serving = states_serving(manifest)
     baselines = build_baselines(op_dir, manifest, dtypes if serving else t_dtypes, config,
@@ -218,9 +219,9 @@ def evaluate_many(op_dir: Path, candidates: list[Path | None], config: EvalConfi
     warmup, rep = config.timing_protocol()
     results: list[EvalResult] = []
     for given, build, sweep in zip(submitted, builds, sweeps):
-        start = time.monotonic()
         if lazy:
             sweep = _tune_all(op_dir, manifest, [given], config, device, base_seed)[0]
+        start = time.monotonic()  # after the sweep: its own wall_s is added below
         cand = Path(sweep.frozen_path) if isinstance(sweep, SweepReport) and sweep.frozen_path else given
         if build is None:
             build = build_all(op_dir, manifest, [cand], dtypes, config)[0]

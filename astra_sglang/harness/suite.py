@@ -15,7 +15,7 @@ import random
 from astra_sglang import pyast
 from astra_sglang.contract.base import fit_dim
 from astra_sglang.contract.eval_config import DISTRIBUTIONS, EvalConfig
-from astra_sglang.contract.op import Manifest, signature_names
+from astra_sglang.contract.op import Manifest, complete_dims, signature_names
 from astra_sglang.errors import AstraError
 from astra_sglang.harness.protocol import CaseSpec
 from astra_sglang.loader.launch import compile_call
@@ -69,7 +69,7 @@ def contract_bytes(manifest: Manifest, dims: dict[str, int], dtype: str) -> int 
         elem = ELEM_BYTES.get(dtype if t.dtype == "{dtype}" else t.dtype)
         if elem is None:
             return None
-        total += tensor_traffic(t.role, math.prod(shape_of(t.shape, dims)) * elem)
+        total += tensor_traffic(t.role, math.prod(shape_of(t.moved or t.shape, dims)) * elem)
     return total
 
 
@@ -222,6 +222,7 @@ def build_suite(manifest: Manifest, config: EvalConfig, base_seed: int, secret: 
                               tags=["large-special"]))
     names = {d.name for d in manifest.signature.dims}
     for extra in config.extra_cases:
+        extra = extra.model_copy(update={"dims": complete_dims(manifest, extra.dims)})
         if set(extra.dims) != names:
             raise AstraError(f"extra case dims {sorted(extra.dims)} do not match the op's dims {sorted(names)}")
         if extra.dtype not in manifest.signature.dtypes or extra.distribution not in DISTRIBUTIONS:

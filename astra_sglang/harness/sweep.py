@@ -19,7 +19,7 @@ from pathlib import Path
 
 from astra_sglang.contract.base import Model, sha256_text, write_atomic
 from astra_sglang.contract.eval_config import EvalConfig
-from astra_sglang.contract.op import Manifest
+from astra_sglang.contract.op import Manifest, manifest_digest
 from astra_sglang.contract.result import (
     SweepChoice,
     SweepConfig,
@@ -207,6 +207,7 @@ class KeptSweep(Model):
 def sweep_key(manifest: Manifest, config: EvalConfig, device: str) -> str:
     """What a sweep's result depends on besides the candidate text (not its seed: any fresh quick cases do)."""
     fields = {"op": manifest.op_id, "sglang": manifest.sglang_version, "device": device, "shapes": config.shapes,
+              "contract": manifest_digest(manifest),  # a changed contract (dims, inputs.py by its sha) sweeps again
               "timing_dtypes": config.timing_dtypes, "mode": config.mode, "max_configs": config.max_tune_configs,
               "max_timed_shapes": config.max_timed_shapes, "screen": config.screen, "timing": config.timing,
               "min_change_pct": config.min_change_pct, "dtypes": config.dtypes}

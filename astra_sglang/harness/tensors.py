@@ -173,7 +173,8 @@ class ArgSet:
         total = 0
         for t in self.manifest.signature.tensors:
             v = self.tensors[t.name].view
-            total += tensor_traffic(t.role, v.numel() * v.element_size())
+            n = math.prod(shape_of(t.moved, self.dims)) if t.moved is not None else v.numel()
+            total += tensor_traffic(t.role, n * v.element_size())
         return total
 
     def nbytes(self) -> int:

@@ -10,13 +10,14 @@ from pathlib import Path
 
 from astra_sglang.agents.schemas import (
     CandidateView,
+    DimValue,
     OpView,
     ProposedCase,
     ResultView,
     RoundView,
     ShapeLine,
 )
-from astra_sglang.contract.op import CudaJitRecipe, Manifest, TritonRecipe
+from astra_sglang.contract.op import CudaJitRecipe, Manifest, TritonRecipe, complete_dims
 from astra_sglang.contract.result import EvalResult, ShapeTiming
 from astra_sglang.loop.records import RoundRecord
 
@@ -159,6 +160,11 @@ def validate_suite(cases: list[ProposedCase], manifest: Manifest, max_elems: int
     rejected: list[str] = []
     for i, case in enumerate(cases):
         values = {d.name: d.value for d in case.dims}
+        full = complete_dims(manifest, values)
+        if full != values:  # proposed before a dim was added: it keeps its meaning, written out
+            case = case.model_copy(update={"dims": [*case.dims, *(DimValue(name=k, value=v)
+                                                                  for k, v in full.items() if k not in values)]})
+            values = full
         problem = None
         if set(values) != set(dims):
             problem = f"dims {sorted(values)} != signature dims {sorted(dims)}"

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from astra_sglang.contract.op import Manifest, signature_names
+from astra_sglang.contract.op import Manifest, complete_dims, signature_names
 from astra_sglang.contract.patch import CPU_INTERPRET_ARCH, PatchManifest
 from astra_sglang.errors import AstraError
 from astra_sglang.patches import status, status_file
@@ -254,6 +254,7 @@ def check_against_original(rt: PatchRuntime, original: Original, device: Any) ->
             return f"the op manifest has no tolerance for {dtype_name}"
         dtype = getattr(torch, dtype_name)
         for i, dims in enumerate(m.check_shapes):
+            dims = complete_dims(op, dims)  # shapes recorded before a dim was added keep their meaning
             if not all(r.accepts(dims[k]) for k, r in m.guard.dims.items() if k in dims):
                 continue
             seed = 1234 + i

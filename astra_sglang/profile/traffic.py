@@ -115,9 +115,10 @@ def forward_dims(config: dict[str, Any], phase: str, batch_size: int, input_len:
                        "give whole query groups")
     elif phase == "decode":
         # P 1: SGLang's page size unless --page-size says otherwise (the rows read are the same either way);
-        # R 1: one_batch's requests all have the same length
+        # R 1: one_batch's requests all have the same length; KX 0: the stale part of a graph replay's kv_indices
+        # buffer is not read, so the count is the same either way
         dims[attention] = {"B": batch_size, "S": context, "NK": kv_heads, "G": heads // kv_heads, "D": head_dim,
-                           "X": 0, "MS": max_kv_splits, "P": 1, "R": 1}
+                           "X": 0, "KX": 0, "MS": max_kv_splits, "P": 1, "R": 1}
     else:
         dims[attention] = {"B": batch_size, "L": input_len, "R": 0, "NK": kv_heads, "G": heads // kv_heads,
                            "D": head_dim, "X": 0}

@@ -59,6 +59,10 @@ def make_inputs(dims, dtype, gen, device):
     indptr[1:] = lens.cumsum(0).to(torch.int32)
     pool = b * s + (b + 1) * (p - 1) + x
     indices = paged_indices(lens, p, pool, gen, device)
+    kx = dims.get("KX", 0)
+    if kx:  # the CUDA-graph form: the whole pre-sized buffer, past the batch's slots stale ones of earlier batches
+        stale = torch.randint(0, pool, (kx,), generator=gen, device=device, dtype=torch.int64)
+        indices = torch.cat([indices, stale])
     dt = getattr(torch, dtype)
     q = torch.randn((b, nk * g, d), generator=gen, device=device).to(dt)
     k = torch.randn((pool, nk, d), generator=gen, device=device).to(dt)

@@ -39,8 +39,12 @@ if [ "$STEP" = smoke ] || [ ! -f $SITE/.smoked ]; then  # once per machine: the 
 fi
 [ "$STEP" = smoke ] && exit 0
 if [ "$STEP" = profile ] || [ "$STEP" = e2e ]; then
-  python3 -m astra_sglang "$STEP" "$@" 1>&3
-  exit $?
+  # STEP_S: stop the step there and still return its files. The device returns $OUT's files only a few folders
+  # deep: an e2e run folder (r001/A/...) came back empty (2026-12-04), so each one under $OUT goes back as a tar.
+  timeout "${STEP_S:-86400}" python3 -m astra_sglang "$STEP" "$@" 1>&3
+  rc=$?
+  for d in "$OUT"/*/; do [ -f "$d/e2e.json" ] && tar cf "${d%/}.tar" -C "$d" . && echo "run folder: ${d%/}.tar"; done
+  exit $rc
 fi
 if [ "$STEP" = forward ]; then  # SGLang's own forward (one_batch) after load_plugins: forward.py; arguments: one_batch's
   [ -f /tmp/llama3-8b/config.json ] || python3 scripts/h200_server/make_model.py /tmp/llama3-8b llama3-8b \

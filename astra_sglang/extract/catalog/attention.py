@@ -118,6 +118,10 @@ def make_inputs(dims, dtype, gen, device):
     indptr[1:] = lens.cumsum(0).to(torch.int32)
     pool = b * s + (b + 1) * (p - 1) + x
     indices = paged_indices(lens, p, pool, gen, device)
+    kx = dims.get("KX", 0)
+    if kx:  # the CUDA-graph form: the whole pre-sized buffer, past the batch's slots stale ones of earlier batches
+        stale = torch.randint(0, pool, (kx,), generator=gen, device=device, dtype=torch.int64)
+        indices = torch.cat([indices, stale])
     dt = getattr(torch, dtype)
     q = torch.randn((b, nk * g, d), generator=gen, device=device).to(dt)
     k = torch.randn((pool, nk, d), generator=gen, device=device).to(dt)
@@ -132,12 +136,27 @@ def scalars(dims, dtype):
 _UNIFORM, _RAGGED = 1, 2  # dim R: every request S KV rows / lengths mixed
 
 
+# Under CUDA graphs (every decode batch up to --cuda-graph-max-bs) TritonAttnBackend passes kv_indices as its whole
+# cuda_graph_kv_indices buffer, max_num_tokens * context_len entries (triton_backend.py,
+# _build_cuda_graph_forward_metadata); eager decode passes exactly the batch's rows. A kernel that sizes its work
+# by kv_indices.numel() is served on the first form: LLaMA-3-8B (context 8192) at the H200's default decode graph
+# batch (256 below 160 GB of GPU memory at TP < 4: arg_groups/memory_hook.py) gives 256 * 8192 entries (16 MB).
+_GRAPH_KV_INDICES = 256 * 8192
+
+
+def _graph_spare(b: int, s: int) -> int:
+    """KX of the CUDA-graph form: the buffer's entries past the batch's B*S rows (the buffer holds at least those)."""
+    return max(_GRAPH_KV_INDICES, b * s) - b * s
+
+
 def _serving(tags: list[str], source: str, b: int, s: int, nk: int = 8, g: int = 4, d: int = 128, p: int = 1,
-             r: int = _RAGGED, x: int = 1) -> ShapeCase:
-    """One decode batch as the Triton backend serves it (LLaMA-3-8B TP1 heads unless said)."""
+             r: int = _RAGGED, x: int = 1, graph: bool = True) -> ShapeCase:
+    """One decode batch as the Triton backend serves it (LLaMA-3-8B TP1 heads unless said); ``graph``: kv_indices
+    as a CUDA-graph replay passes it (the whole buffer), else exactly the batch's rows (eager decode)."""
     kind = "uniform" if r == _UNIFORM else "ragged"
-    return case(tags, f"{source}: {b} requests, context {s} ({kind}), page {p}", B=b, S=s, NK=nk, G=g, D=d, P=p,
-                R=r, X=x, MS=_MAX_KV_SPLITS)
+    form = "graph buffer" if graph else "eager"
+    return case(tags, f"{source}: {b} requests, context {s} ({kind}), page {p}, kv_indices {form}", B=b, S=s,
+                NK=nk, G=g, D=d, P=p, R=r, X=x, KX=_graph_spare(b, s) if graph else 0, MS=_MAX_KV_SPLITS)
 
 
 def _decode_shapes() -> list[ShapeCase]:
@@ -166,22 +185,26 @@ def _decode_shapes() -> list[ShapeCase]:
     pairs = [(nq, nk, src) for nq, nk, src in head_pairs() if nq // nk in (4, 7, 8)]  # GQA groups served
     for i, (nq, nk, src) in enumerate(pairs):
         b, s = wide[i % len(wide)]
-        cases.append(_serving(decode, src, b, s, nk=nk, g=nq // nk, p=(1, 16)[i % 2], r=(_RAGGED, u)[i // 2 % 2]))
+        cases.append(_serving(decode, src, b, s, nk=nk, g=nq // nk, p=(1, 16)[i % 2], r=(_RAGGED, u)[i // 2 % 2],
+                              graph=i % 3 != 2))
     cases += [
         _serving(["edge", "decode"], "edge: one request, one KV token", 1, 1, r=u),
+        _serving(["edge", "decode"], "edge: eager decode (past --cuda-graph-max-bs)", 256, 1024, graph=False),
+        _serving(["edge", "decode"], "edge: eager decode, page 16", 200, 700, p=16, graph=False),
         _serving(["edge", "decode"], "edge: long context (32k), GQA 8", 4, 32768, g=8, p=16),
         _serving(["edge", "decode"], "edge: head_dim 64, MHA (LLaMA-2-7B TP4 heads)", 16, 700, nk=8, g=1, d=64),
         _serving(["edge", "decode"], "edge: MHA (LLaMA-2-7B TP4)", 64, 1024, nk=8, g=1, p=16, r=u),
         _serving(["edge", "decode"], "edge: head_dim 64, GQA 4 (LLaMA-3.2-1B)", 64, 1024, d=64),
         _serving(["edge", "decode"], "edge: head_dim 256, GQA 2 (Gemma-2-9B)", 32, 2048, nk=8, g=2, d=256, p=16),
         _serving(["edge", "decode"], "edge: page 64, odd context", 16, 3001, p=64),
-        case(["test"], "CPU: GQA 2, mixed lengths", B=2, S=5, NK=1, G=2, D=16, P=1, R=_RAGGED, X=3,
+        case(["test"], "CPU: GQA 2, mixed lengths, kv_indices with 7 stale entries", B=2, S=5, NK=1, G=2, D=16, P=1,
+             R=_RAGGED, X=3, KX=7, MS=_MAX_KV_SPLITS),
+        case(["test"], "CPU: MHA, mixed lengths, page 4", B=3, S=9, NK=2, G=1, D=16, P=4, R=_RAGGED, X=1, KX=0,
              MS=_MAX_KV_SPLITS),
-        case(["test"], "CPU: MHA, mixed lengths, page 4", B=3, S=9, NK=2, G=1, D=16, P=4, R=_RAGGED, X=1,
-             MS=_MAX_KV_SPLITS),
-        case(["test"], "CPU: one request", B=1, S=3, NK=1, G=1, D=16, P=1, R=u, X=1, MS=_MAX_KV_SPLITS),
+        case(["test"], "CPU: one request, kv_indices with 40 stale entries", B=1, S=3, NK=1, G=1, D=16, P=1, R=u,
+             X=1, KX=40, MS=_MAX_KV_SPLITS),
         case(["test"], "CPU: GQA 4, uniform 7, page 4 (last page partly filled)", B=2, S=7, NK=1, G=4, D=16, P=4,
-             R=u, X=2, MS=_MAX_KV_SPLITS),
+             R=u, X=2, KX=0, MS=_MAX_KV_SPLITS),
     ]
     return dedup(cases)
 
@@ -205,6 +228,9 @@ DECODE_ATTENTION = CatalogEntry(
                 max=2),
             Dim(name="X", meaning="pool slots beyond what the batch's pages can need (pool = B*S + (B+1)*(P-1) "
                 "+ X; page 0 is padding)"),
+            Dim(name="KX", meaning="kv_indices entries past the batch's B*S rows: 0 = eager decode (exactly the "
+                "rows), else a CUDA-graph replay's whole cuda_graph_kv_indices buffer (stale slots past the rows)",
+                min=0, max=1 << 22, added_default=0),
             Dim(name="MS", meaning="max_kv_splits (pinned: the server's triton_attention_num_kv_splits)",
                 min=_MAX_KV_SPLITS, max=_MAX_KV_SPLITS),
         ],
@@ -215,7 +241,7 @@ DECODE_ATTENTION = CatalogEntry(
             TensorArg(name="v_buffer", role="input", shape=["B*S+(B+1)*(P-1)+X", "NK", "D"], dtype="{dtype}"),
             TensorArg(name="o", role="output", shape=["B", "NK*G", "D"], dtype="{dtype}"),
             TensorArg(name="kv_indptr", role="input", shape=["B+1"], dtype="int32", align_bytes=4, generated=True),
-            TensorArg(name="kv_indices", role="input", shape=["B*S"], dtype="int64", align_bytes=8,
+            TensorArg(name="kv_indices", role="input", shape=["B*S+KX"], moved=["B*S"], dtype="int64", align_bytes=8,
                       generated=True),
             # the kernel's split-KV workspace (stage 1 writes, stage 2 reads, the caller reads neither): outputs
             # by role, never compared (the reference gives them ':segments' of -1)
