@@ -156,3 +156,18 @@ def test_the_static_screen_rejects_every_cheat_before_it_runs(merge_op, tmp_path
     for path, r in zip(paths, evaluate_many(merge_op, paths, on), strict=True):
         assert not r.build.ok and r.error and "screen: " in r.error, (path.name, r.error)
     assert not list(tmp_path.iterdir()), "a screened cheat ran anyway"
+
+
+def test_a_tunable_cheat_may_be_chosen_by_the_sweep_but_its_frozen_source_fails_the_full_evaluation(
+        merge_op, marker, tmp_path):
+    """A sweep skips the defences that only guard a claim (Checker.screening: the kept-replay check, the
+    after-timing re-checks, the NVML wait): on the H200 they were most of a decode_attention sweep's minutes. The
+    sweep's choice is never the verdict: the frozen source gets every defence, so the cheat still fails."""
+    cand = tmp_path / "tunable_skips_work.py"
+    cand.write_text((CHEATS / "skips_work_in_timed_replays.py").read_text()
+                    + '\nTUNE = {"UNUSED": [1, 2]}\nCONFIG = {"UNUSED": 1}\n')
+    r = evaluate(merge_op, cand, SIM)
+    assert r.sweep is not None and any(c.ok and c.shapes for c in r.sweep.configs), r.sweep
+    f = r.correctness.first_failure
+    assert not r.ok and f is not None and f.reason == "timed run wrong", r.model_dump_json(indent=1)[:3000]
+    assert "skipped" in _ran(marker, "skips_work_in_timed_replays")

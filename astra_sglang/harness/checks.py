@@ -146,6 +146,9 @@ class Checker:
         self._kept_check: tuple[CaseSpec, int] | None = None  # the shape being timed, its timing sets in use
         self._gpu_busy = 0  # the worker's highest SM % seen while this process timed the current shape
         self._unstopped = 0  # windows of the current shape in which the worker was not seen stopped (_quiet)
+        # a sweep only chooses a config; its frozen source is then evaluated in full with every defence, so a
+        # sweep's timing skips the per-shape costs that only protect a claim (sweep_checks.py says which)
+        self.screening = False
 
     def _passing(self, call: list[str] | None) -> tuple[set[str], list[str]]:
         """For the recipe's call (None) or a recorded call form: the tensors passed, and the outputs not passed
@@ -526,7 +529,7 @@ class Checker:
         with self.worker.stopped() as ok:
             if not ok:  # a thread of the group kept running (e.g. in an uninterruptible call): the shape is suspect
                 self._unstopped += 1
-            watch = self._watch_gpu()
+            watch = None if self.screening else self._watch_gpu()
             since = watch.wait_quiet() if watch is not None else 0
             try:
                 with self._window(label):
@@ -618,7 +621,7 @@ class Checker:
 
         # the candidate's timed replays are checked too (replay_guard.py): one random replay of each batch,
         # one random timing set of it, against the original on the same arguments
-        self._kept_check = (case, n_sets if cold else 1) if not eager and outputs else None
+        self._kept_check = (case, n_sets if cold else 1) if not eager and outputs and not self.screening else None
 
         warmup, rep = self.job.warmup, self.job.rep
         self._gpu_busy = self._unstopped = 0
@@ -657,7 +660,8 @@ class Checker:
             wall_reason = f"timing not backed by the wall clock: {why}" if why else None
         samples = {label: timing.Samples(v) for label, v in us.items() if v}
         if self.candidate is not None:
-            self.after_timing_check(case, not eager and not self._warm_inplace())
+            if not self.screening:
+                self.after_timing_check(case, not eager and not self._warm_inplace())
             self._ask(Release(), case, "timing release")
             reply, _ = self._ask(Verify(), case, "tripwire")
             self._tampered(reply.tampered, "after timing")

@@ -7,7 +7,12 @@ fails one is dropped with that failure and never timed. Survivors are timed at e
 original exactly as ``time_shape`` times a candidate (ABBA batches, CUDA graphs, cold-L2 rotation, the
 after-timing re-check of the graph on new values), except the wall-clock cross-check: the chosen config is
 frozen and then evaluated again in full with it (``sweep.py``), so a forged sweep time can choose a config
-but never make a claim. A variant that kills or poisons its worker gets a fresh one for the rest.
+but never make a claim. For the same reason a sweep's timing (``Checker.screening``) also skips what only guards a
+claim and costs most per shape: the wait for NVML to see the stopped worker's GPU queue drained before each window
+of the original (one sample period and more, three times per shape), the check of a kept timed replay's outputs and
+the after-timing re-checks (new input values, the original and the float64 reference each time). A config that
+cheats there is chosen at worst, and its frozen source fails the full evaluation. A variant that kills or poisons its
+worker gets a fresh one for the rest.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ class SweepChecker:
         self.progress = progress
         self.start_worker = start_worker
         self.checker = Checker(job, progress, worker, arena)
+        self.checker.screening = True
 
     def close(self) -> None:
         if self.checker.worker is not None:
