@@ -47,6 +47,12 @@ class Dim(Model):
     added_default: int | None = Field(None, description="for a dim added to a contract later: the value a case "
                                       "written before it (a run's proposed suite, a patch's check shapes) meant")
 
+    @model_serializer(mode="wrap")
+    def _without_unset_added_default(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """Written only when set, so every manifest without it stays byte for byte what it was (TritonRecipe's
+        serializer says why that matters)."""
+        return _drop_none(handler(self), "added_default")
+
 
 class TensorArg(Model):
     name: str
@@ -64,6 +70,17 @@ class TensorArg(Model):
         description="values come from the op's inputs.py (index and metadata tensors: slot mappings, kv_indptr, "
         "sorted_token_ids), not from a value distribution: random integers there would test nothing real",
     )
+
+    @model_serializer(mode="wrap")
+    def _without_unset_moved(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        return _drop_none(handler(self), "moved")
+
+
+def _drop_none(data: dict[str, Any], *keys: str) -> dict[str, Any]:
+    for key in keys:
+        if data.get(key) is None:
+            data.pop(key, None)
+    return data
 
 
 class ScalarArg(Model):
