@@ -130,3 +130,73 @@ def cuda_draft() -> dict[str, Any]:
         "tolerances": {"bfloat16": {"atol": 1.6e-2, "rtol": 1.6e-2}},
         "notes": ["NCHW contiguous layout (channels_inner=False)"],
     }
+
+
+# --------------------- a Triton kernel SGLang launches directly: attention.create_flashinfer_kv_indices_triton
+
+BARE_OP = "attention.create_flashinfer_kv_indices_triton"
+
+BARE_REFERENCE = '''import torch
+
+
+def reference(req_to_token, req_pool_indices, page_kernel_lens, **_):
+    rows = [req_to_token[int(r), :int(n)] for r, n in zip(req_pool_indices.tolist(), page_kernel_lens.tolist())]
+    return {"kv_indices": torch.cat(rows)}
+'''
+
+BARE_INPUTS = '''import torch
+
+
+def make_inputs(dims, dtype, gen, device):
+    b, r, s, x = dims["B"], dims["R"], dims["S"], dims["X"]
+    table = torch.randint(0, 1 << 20, (b + r, s + x), generator=gen, device=device, dtype=torch.int32)
+    rows = torch.randperm(b + r, generator=gen, device=device)[:b].to(torch.int64)
+    lens = torch.full((b,), s, dtype=torch.int32, device=device)
+    indptr = torch.zeros(b + 1, dtype=torch.int32, device=device)
+    indptr[1:] = torch.cumsum(lens, 0)
+    return {"req_to_token": table, "req_pool_indices": rows, "page_kernel_lens": lens, "kv_indptr": indptr}
+'''
+
+# what FlashInferIndicesUpdaterDecode does: create_flashinfer_kv_indices_triton[(bs,)](..., None, kv_indices, stride)
+BARE_ADAPTER = '''def call(kernel, req_to_token, req_pool_indices, page_kernel_lens, kv_indptr, kv_indices):
+    kernel[(req_pool_indices.shape[0],)](req_to_token, req_pool_indices, page_kernel_lens, kv_indptr, None,
+                                         kv_indices, req_to_token.stride(0))
+'''
+
+
+def bare_kernel_draft() -> dict[str, Any]:
+    tiny = [{"dims": {"B": b, "R": r, "S": s, "X": x}, "tags": ["test", "decode"], "source": why}
+            for b, r, s, x, why in ((1, 0, 1, 0, "one request, one token"), (3, 2, 7, 5, "three requests"),
+                                    (2, 1, 600, 3, "a row longer than one 512-token block"))]
+    return {
+        "short_name": "create_flashinfer_kv_indices_triton",
+        "signature": {
+            "dims": [{"name": "B", "meaning": "requests in the batch"},
+                     {"name": "R", "meaning": "request-pool rows not in the batch", "min": 0},
+                     {"name": "S", "meaning": "tokens per request"},
+                     {"name": "X", "meaning": "req_to_token columns past S", "min": 0}],
+            "tensors": [
+                {"name": "req_to_token", "role": "input", "shape": ["B+R", "S+X"], "dtype": "int32",
+                 "align_bytes": 4, "generated": True},
+                {"name": "req_pool_indices", "role": "input", "shape": ["B"], "dtype": "int64", "align_bytes": 8,
+                 "generated": True},
+                {"name": "page_kernel_lens", "role": "input", "shape": ["B"], "dtype": "int32", "align_bytes": 4,
+                 "generated": True},
+                {"name": "kv_indptr", "role": "input", "shape": ["B+1"], "dtype": "int32", "align_bytes": 4,
+                 "generated": True},
+                {"name": "kv_indices", "role": "output", "shape": ["B*S"], "dtype": "int32", "align_bytes": 4}],
+            "dtypes": ["int32"],
+            "relations": ["kv_indices[kv_indptr[i]:kv_indptr[i+1]] = req_to_token[req_pool_indices[i], :lens[i]]"],
+            "returns": [],
+        },
+        "call": ["req_to_token", "req_pool_indices", "page_kernel_lens", "kv_indptr", "kv_indices"],
+        "wrapper": "create_flashinfer_kv_indices_triton",
+        "adapter": BARE_ADAPTER,
+        "reference": BARE_REFERENCE,
+        "inputs": BARE_INPUTS,
+        "shapes": tiny,
+        "tolerances": {"int32": {"atol": 0, "rtol": 0}},
+        "serving_sites": {"sglang.srt.layers.attention.flashinfer_backend:FlashInferIndicesUpdaterDecode":
+                          "every decode step's kv_indices with the FlashInfer backend"},
+        "notes": ["SCRIPTED by the developers for the tests; integer output, compared exactly"],
+    }

@@ -287,3 +287,23 @@ def test_scripted_drafts_validate_on_every_shape_on_the_gpu(key, tmp_path: Path)
         v = require_validated(folder, name)
         assert v.device_kind == "cuda" and v.shape_set == "all" and v.shapes == len(load_manifest(folder).shapes)
         assert v.timed is not None
+
+
+def test_a_scripted_draft_of_a_kernel_without_a_launch_wrapper_is_accepted_with_its_adapter(key, tmp_path: Path):
+    """SGLang launches create_flashinfer_kv_indices_triton directly (kernel[(bs,)](...) in its backends): there is
+    no Python wrapper to name. MODEL RUN drafts of it and of get_num_kv_splits_triton (2026-12-04) failed there:
+    the kernel named as the wrapper was called without a grid. The draft now carries adapter.py, which launches
+    the kernel as the call site does."""
+    script = Script().add("contract", final(ds.bare_kernel_draft()))
+    with FakeOpenAIServer(script, api_key=KEY) as srv:
+        assert main(_argv(tmp_path, srv.url, op=ds.BARE_OP)) == 0
+    folder = tmp_path / "out" / "create_flashinfer_kv_indices_triton"
+    m = load_manifest(folder)
+    assert m.recipe.kind == "triton" and m.recipe.adapter == "adapter.py:call"
+    assert (folder / "adapter.py").read_text() == ds.BARE_ADAPTER
+    (v,) = read_validations(folder).validations  # type: ignore[union-attr]
+    assert v.passed and v.cases_run > 0 and v.manifest_sha256 == manifest_sha256(folder)
+    without = ds.bare_kernel_draft()
+    del without["adapter"]
+    with FakeOpenAIServer(Script().add("contract", final(without)), api_key=KEY) as srv:
+        assert main(_argv(tmp_path / "again", srv.url, "--draft-attempts", "1", op=ds.BARE_OP)) != 0

@@ -27,7 +27,12 @@ class DraftContract(Model):
     call: list[str] = Field(description="arguments of the wrapper (Triton) or export (CUDA) call, in order: "
                             "signature names or Python literals")
     wrapper: str | None = Field(default=None, description="Triton: the launch wrapper's function name in the "
-                                "op's source module")
+                                "op's source module; for a kernel SGLang launches directly (kernel[grid](...) at its "
+                                "call site, no Python wrapper), the @triton.jit kernel's own name, with 'adapter'")
+    adapter: str | None = Field(default=None, description="Triton, only for a kernel without a launch wrapper: the "
+                                "text of adapter.py defining call(kernel, *call), which launches the kernel as "
+                                "SGLang's call site does (grid and constexprs from the arguments), e.g. "
+                                "def call(kernel, x, y, n): kernel[(n,)](x, y, n, BLOCK=128)")
     builder: str | None = Field(default=None, description="CUDA JIT: SGLang's module builder, 'module:function'")
     builder_args: dict[str, list[Any]] = Field(
         default_factory=dict, description="CUDA JIT: dtype name -> positional arguments of the builder")
@@ -108,8 +113,10 @@ def to_entry(draft: DraftContract, target: DraftTarget, provenance: ContractProv
         inputs_scalars=draft.inputs_scalars, provenance=provenance)
     if target.kind == "triton":
         if not draft.wrapper:
-            raise AstraError("a Triton op's draft needs 'wrapper' (the launch wrapper's function name)")
-        return CatalogEntry(wrapper=f"{target.module}:{draft.wrapper.rpartition(':')[2]}", **common)
+            raise AstraError("a Triton op's draft needs 'wrapper' (the launch wrapper's function name; for a kernel "
+                             "SGLang launches directly, the kernel's name and 'adapter' launching it)")
+        return CatalogEntry(wrapper=f"{target.module}:{draft.wrapper.rpartition(':')[2]}", adapter=draft.adapter,
+                            **common)
     if not draft.builder or not draft.entry_export or not draft.builder_args:
         raise AstraError("a CUDA JIT op's draft needs 'builder', 'builder_args' (per dtype) and 'entry_export'")
     return CatalogEntry(builder=draft.builder, entry_export=draft.entry_export,

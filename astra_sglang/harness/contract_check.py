@@ -32,7 +32,8 @@ def _dim_problems(m: Manifest) -> list[str]:
                 out.append(f"{where}: {name}={v} is outside its dim's constraints (min {d.min}, max {d.max}, "
                            f"multiple_of {d.multiple_of})")
     for d in m.signature.dims:
-        if d.min < 1 or d.multiple_of < 1 or (d.max is not None and d.max < max(d.min, d.multiple_of)):
+        # min 0 is a real dim (pool rows outside the batch, kv_indices entries past the rows: catalog ones have it)
+        if d.min < 0 or d.multiple_of < 1 or (d.max is not None and d.max < max(d.min, d.multiple_of)):
             out.append(f"dim {d.name}: min {d.min}, max {d.max}, multiple_of {d.multiple_of} allow no value")
     return out
 
