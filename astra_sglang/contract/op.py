@@ -174,11 +174,7 @@ class TritonRecipe(Model):
         """No closure (or adapter) is written as no key: the manifests of ops whose source imports no SGLang stay
         byte for byte what they were before closures existed, so the hashes that patches and validations pin
         still hold."""
-        data: dict[str, Any] = handler(self)
-        for key in ("closure", "adapter", "tuned"):
-            if data.get(key) is None:
-                data.pop(key, None)
-        return data
+        return _drop_none(handler(self), "closure", "adapter", "tuned")
 
 
 Recipe = CudaJitRecipe | TritonRecipe

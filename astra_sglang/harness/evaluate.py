@@ -197,9 +197,9 @@ def evaluate_many(op_dir: Path, candidates: list[Path | None], config: EvalConfi
     base_seed = config.seed if config.seed is not None else random.SystemRandom().getrandbits(48)
     submitted = list(candidates)
     # a Triton candidate's sweep takes GPU-minutes (decode_attention: ~4 per candidate on the H200), so each one is
-    # swept, built and judged before the next is swept: a pass cut short keeps every verdict it reached
+    # swept, built and judged before the next is swept: a pass cut short keeps every verdict it reached; CUDA
+    # candidates (never swept) are built up front, in parallel
     lazy = manifest.source_kind == "triton"
-    sweeps = [None] * len(candidates) if lazy else _tune_all(op_dir, manifest, candidates, config, device, base_seed)
     secret = heldout_secret() if config.include_heldout else None
     cases = build_suite(manifest, config, base_seed, secret)
     shapes = timed_shapes(manifest, config)
@@ -218,9 +218,8 @@ def evaluate_many(op_dir: Path, candidates: list[Path | None], config: EvalConfi
     build_wall = time.monotonic() - t0
     warmup, rep = config.timing_protocol()
     results: list[EvalResult] = []
-    for given, build, sweep in zip(submitted, builds, sweeps):
-        if lazy:
-            sweep = _tune_all(op_dir, manifest, [given], config, device, base_seed)[0]
+    for given, build in zip(submitted, builds):
+        sweep = _tune(op_dir, manifest, given, config, device, base_seed)
         start = time.monotonic()  # after the sweep: its own wall_s is added below
         cand = Path(sweep.frozen_path) if isinstance(sweep, SweepReport) and sweep.frozen_path else given
         if build is None:
@@ -269,28 +268,20 @@ def _done(results: list[EvalResult], res: EvalResult, on_result: Callable[[int, 
         on_result(len(results) - 1, res)
 
 
-def _tune_all(op_dir: Path, manifest: Manifest, candidates: list[Path | None], config: EvalConfig, device: str,
-              seed: int) -> list[SweepReport | str | None]:
-    """Per candidate: its sweep (a Triton candidate declaring TUNE; ``frozen_path`` None when no config passed),
-    the one line saying why its TUNE is malformed, or None (nothing to tune)."""
+def _tune(op_dir: Path, manifest: Manifest, cand: Path | None, config: EvalConfig, device: str,
+          seed: int) -> SweepReport | str | None:
+    """The candidate's sweep (a Triton candidate declaring TUNE; ``frozen_path`` None when no config passed), the
+    one line saying why its TUNE is malformed, or None (nothing to tune)."""
     from astra_sglang.harness.sweep import declared_space, tune_candidate
     from astra_sglang.harness.tune_space import TuneError
 
-    out: list[SweepReport | str | None] = []
-    for cand in candidates:
-        if cand is None or manifest.source_kind != "triton" or cand.suffix != ".py":
-            out.append(None)
-            continue
-        try:
-            space = declared_space(cand, config.max_tune_configs)
-        except TuneError as e:
-            out.append(f"tune: {e}")
-            continue
-        if space is None:
-            out.append(None)
-            continue
-        out.append(tune_candidate(op_dir, manifest, cand, space, config, device, seed))
-    return out
+    if cand is None or manifest.source_kind != "triton" or cand.suffix != ".py":
+        return None
+    try:
+        space = declared_space(cand, config.max_tune_configs)
+    except TuneError as e:
+        return f"tune: {e}"
+    return None if space is None else tune_candidate(op_dir, manifest, cand, space, config, device, seed)
 
 
 def _progress_case(outcome: WorkerOutcome) -> dict[str, Any]:

@@ -206,8 +206,8 @@ class KeptSweep(Model):
 
 def sweep_key(manifest: Manifest, config: EvalConfig, device: str) -> str:
     """What a sweep's result depends on besides the candidate text (not its seed: any fresh quick cases do)."""
-    fields = {"op": manifest.op_id, "sglang": manifest.sglang_version, "device": device, "shapes": config.shapes,
-              "contract": manifest_digest(manifest),  # a changed contract (dims, inputs.py by its sha) sweeps again
+    # the contract's digest covers the op, SGLang's version, the dims and inputs.py (by its sha): any change sweeps again
+    fields = {"contract": manifest_digest(manifest), "device": device, "shapes": config.shapes,
               "timing_dtypes": config.timing_dtypes, "mode": config.mode, "max_configs": config.max_tune_configs,
               "max_timed_shapes": config.max_timed_shapes, "screen": config.screen, "timing": config.timing,
               "min_change_pct": config.min_change_pct, "dtypes": config.dtypes}
