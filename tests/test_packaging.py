@@ -31,6 +31,16 @@ def installed(tmp_path_factory) -> Path:
     return target
 
 
+def test_the_wheel_carries_every_committed_file_of_each_op_contract(installed):
+    """A patch's first-call check draws its inputs from the op's inputs.py: a wheel without it failed every
+    decode_attention patch on the H200 ("build failed: ... inputs.py", 2026-12-04), serving 0 calls."""
+    tracked = subprocess.run(["git", "ls-files", "extracted"], cwd=ROOT, capture_output=True, text=True,
+                             check=True).stdout.split()
+    data = installed / "astra_sglang" / "_data"
+    missing = [f for f in tracked if not (data / f).is_file()]
+    assert tracked and not missing, missing[:10]
+
+
 def test_wheel_patches_resolve_without_a_checkout(installed, tmp_path):
     code = (
         "import astra_sglang, sys; from pathlib import Path\n"
@@ -74,3 +84,29 @@ def test_the_wheel_installs_into_sglangs_environment_with_nothing_more(installed
     assert r.returncode == 0, r.stderr[-2000:]
     # (an environment that already holds this version, as a dev venv does, lists nothing at all)
     assert {i["metadata"]["name"] for i in json.loads(r.stdout)["install"]} <= {"astra-sglang"}
+
+
+def test_the_device_rig_refuses_a_wheel_that_is_not_the_tree(installed, tmp_path):
+    """device.sh installs a hand-built wheel: one built before a packaging fix cost a whole e2e call on the H200
+    (2026-12-04). check_wheel.py must pass a fresh wheel and refuse one that lacks or changes a packaged file."""
+    check = [sys.executable, str(ROOT / "scripts" / "h200_server" / "check_wheel.py")]
+    fresh = next(installed.parent.glob("astra_sglang-*.whl"))
+    assert subprocess.run([*check, str(fresh), str(ROOT)], capture_output=True).returncode == 0
+
+    def variant(name: str, drop: str, change: str) -> Path:
+        out = tmp_path / name / fresh.name
+        out.parent.mkdir()
+        with zipfile.ZipFile(fresh) as src, zipfile.ZipFile(out, "w") as dst:
+            for item in src.infolist():
+                if item.filename == drop:
+                    continue
+                data = src.read(item)
+                dst.writestr(item, data + b"\n# edited\n" if item.filename == change else data)
+        return out
+
+    lacking = variant("lacking", "astra_sglang/_data/extracted/decode_attention/inputs.py", "")
+    changed = variant("changed", "", "astra_sglang/patches/runtime.py")
+    for wheel, word in ((lacking, "missing: astra_sglang/_data/extracted/decode_attention/inputs.py"),
+                        (changed, "changed: astra_sglang/patches/runtime.py")):
+        r = subprocess.run([*check, str(wheel), str(ROOT)], capture_output=True, text=True)
+        assert r.returncode == 1 and word in r.stdout and "rebuild" in r.stdout, r.stdout

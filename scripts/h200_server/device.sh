@@ -2,12 +2,14 @@
 # Run ON THE H200 from the repository root, with .srv carried: site312.tar.xz (build_site.sh) and astra-sglang's
 # wheel (`pip wheel --no-deps -w .srv .` from a clean tree: a stale build/ leaks deleted patches into it).
 # Steps: unpack the SGLang runtime into /tmp/srv-site (kept while the machine stays warm), build the torch-2.11
-# shim for sgl_kernel, install astra-sglang beside it (its entry point is what SGLang's load_plugins finds),
-# check sgl_kernel's kernels against torch, make a random-weights LLaMA, then `astra-sglang validate`.
+# shim for sgl_kernel, refuse a wheel that is not this tree (check_wheel.py), install astra-sglang beside it (its
+# entry point is what SGLang's load_plugins finds), check sgl_kernel's kernels against torch, make a random-weights LLaMA, then `astra-sglang validate`.
 # SERVER_ARGS: extra launch_server arguments (default --disable-radix-cache: a clean floor, docs/patches.md says why).
 # Usage: device.sh [smoke|validate|forward|profile|e2e] [that step's options...]   Results go to $OUT.
 # profile/e2e: `astra-sglang profile|e2e` with the options given (server arguments after `--`); their stdout is the
 # command's own (set-up lines go to stderr), so `device.sh profile ... --json > F` keeps F clean.
+# Environment: STEP_S (profile/e2e: stop there, keep the files), MAKE_MODEL="DIR NAME" (make_model.py first),
+# SMOKE=0 (skip the once-per-machine smoke: only for a site archive that passed it before).
 set -uo pipefail
 STEP=${1:-validate}; shift || true
 case "$STEP" in profile|e2e) exec 3>&1 1>&2 ;; *) exec 3>&1 ;; esac  # fd 3: the step's own stdout
@@ -27,18 +29,24 @@ cp scripts/h200_server/sitecustomize.py scripts/h200_server/sgl_kernel_torch211_
    scripts/h200_server/sgl_kernel_torch211_ops.py scripts/h200_server/cutedsl_dual_gemm_sm90.py $SITE/
 rm -rf $SITE/flashinfer_include && cp -r extracted/fused_add_rmsnorm/baseline_src/include $SITE/flashinfer_include || exit 1
 export TORCH_EXTENSIONS_DIR=/tmp/torch-ext TORCH_CUDA_ARCH_LIST=9.0
+python3 scripts/h200_server/check_wheel.py .srv/astra_sglang-*.whl . || exit 1  # a stale wheel measures nothing
 rm -rf $SITE/astra && python3 -m pip install -q --no-deps --no-index --target $SITE/astra .srv/astra_sglang-*.whl \
     > $OUT/pip-astra.log 2>&1 || { tail -20 $OUT/pip-astra.log; exit 1; }
 export PYTHONPATH=$SITE/astra:$SITE
 T0=$(date +%s); python3 -c "import sgl_kernel" > $OUT/ops-build.log 2>&1 || { tail -30 $OUT/ops-build.log; exit 1; }
 echo "sgl_kernel imported with the torch-2.11 ops in $(( $(date +%s) - T0 )) s"
-if [ "$STEP" = smoke ] || [ ! -f $SITE/.smoked ]; then  # once per machine: the site and the ops do not change
+# SMOKE=0 skips the once-per-machine smoke (only when the same site archive passed it before: it costs a minute)
+if [ "$STEP" = smoke ] || { [ ! -f $SITE/.smoked ] && [ "${SMOKE:-1}" != 0 ]; }; then  # the site and ops do not change
   python3 scripts/h200_server/smoke.py 2>&1 | tee $OUT/smoke.log | tail -25
   [ "${PIPESTATUS[0]}" = 0 ] || { echo "smoke failed: no server run"; exit 1; }
   touch $SITE/.smoked
 fi
 [ "$STEP" = smoke ] && exit 0
 if [ "$STEP" = profile ] || [ "$STEP" = e2e ]; then
+  # MAKE_MODEL="DIR NAME": a config-only model folder (make_model.py) for --model-path DIR --load-format dummy
+  if [ -n "${MAKE_MODEL:-}" ] && [ ! -f "${MAKE_MODEL%% *}/config.json" ]; then
+    python3 scripts/h200_server/make_model.py $MAKE_MODEL > $OUT/make_model.log 2>&1 || { tail -20 $OUT/make_model.log; exit 1; }
+  fi
   # STEP_S: stop the step there and still return its files. The device returns $OUT's files only a few folders
   # deep: an e2e run folder (r001/A/...) came back empty (2026-12-04), so each one under $OUT goes back as a tar.
   timeout "${STEP_S:-86400}" python3 -m astra_sglang "$STEP" "$@" 1>&3
