@@ -8,6 +8,7 @@ np = pytest.importorskip("numpy")
 
 from astra_sglang.e2e.stats import (  # noqa: E402
     Interval,
+    chance_separation,
     judge,
     overall,
     ratio_interval,
@@ -89,3 +90,28 @@ def test_summary_and_overall():
     assert overall(["gain", "no measurable change"]) == "gain"
     assert overall(["gain", "slower"]) == "slower"
     assert overall(["no measurable change"]) == "no measurable change"
+
+
+def test_two_processes_per_arm_never_give_a_verdict_that_identical_arms_would_give_by_chance():
+    """The H200 (2026-12-04): 2+2 processes whose patch served no call read "slower", B/A 1.040 [1.002, 1.097]."""
+    a, b = [6.70e-3, 7.02e-3], [7.10e-3, 7.17e-3]          # every B above every A: 1 time in 6 for identical arms
+    iv = ratio_interval(b, a, seed=0)
+    assert iv is not None and iv.low > 1.0                  # the bootstrap alone would call it slower
+    v, why = judge(iv, ratio_interval(a, b, seed=1))
+    assert v == "no measurable change" and "by chance 33%" in why[0] and "4 processes per arm" in why[0]
+    assert judge(_iv(0.88, 0.94).model_copy(update={"n_num": 3, "n_den": 3}), _iv(0.97, 1.03))[0] == (
+        "no measurable change")                             # 3 + 3: 10% by chance, still too few at 95%
+    assert chance_separation(4, 4) < 0.05 < chance_separation(3, 3)
+
+
+def test_identical_arms_rarely_read_as_a_change_at_any_number_of_rounds():
+    """Simulated null: A and B the same kernels, 3% process noise; a verdict other than "no measurable change"
+    must come at most about as often as the 95% level allows, at 2, 3, 4 and 6 processes per arm."""
+    for n in (2, 3, 4, 6):
+        wrong = 0
+        for trial in range(200):
+            a, b = _procs(1.0, n, 0.03, 1000 + 2 * trial), _procs(1.0, n, 0.03, 1001 + 2 * trial)
+            iv = ratio_interval(b, a, seed=trial, resamples=2000)
+            assert iv is not None
+            wrong += judge(iv, _iv(0.97, 1.03))[0] != "no measurable change"
+        assert wrong <= 0.08 * 200, (n, wrong)

@@ -10,6 +10,12 @@ slow clock must not decide the verdict (simulated at 3% process noise and 6 proc
 excludes a true ratio of 1 in about 3% of runs; the mean's in about 11%).
 
 Ratios are of latencies: below 1 is faster.
+
+With few processes the percentile bootstrap over-claims: with 2 per arm its interval excludes 1 whenever every B
+process is slower than every A process, which identical arms do by chance 1 time in 6 in each direction (the H200,
+2026-12-04: B/A 1.040 [1.002, 1.097] "slower" from 2+2 processes whose patch had served no call). So no verdict
+other than "no measurable change" is given unless the arms' sizes allow it at all: the chance that identical arms
+separate completely, 2 / C(n_a + n_b, n_a), must be below 1 - level (4 processes per arm at 95%).
 """
 
 from __future__ import annotations
@@ -91,6 +97,22 @@ def ratio_interval(num: Sequence[float], den: Sequence[float], *, seed: int = 0,
                     n_num=len(b), n_den=len(a))
 
 
+def chance_separation(n_num: int, n_den: int) -> float:
+    """How often two arms of identical processes come out with every process of one above every process of the
+    other (either way): the smallest two-sided p-value a rank test can give at these sizes."""
+    return min(1.0, 2 / math.comb(n_num + n_den, n_den))
+
+
+def too_few(iv: Interval) -> str | None:
+    """Why ``iv`` cannot decide anything at its arms' sizes, or None when it can."""
+    p = chance_separation(iv.n_num, iv.n_den)
+    if p <= 1 - iv.level:
+        return None
+    return (f"B/A {iv.text()} from {iv.n_num} and {iv.n_den} processes: identical arms this small separate "
+            f"completely by chance {p:.0%} of the time, so no interval from them can exclude 1 at "
+            f"{iv.level:.0%}; more rounds (4 processes per arm at least)")
+
+
 def rounds_needed(rounds: int, half_width: float, target: float) -> int:
     """Processes per arm for a half-width of ``target``, from ``rounds`` that gave ``half_width``: a bootstrap
     interval narrows as 1/sqrt(n), so n grows with the square of the ratio. An estimate, not a promise."""
@@ -123,6 +145,9 @@ def judge(b_over_a: Interval | None, c_over_a: Interval | None, problems: Sequen
     if b_over_a is None:
         return SAME, ["fewer than 2 processes in arm A or B: no interval"]
     reasons: list[str] = []
+    few = too_few(b_over_a)
+    if few is not None and not b_over_a.holds_one:
+        return SAME, [few, *problems]
     if b_over_a.low > 1.0:
         reasons.append(f"B/A {b_over_a.text()} lies above 1: with the patches the forward is slower")
         if c_over_a is not None and not c_over_a.holds_one:
