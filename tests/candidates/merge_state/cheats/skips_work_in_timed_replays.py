@@ -6,7 +6,9 @@ not produced by a language model. Never use it as a kernel.
 Attack: the harness times a replay over several argument sets launched back to back, and re-checks only the
 first set afterwards. This kernel does the work for the first call of a burst and skips every call that follows
 the previous one within 30 us (the other timing sets of a replay: on CUDA the capture itself sees the burst, so
-the captured graph holds set 1's launch only). Checked calls come one by one and are all computed.
+the captured graph holds set 1's launch only). Checked calls come one by one and are all computed. Timing set 1
+(the set re-checked after timing) is always computed, recognised by its output pointer: back-to-back replays
+could otherwise put set 1 itself inside a burst, and the test must show the catch on the other sets.
 What must catch it: every timed replay's outputs poisoned before it, and one replay of each batch checked on
 timing sets other than the first (harness/replay_guard.py): the skipped sets still hold the poison.
 """
@@ -21,6 +23,8 @@ import triton.language as tl
 
 _LAST = [0.0]
 _SKIPPED = [0]
+_PREV_PTR = [0]
+_SET1_PTR = [0]  # the output pointer of the first call of the first burst: timing set 1
 
 
 def _mark(what: str) -> None:
@@ -76,8 +80,12 @@ def merge_state_triton(
         output = torch.empty_like(prefix_output)
     if output_lse is None:
         output_lse = torch.empty_like(prefix_lse)
+    ptr = output.data_ptr()
     burst = time.perf_counter() - _LAST[0] < 30e-6
-    if burst:
+    if burst and not _SET1_PTR[0]:
+        _SET1_PTR[0] = _PREV_PTR[0]
+    _PREV_PTR[0] = ptr
+    if burst and ptr != _SET1_PTR[0]:
         _SKIPPED[0] += 1
         if _SKIPPED[0] in (1, 100):
             _mark(f"skipped {_SKIPPED[0]}")
