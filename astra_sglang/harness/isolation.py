@@ -282,6 +282,18 @@ class WorkerOutcome:
     progress: list[Progress] = field(default_factory=list)
 
 
+def trace_line(p: Progress) -> str:
+    """A step as ASTRA_SGLANG_TRACE prints it: which case or shape, so a slow pass names its slow cases (the
+    2026-12-04 trace said only "check", 120 times). A held-out case stays a number: its shape is the judge's."""
+    if p.heldout:
+        return f"{p.step} held-out case #{p.index}"
+    if p.case is not None:
+        c = p.case
+        form = f" call={','.join(c.call)}" if c.call else ""
+        return f"{p.step} #{p.index if p.index is not None else '-'} {c.dims} {c.dtype} {c.distribution}{form}"
+    return f"{p.step} {p.dims or ''}{' ' + p.dtype if p.dtype else ''}".rstrip()
+
+
 def run_checker(job: CheckJob, *, timeout_s: float, max_wall_s: float,
                 env_extra: dict[str, str] | None = None) -> WorkerOutcome:
     """Run the trusted checker on one job; its progress resets the hang watchdog."""
@@ -298,8 +310,8 @@ def run_checker(job: CheckJob, *, timeout_s: float, max_wall_s: float,
                     out.last_progress = msg
                     out.progress.append(msg)
                     if trace:
-                        print(f"[{time.monotonic() - child.t0:7.1f} s] {msg.step} {msg.dims or ''}",
-                              file=sys.stderr, flush=True)
+                        print(f"[{time.monotonic() - child.t0:7.1f} s] {trace_line(msg)}", file=sys.stderr,
+                              flush=True)
                 elif isinstance(msg, CheckResult):
                     out.result = msg
                     break
