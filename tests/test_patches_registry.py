@@ -184,6 +184,26 @@ def test_targets_must_be_call_sites_binding_the_ops_own_function(root, tmp_path)
         registry.PatchEntry(e.patch_id, e.op, e.path, stale), "0.5.23")
 
 
+def test_add_with_evidence_serves_only_where_the_evidence_won(root, tmp_path):
+    """`patches add --evidence` once kept the adapter's widest guard (a decode_attention patch: G 1..16, D 64..256,
+    none of it measured) while `add-run` derived it from the same kind of evidence."""
+    src = tmp_path / "my_kernel.cuh"
+    src.write_text((REPO / "tests" / "candidates" / "silu_and_mul" / "hand_written.cuh").read_text())
+    r = _result()
+    lose = r.timing.shapes[0].model_copy(update={"dims": {"T": 512, "H": 4096}, "candidate_us": 5.5,
+                                                 "speedup": 0.91, "verdict": "slower"})
+    r = r.model_copy(update={"timing": r.timing.model_copy(update={"shapes": [r.timing.shapes[0], lose]})})
+    ev = tmp_path / "eval.json"
+    ev.write_text(r.model_dump_json())
+    assert main(["patches", "add", "--op", "silu_and_mul", "--source", str(src), "--id", "hw-guarded",
+                 "--provenance", "hand-written", "--evidence", str(ev)]) == 0
+    m = load_patch_manifest(root / "silu_and_mul" / "hw-guarded")
+    assert m.guard.accepts_dims({"T": 64, "H": 4096}) and not m.guard.accepts_dims({"T": 512, "H": 4096})
+    assert not m.guard.accepts_dims({"T": 64, "H": 8192})                   # never measured: not served
+    assert any(n.startswith("guard derived from 2 measured shape(s)") for n in m.evidence.notes)
+    assert [(row.dims["T"], row.served) for row in m.evidence.guard_table] == [(64, True), (512, False)]
+
+
 def test_add_from_run_copies_the_winner(root, tmp_path):
     run = tmp_path / "runs" / "merge_state" / "run-7"
     (run / "best").mkdir(parents=True)

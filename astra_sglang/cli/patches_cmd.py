@@ -339,14 +339,18 @@ def cmd_enable(args: argparse.Namespace, on: bool) -> int:
 
 def cmd_add(args: argparse.Namespace) -> int:
     from astra_sglang.contract.patch import Provenance
-    from astra_sglang.patches.tooling.add import add_patch, load_evidence
+    from astra_sglang.patches.tooling.add import add_patch, guard_from_evidence, load_evidence
 
     prov = Provenance(kind=args.provenance, run=args.run, model=args.model, rounds=args.rounds,
                       author=args.author, note=args.note)
-    dest = add_patch(args.op, args.source, patch_id=args.patch_id, provenance=prov,
-                     evidence=load_evidence(args.evidence), kind=args.kind, targets=args.target,
-                     sglang_versions=args.sglang_version, archs=args.arch, description=args.description,
-                     force=args.force)
+    evidence = load_evidence(args.evidence)
+    guard = None
+    if evidence.results:
+        guard, table, note = guard_from_evidence(args.op, evidence.results)
+        evidence = evidence.model_copy(update={"notes": [*evidence.notes, note], "guard_table": table})
+    dest = add_patch(args.op, args.source, patch_id=args.patch_id, provenance=prov, evidence=evidence,
+                     kind=args.kind, targets=args.target, guard=guard, sglang_versions=args.sglang_version,
+                     archs=args.arch, description=args.description, force=args.force)
     _report_added(dest)
     return 0
 

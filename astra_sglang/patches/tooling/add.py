@@ -212,6 +212,22 @@ def arch_of_device_text(device: str) -> str | None:
     return None
 
 
+def guard_from_evidence(op: str, results: list[EvalResult]) -> tuple[GuardSpec | None, list[GuardRow], str]:
+    """The guard a patch gets from its measurements, whichever command registers it: where it won, never the
+    adapter's widest. A decode_attention patch added with `patches add --evidence` once got B 1..4096, G 1..16,
+    D 64..256 (none of G 1, D 64 or D 256 measured) while `add-run` derived its guard. (None, [], why) when the
+    evidence times no shape of the op's dims: the adapter's default guard then, said in the note."""
+    from astra_sglang.patches.adapters import get_adapter
+
+    base = get_adapter(op).default_guard()
+    rows = [r for r in measured_rows(results) if set(base.dims) <= set(r.dims)]
+    if not rows:
+        return None, [], ("guard: the op adapter's default; the evidence times no shape of this op's dims (measure "
+                          "it with `bench OP --candidate F --shapes all --heldout --json` and run `patches guard`)")
+    guard, table = derive_guard(base, rows)
+    return guard, table, f"guard derived from {len(table)} measured shape(s): {describe(guard)}"
+
+
 def load_evidence(paths: list[Path]) -> Evidence:
     """EvalResult JSON files (one result, or a list of them) -> Evidence."""
     from astra_sglang.contract.result import EvalResult
@@ -298,16 +314,8 @@ def add_from_run(
     results += load_evidence(list(evidence_paths or [])).results
     table: list[GuardRow] = []
     if guard is None:
-        from astra_sglang.patches.adapters import get_adapter
-
-        base = get_adapter(op).default_guard()
-        rows = [r for r in measured_rows(results) if set(base.dims) <= set(r.dims)]
-        if rows:
-            guard, table = derive_guard(base, rows)
-            notes.append(f"guard derived from {len(table)} measured shape(s): {describe(guard)}")
-        else:
-            notes.append("guard: the op adapter's default; the evidence times no shape of this op's dims (measure it "
-                         "with `bench OP --candidate F --shapes all --heldout --json` and run `patches guard`)")
+        guard, table, note = guard_from_evidence(op, results)
+        notes.append(note)
     return add_patch(op, sources[0], patch_id=patch_id or f"{run_dir.name}", provenance=prov,
                      evidence=Evidence(results=results, notes=notes, guard_table=table), root=root, force=force,
                      sglang_versions=sglang_versions, archs=archs, guard=guard)
