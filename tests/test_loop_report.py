@@ -187,3 +187,16 @@ def test_report_without_library_kernels_has_no_such_table(two_runs: tuple[Path, 
     out = tmp_path / "r.md"
     assert main(["report", str(two_runs[0]), "--out", str(out)]) == 0
     assert "Library kernels timed beside" not in out.read_text()
+
+
+def test_a_provider_that_reports_no_usage_is_not_shown_as_zero_tokens(tmp_path: Path):
+    """The file: provider answers without usage: its MODEL RUN read "0 in / 0 out" over hours of answers."""
+    from astra_sglang.loop.report import _pair, _tokens
+
+    silent = StepRecord(round=1, step="coding", agent="coding", status="ok", wall_s=1.0, started="t",
+                        tokens=TokenCount(requests=3, input_tokens=0, output_tokens=0))
+    counted = StepRecord(round=1, step="coding", agent="coding", status="ok", wall_s=1.0, started="t",
+                         tokens=TokenCount(requests=1, input_tokens=100, output_tokens=20))
+    assert _tokens([silent]) == "not reported by the model provider"
+    assert _tokens([silent, counted]) == "100 in / 20 out"
+    assert _pair(silent.tokens, "-") == "-" and _pair(counted.tokens, "-") == "100/20"

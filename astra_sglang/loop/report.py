@@ -25,6 +25,8 @@ from astra_sglang.loop.stopping import best_per_round
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
+    from astra_sglang.agents.config import TokenCount
+
 NOT_MEASURED = "not measured"
 NO_FINISHED_ROUND = "no finished round"
 UNTIMED = "untimed: no candidate was timed"
@@ -259,10 +261,20 @@ def _table(head: list[str], rows: list[list[str]]) -> list[str]:
     return out + [""]
 
 
+def _reported(t: TokenCount) -> bool:
+    """Requests made but no token counted is a provider that reports no usage (the file: provider), not a model
+    that read and wrote nothing: the MODEL RUN report of 2026-12-04 said "0 in / 0 out" for hours of answers."""
+    return bool(t.requests) and bool(t.input_tokens or t.output_tokens)
+
+
+def _pair(t: TokenCount, missing: str) -> str:
+    return f"{t.input_tokens}/{t.output_tokens}" if _reported(t) else missing
+
+
 def _tokens(steps: list[StepRecord]) -> str:
-    t = [s.tokens for s in steps if s.tokens.requests]
+    t = [s.tokens for s in steps if _reported(s.tokens)]
     if not t:
-        return "not reported"
+        return "not reported by the model provider" if any(s.tokens.requests for s in steps) else "not reported"
     return f"{sum(x.input_tokens for x in t)} in / {sum(x.output_tokens for x in t)} out"
 
 
@@ -291,14 +303,14 @@ def run_section(run: RunReport) -> list[str]:
         best = dict(best_per_round([r])).get(r.round)
         rows.append([str(r.round), str(len(entries)), tried, _f(best, missing="none timed and correct"),
                      _f(so_far.get(r.round)) if run.timed else "untimed", f"{r.wall_s:.1f}",
-                     f"{r.tokens.input_tokens}/{r.tokens.output_tokens}" if r.tokens.requests else "not reported"])
+                     _pair(r.tokens, "not reported")])
     lines += _table(["round", "candidates", "verdicts", "round best", "best so far", "wall s", "tokens in/out"], rows)
     lines += ["### Wall time per step", ""]
     lines += _table(["round", "candidate", "step", "agent", "attempt", "status", "wall s", "tokens in/out",
                      "speedup"],
                     [[str(s.round), "-" if s.candidate is None else str(s.candidate), s.step, s.agent, str(s.attempt),
                       s.status, f"{s.wall_s:.2f}",
-                      f"{s.tokens.input_tokens}/{s.tokens.output_tokens}" if s.tokens.requests else "-",
+                      _pair(s.tokens, "-"),
                       _f(s.speedup)] for s in run.steps])
     return lines
 
