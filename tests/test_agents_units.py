@@ -178,3 +178,30 @@ def test_base_and_ranking_only_trust_correct_unsuspect_candidates():
     # Without timing (CPU): the latest correct kernel is the base, nothing is ranked.
     cpu = [_rec(0, True), _rec(1, True), _rec(2, False), _rec(3, True), _rec(4, False)]
     assert pick_base(cpu).round == 3 and ranked(cpu) == []
+
+
+def test_every_model_form_is_one_provider_of_one_map(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """--model through the SDK's MultiProvider: file: needs no key, a local server's 'Org/Model' id reaches the
+    server whole (not read as a provider prefix), with this run's key and base URL."""
+    import asyncio
+
+    from agents import ModelSettings, ModelTracing
+    from fake_openai_server import FakeOpenAIServer, final
+
+    from astra_sglang.agents.config import ModelOptions
+    from astra_sglang.agents.models import build_model, model_name
+
+    monkeypatch.delenv("NO_SUCH_KEY", raising=False)
+    m = build_model(ModelOptions(model=f"file:{tmp_path}", api_key_env="NO_SUCH_KEY"))
+    assert isinstance(m, FileModel) and m.directory == tmp_path
+    assert model_name(ModelOptions(model="Qwen/Qwen3-8B")) == "openai/Qwen/Qwen3-8B"
+
+    monkeypatch.setenv("LOCAL_KEY", "test-key")
+    with FakeOpenAIServer(lambda body: final("ok"), models=("Qwen/Qwen3-8B",)) as srv:
+        model = build_model(ModelOptions(model="Qwen/Qwen3-8B", base_url=srv.url, api_key_env="LOCAL_KEY"))
+        reply = asyncio.run(model.get_response(
+            system_instructions="# Role: testing agent", input="hi", model_settings=ModelSettings(), tools=[],
+            output_schema=None, handoffs=[], tracing=ModelTracing.DISABLED, previous_response_id=None))
+        assert srv.requests[-1].body["model"] == "Qwen/Qwen3-8B"
+        assert srv.requests[-1].authorization.endswith("test-key")
+    assert reply.output

@@ -23,24 +23,59 @@ def _api_key(opts: ModelOptions, required: bool = True) -> str | None:
     return key or None
 
 
+def model_name(opts: ModelOptions) -> str:
+    """``--model`` as the SDK's MultiProvider names models: ``prefix/name``, the prefix choosing the provider.
+    An OpenAI-compatible server's model keeps its whole id behind ``openai/`` (a local SGLang server's ids look
+    like ``Qwen/Qwen3-8B``, which must not read as a prefix)."""
+    if opts.kind == "file":
+        return f"file/{opts.model[len('file:'):]}"
+    if opts.kind == "litellm":
+        return opts.model
+    return f"openai/{opts.model}"
+
+
+def model_provider(opts: ModelOptions):  # -> agents.MultiProvider
+    """Every transport behind one map, as openai-agents-python composes them (``MultiProvider``): ``file/`` is
+    ours, ``litellm/`` the SDK's LiteLLM model with this run's base URL and key, an OpenAI-compatible
+    server (``openai/``: what SGLang and vLLM serve, through Chat Completions, with this run's timeout and no
+    client-side retries: RecordingModel retries). Providers build nothing until asked, so a ``file:`` run never
+    needs an API key."""
+    from agents import ModelProvider, MultiProvider
+    from agents.models.multi_provider import MultiProviderMap
+
+    class FileProvider(ModelProvider):
+        def get_model(self, model_name: str | None):  # -> FileModel
+            from astra_sglang.agents.file_provider import FileModel
+
+            return FileModel(Path(model_name or "."), timeout_s=opts.file_timeout_s)
+
+    class LitellmProvider(ModelProvider):
+        def get_model(self, model_name: str | None):  # -> LitellmModel
+            try:
+                from agents.extensions.models.litellm_model import LitellmModel
+            except ImportError:
+                raise AstraError("litellm/ models need LiteLLM: pip install 'openai-agents[litellm]'") from None
+            return LitellmModel(model=model_name or "", base_url=opts.base_url, api_key=_api_key(opts))
+
+    class OpenAICompatibleProvider(ModelProvider):
+        def get_model(self, model_name: str | None):  # -> OpenAIChatCompletionsModel
+            from agents import OpenAIChatCompletionsModel
+            from openai import AsyncOpenAI
+
+            client = AsyncOpenAI(base_url=opts.base_url, api_key=_api_key(opts), max_retries=0,
+                                 timeout=opts.request_timeout_s)
+            return OpenAIChatCompletionsModel(model=model_name or opts.model, openai_client=client)
+
+    providers = MultiProviderMap()
+    providers.add_provider("file", FileProvider())
+    providers.add_provider("litellm", LitellmProvider())
+    providers.add_provider("openai", OpenAICompatibleProvider())
+    return MultiProvider(provider_map=providers)
+
+
 def build_model(opts: ModelOptions):  # -> agents.Model
     """The transport only; the loop wraps it in RecordingModel for logging and retries."""
-    if opts.kind == "file":
-        from astra_sglang.agents.file_provider import FileModel
-
-        return FileModel(Path(opts.model[len("file:"):]), timeout_s=opts.file_timeout_s)
-    if opts.kind == "litellm":
-        try:
-            from agents.extensions.models.litellm_model import LitellmModel
-        except ImportError:
-            raise AstraError("litellm/ models need LiteLLM: pip install 'openai-agents[litellm]'") from None
-        return LitellmModel(model=opts.model[len("litellm/"):], base_url=opts.base_url, api_key=_api_key(opts))
-    from agents import OpenAIChatCompletionsModel
-    from openai import AsyncOpenAI
-
-    client = AsyncOpenAI(base_url=opts.base_url, api_key=_api_key(opts), max_retries=0,
-                         timeout=opts.request_timeout_s)
-    return OpenAIChatCompletionsModel(model=opts.model, openai_client=client)
+    return model_provider(opts).get_model(model_name(opts))
 
 
 def configure_tracing(opts: ModelOptions) -> None:
