@@ -3,13 +3,14 @@
 # wheel (`pip wheel --no-deps -w .srv .` from a clean tree: a stale build/ leaks deleted patches into it).
 # Steps: unpack the SGLang runtime into /tmp/srv-site (kept while the machine stays warm), build the torch-2.11
 # shim for sgl_kernel, refuse a wheel that is not this tree (check_wheel.py), install astra-sglang beside it (its
-# entry point is what SGLang's load_plugins finds), check sgl_kernel's kernels against torch, make a random-weights LLaMA, then `astra-sglang validate`.
+# entry point is what SGLang's load_plugins finds), check sgl_kernel's kernels against torch, make a
+# random-weights LLaMA, then `astra-sglang validate`.
 # SERVER_ARGS: extra launch_server arguments (default --disable-radix-cache: a clean floor, docs/patches.md says why).
 # Usage: device.sh [smoke|validate|forward|profile|e2e] [that step's options...]   Results go to $OUT.
 # profile/e2e: `astra-sglang profile|e2e` with the options given (server arguments after `--`); their stdout is the
 # command's own (set-up lines go to stderr), so `device.sh profile ... --json > F` keeps F clean.
 # Environment: STEP_S (profile/e2e: stop there, keep the files), MAKE_MODEL="DIR NAME" (make_model.py first),
-# SMOKE=0 (skip the once-per-machine smoke: only for a site archive that passed it before).
+# SMOKE=0 (skip the once-per-machine smoke: only for a site archive that passed it before), FLASHINFER=1 (below).
 set -uo pipefail
 STEP=${1:-validate}; shift || true
 case "$STEP" in profile|e2e) exec 3>&1 1>&2 ;; *) exec 3>&1 ;; esac  # fd 3: the step's own stdout
@@ -32,7 +33,19 @@ export TORCH_EXTENSIONS_DIR=/tmp/torch-ext TORCH_CUDA_ARCH_LIST=9.0
 python3 scripts/h200_server/check_wheel.py .srv/astra_sglang-*.whl . || exit 1  # a stale wheel measures nothing
 rm -rf $SITE/astra && python3 -m pip install -q --no-deps --no-index --target $SITE/astra .srv/astra_sglang-*.whl \
     > $OUT/pip-astra.log 2>&1 || { tail -20 $OUT/pip-astra.log; exit 1; }
-export PYTHONPATH=$SITE/astra:$SITE
+# FLASHINFER=1: FlashInfer 0.7.2's attention part (.srv/flashinfer072.tar.xz, build_flashinfer.sh) importable too,
+# for --attention-backend flashinfer; its JIT builds are kept in /tmp/fiws while the machine stays warm. Off by
+# default: with flashinfer importable SGLang may route other ops to it, and earlier triton-backend runs had none.
+FI=
+if [ "${FLASHINFER:-0}" = 1 ]; then
+  if [ ! -f /tmp/srv-fi/.ready ]; then
+    rm -rf /tmp/srv-fi && mkdir -p /tmp/srv-fi && tar xJf .srv/flashinfer072.tar.xz -C /tmp/srv-fi \
+        && touch /tmp/srv-fi/.ready || { echo "FLASHINFER=1: carry .srv/flashinfer072.tar.xz (build_flashinfer.sh)"; exit 1; }
+  fi
+  export FLASHINFER_WORKSPACE_BASE=/tmp/fiws FLASHINFER_CUDA_ARCH_LIST=9.0a
+  FI=:/tmp/srv-fi
+fi
+export PYTHONPATH=$SITE/astra:$SITE$FI
 T0=$(date +%s); python3 -c "import sgl_kernel" > $OUT/ops-build.log 2>&1 || { tail -30 $OUT/ops-build.log; exit 1; }
 echo "sgl_kernel imported with the torch-2.11 ops in $(( $(date +%s) - T0 )) s"
 # SMOKE=0 skips the once-per-machine smoke (only when the same site archive passed it before: it costs a minute)
