@@ -73,6 +73,24 @@ def test_identical_servers_pass_with_throughput_status_and_plugin_lines_and_leav
     assert not any(_alive(p) for p in children), "a server's child process outlived validate"
 
 
+def test_batched_correctness_passes_with_synthetic_long_prompts(standin_env: Path, tmp_path: Path,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 23's validate at batch 128 / context 8192: a decode-attention patch guarded on the batch is reached
+    only by batched requests, so the correctness passes (and their floor) can run batched, on long prompts."""
+    code, rep = _validate(tmp_path, "--synthetic-prompts", "6:400", "--check-batch", "3")
+    assert code == 0, capsys.readouterr()
+    assert rep["prompts"] == 6 and rep["options"]["check_batch"] == 3
+    assert rep["agreement"]["identical_rate"] == 1.0 and rep["floor"]["identical_rate"] == 1.0
+    assert "3 requests in flight" in capsys.readouterr().out
+    from astra_sglang.serving.prompts import synthetic_prompts
+
+    prompts = synthetic_prompts("2:8000")
+    assert len(prompts) == 2 and prompts[0].prompt != prompts[1].prompt
+    tokens = len(str(prompts[0].prompt).split()) * 13 // 10               # ~1.3 tokens a word
+    assert 0.8 * 8000 <= tokens <= 8000
+    assert main(["validate", "--synthetic-prompts", "lots", "--", "--model-path", "m"]) == 2
+
+
 def test_diverging_outputs_fail_and_name_the_first_divergence(standin_env: Path, tmp_path: Path,
                                                               monkeypatch: pytest.MonkeyPatch,
                                                               capsys: pytest.CaptureFixture[str]) -> None:

@@ -31,6 +31,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="with --url-on: the patched server's ASTRA_SGLANG_STATUS_DIR (or one pg-<pgid> folder)")
     p.add_argument("--prompts", type=Path, help="JSON lines of {\"prompt\": text or token ids, \"max_tokens\": N} "
                    "(default: a built-in set of short and long prompts)")
+    p.add_argument("--synthetic-prompts", metavar="COUNT:TOKENS",
+                   help="instead of the built-in set: COUNT prompts of about TOKENS tokens each (e.g. 128:8000 for "
+                        "decode attention at context 8192)")
+    p.add_argument("--check-batch", type=int, default=1,
+                   help="requests in flight in the correctness passes (default 1); the floor is measured batched "
+                        "the same way")
     p.add_argument("--max-tokens", type=int, default=32,
                    help="tokens generated per prompt, greedy (a --prompts line's max_tokens wins)")
     p.add_argument("--concurrency", type=int, default=8, help="requests in flight during the load passes")
@@ -63,12 +69,15 @@ def cmd_validate(args: argparse.Namespace) -> int:
     import importlib.util
 
     from astra_sglang.serving import ab, launch
-    from astra_sglang.serving.prompts import builtin_prompts, load_prompts
+    from astra_sglang.serving.prompts import builtin_prompts, load_prompts, synthetic_prompts
 
-    prompts = load_prompts(args.prompts) if args.prompts else builtin_prompts()
+    if args.prompts and args.synthetic_prompts:
+        raise AstraError("give --prompts or --synthetic-prompts, not both")
+    prompts = (load_prompts(args.prompts) if args.prompts else synthetic_prompts(args.synthetic_prompts)
+               if args.synthetic_prompts else builtin_prompts())
     try:
         opts = ab.LoadOptions(max_tokens=args.max_tokens, concurrency=args.concurrency, rounds=args.load_rounds,
-                              repeat=args.repeat)
+                              repeat=args.repeat, check_batch=args.check_batch)
         thresholds = ab.Thresholds(min_identical=args.min_identical, max_logprob_diff=args.max_logprob_diff,
                                    expect=args.expect, strict_tokens=args.strict_tokens, tie_margin=args.tie_margin)
     except ValueError as e:
@@ -136,8 +145,9 @@ def _print(report) -> None:  # type: ignore[no-untyped-def]
 
     c = console(width=200)
     a, f = report.agreement, report.floor
+    batch = report.options.check_batch
     t = Table(title=f"greedy completions of {report.prompts} prompts, {report.options.max_tokens} tokens each, "
-                    "one request at a time")
+                    + ("one request at a time" if batch == 1 else f"{batch} requests in flight"))
     for col in ("comparison", "identical prompts", "token agreement", "max |logprob diff| (identical prefix)",
                 "first divergences (prompt@token)"):
         t.add_column(col)

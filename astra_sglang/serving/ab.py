@@ -1,8 +1,10 @@
 """One A/B validation: the same prompts through the unpatched and the patched server, then the same load.
 
-Order matters for trust. Correctness first, one request at a time, so both servers see identical batches (a
-batch's size changes which kernel shapes run, hence rounding); the unpatched server answers twice, and its
-agreement with itself is the floor the patched one is read against. Then the load, alternated A B B A so
+Order matters for trust. Correctness first, one request at a time by default, so both servers see identical
+batches (a batch's size changes which kernel shapes run, hence rounding); the unpatched server answers twice, and
+its agreement with itself is the floor the patched one is read against. A patch guarded on the batch (decode
+attention at batch 128) is reached only when requests are batched: ``check_batch`` sends that many at once in all
+three passes, and the floor then also measures what batching alone changes. Then the load, alternated A B B A so
 neither server always runs on a warmer GPU.
 
 Each first divergence is probed (serving/ties.py): a flip between two tokens whose logprobs are within the
@@ -40,6 +42,10 @@ class Thresholds(Model):
 class LoadOptions(Model):
     max_tokens: int = Field(default=32, ge=1)
     concurrency: int = Field(default=8, ge=1)
+    check_batch: int = Field(default=1, ge=1, description="requests in flight in the three correctness passes: "
+                             "a patch guarded on the batch (decode attention at batch 128) is reached only by a "
+                             "batched decode; the floor, unpatched against itself batched the same way, shows what "
+                             "batching alone changes")
     rounds: int = Field(default=4, ge=0, description="load passes per server, alternated A B B A ...")
     repeat: int = Field(default=16, ge=1, description="copies of the prompt set in one load pass")
     timeout_s: float = Field(default=600.0, gt=0)
@@ -150,12 +156,13 @@ def run(off: Server, on: Server, patches: str, prompts: list[Prompt], opts: Load
     say = progress or (lambda msg: None)
     model_off = _model(off)
     model_on = _model(on)
-    say("correctness: unpatched, one request at a time")
-    a1, _ = complete_all(off.url, model_off, prompts, opts.max_tokens, 1, opts.timeout_s)
-    say("correctness: patched, one request at a time")
-    b, _ = complete_all(on.url, model_on, prompts, opts.max_tokens, 1, opts.timeout_s)
+    how = "one request at a time" if opts.check_batch == 1 else f"{opts.check_batch} requests in flight"
+    say(f"correctness: unpatched, {how}")
+    a1, _ = complete_all(off.url, model_off, prompts, opts.max_tokens, opts.check_batch, opts.timeout_s)
+    say(f"correctness: patched, {how}")
+    b, _ = complete_all(on.url, model_on, prompts, opts.max_tokens, opts.check_batch, opts.timeout_s)
     say("correctness: unpatched again (the floor)")
-    a2, _ = complete_all(off.url, model_off, prompts, opts.max_tokens, 1, opts.timeout_s)
+    a2, _ = complete_all(off.url, model_off, prompts, opts.max_tokens, opts.check_batch, opts.timeout_s)
     agreement, floor = compare(a1, b), compare(a1, a2)
     say(f"probing {len(agreement.per_prompt) - agreement.identical_prompts} divergence(s) for near ties")
     ties = probe_divergences((off.url, on.url), prompts, a1, b, agreement, thresholds.top_k,

@@ -49,6 +49,19 @@ def builtin_prompts() -> list[Prompt]:
     return [Prompt(prompt=p) for p in _SHORT + longs]
 
 
+def synthetic_prompts(spec: str) -> list[Prompt]:
+    """``COUNT:TOKENS``: COUNT distinct prompts of at most about TOKENS tokens each (deterministic text: a numbered
+    sentence is 17 words, about 22 tokens with a LLaMA-3-style tokenizer, counted as 24 so that a prompt sized to
+    a context stays inside it), for a context length the built-in set never reaches (decode attention at 8192)."""
+    try:
+        count, tokens = (int(x) for x in spec.split(":"))
+    except ValueError:
+        raise AstraError(f"--synthetic-prompts {spec!r}: expected COUNT:TOKENS, e.g. 128:1024") from None
+    if count < 1 or tokens < 8:
+        raise AstraError(f"--synthetic-prompts {spec!r}: need COUNT >= 1 and TOKENS >= 8")
+    return [Prompt(prompt=_long(max(1, tokens // 24), seed)) for seed in range(count)]
+
+
 def load_prompts(path: Path) -> list[Prompt]:
     """``path``: JSON lines of ``{"prompt": ..., "max_tokens": ...}`` (or of bare strings), or one JSON list."""
     try:
