@@ -31,12 +31,10 @@ from astra_sglang.contract.result import (
 )
 from astra_sglang.errors import AstraError
 from astra_sglang.harness.heldout import heldout_secret
-from astra_sglang.harness.isolation import WorkerOutcome, crash_lines, run_checker
+from astra_sglang.harness.isolation import WorkerOutcome, crash_lines, known_ceiling, remember_ceiling, run_checker
 from astra_sglang.harness.protocol import TIMING_BATCH, CheckJob, TimedShape
 from astra_sglang.harness.screen import screen_report
 from astra_sglang.harness.suite import build_suite, largest_numel, timed_shapes, timing_dtypes
-
-_CEILING: dict[str, float] = {}  # device kind -> measured copy ceiling, for the life of this process
 
 
 def resolve_device(config: EvalConfig) -> str:
@@ -251,7 +249,7 @@ def evaluate_many(op_dir: Path, candidates: list[Path | None], config: EvalConfi
                        device=device, config=config.model_copy(update={"simulate_timing": config.simulate_timing
                                                                        and device == "cpu"}),
                        warmup=warmup, rep=rep, timing_seed=base_seed ^ 0x5EED, cases=cases, timed_shapes=shapes,
-                       timing_dtypes=t_dtypes, ceiling=config.copy_ceiling_gbps or _CEILING.get(device),
+                       timing_dtypes=t_dtypes, ceiling=known_ceiling(device, config.copy_ceiling_gbps),
                        baselines=baselines)
         # the checker waits timeout_s on a silent candidate before it reports the hang itself
         outcome = run_checker(job, timeout_s=config.timeout_s + 60.0, max_wall_s=config.max_wall_s)
@@ -318,8 +316,7 @@ def _fill(res: EvalResult, outcome: WorkerOutcome, config: EvalConfig, device: s
         res.error = "build failed: " + (r.build_error.splitlines() or [""])[0][:300]
         return
     res.device = r.device
-    if r.ceiling:
-        _CEILING[device] = r.ceiling
+    remember_ceiling(device, r.ceiling)
     if r.correctness is not None:
         res.correctness = r.correctness.model_copy(update={"notes": r.notes[:20]})
         f = r.correctness.first_failure

@@ -282,6 +282,20 @@ class WorkerOutcome:
     progress: list[Progress] = field(default_factory=list)
 
 
+_CEILINGS: dict[str, float] = {}  # device kind -> the copy ceiling a checker of this process measured
+
+
+def known_ceiling(device: str, given: float | None = None) -> float | None:
+    """The copy ceiling to hand a checker: the user's, else the one an earlier checker of this process measured
+    on this device kind (each measurement costs a checker about a second; evaluate and sweep share them)."""
+    return given or _CEILINGS.get(device)
+
+
+def remember_ceiling(device: str, gbps: float | None) -> None:
+    if gbps:
+        _CEILINGS[device] = gbps
+
+
 def trace_line(p: Progress) -> str:
     """A step as ASTRA_SGLANG_TRACE prints it: which case or shape, so a slow pass names its slow cases (the
     2026-12-04 trace said only "check", 120 times). A held-out case stays a number: its shape is the judge's."""

@@ -27,7 +27,7 @@ from astra_sglang.contract.result import (
     SweepShape,
     TuneValue,
 )
-from astra_sglang.harness.isolation import run_checker
+from astra_sglang.harness.isolation import known_ceiling, remember_ceiling, run_checker
 from astra_sglang.harness.protocol import CaseSpec, CheckJob, VariantOutcome
 from astra_sglang.harness.screen import screen_report
 from astra_sglang.harness.suite import (
@@ -76,8 +76,6 @@ def sweep_variants(op_dir: Path, manifest: Manifest, configs: list[Config], sour
     ``progress`` gets a line per config as it is decided. An untimed sweep (the CPU interpreter) then checks
     each config in its own judge, so that a slow interpreter run is never silent; a timed one keeps all
     configs in one worker (its timing must not be split) and gets one line before it starts."""
-    from astra_sglang.harness.evaluate import _CEILING as CEILING
-
     say = progress or (lambda line: None)
     n = len(configs)
     results = [SweepConfig(config=c, ok=False) for c in configs]
@@ -99,7 +97,7 @@ def sweep_variants(op_dir: Path, manifest: Manifest, configs: list[Config], sour
                                                     "stateful_checks": 0}),
                    warmup=min(warmup, SWEEP_WARMUP), rep=min(rep, SWEEP_REP), timing_seed=seed ^ 0x5EED, cases=cases,
                    timed_shapes=timed_shapes(manifest, config), timing_dtypes=timing_dtypes(manifest, config),
-                   ceiling=config.copy_ceiling_gbps or CEILING.get(device), variants=[str(sources[i]) for i in live])
+                   ceiling=known_ceiling(device, config.copy_ceiling_gbps), variants=[str(sources[i]) for i in live])
     batches = [[i] for i in live] if progress is not None and not timed else [live]
     if timed:
         say(f"checking and timing {len(live)} config(s) in one worker on {len(job.timed_shapes)} shape(s)")
@@ -117,8 +115,7 @@ def sweep_variants(op_dir: Path, manifest: Manifest, configs: list[Config], sour
                 results[i].failure = why
         else:
             dev = r.device
-            if r.ceiling:
-                CEILING[device] = r.ceiling
+            remember_ceiling(device, r.ceiling)
             for o in r.sweep:
                 _fill(results[batch[o.index]], o)
         for i in batch:
