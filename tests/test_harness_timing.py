@@ -51,3 +51,22 @@ def test_time_interleaved_tells_a_slow_launch_from_a_fast_one():
     assert b.median > 2 * a.median
     assert timing.rotation_sets(1 << 20, 50 << 20, 4.0, 1000, cold=True) == 201
     assert timing.rotation_sets(1 << 20, 50 << 20, 4.0, 1000, cold=False) == 1
+
+
+def test_patches_verify_times_the_original_and_the_patch_side_by_side_with_the_one_timer():
+    """devcheck had a timer of its own (each side timed alone); it now uses time_interleaved, per call."""
+    from astra_sglang.patches.tooling.devcheck import time_pair
+
+    calls = {"original": 0, "patch": 0}
+
+    def original() -> None:
+        calls["original"] += 1
+        time.sleep(0.002)
+
+    def patch() -> None:
+        calls["patch"] += 1
+        time.sleep(0.0004)
+
+    orig_us, patch_us = time_pair(original, patch, reps=60, clock=timing.HostClock(), per_replay=2)
+    assert 1800 < orig_us < 8000 and patch_us < orig_us / 2      # us per call, not per replay of 2 calls
+    assert calls["original"] == calls["patch"] == 2 * (1 + 5 + 6)  # capture, warm-up, 6 timed replays each

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from typing import Any
 
 from astra_sglang.patches import status
@@ -136,8 +137,9 @@ def check_on_device(entry: PatchEntry, *, time_it: bool = True, reps: int = 100)
             # CUDA graph: capture the hook on static inputs, replay on fresh values copied in
             sr.graph = _graph_check(hook, original, ad, dims, dtype, tol, ref_for, seed=200 + i)
             if time_it:
-                sr.original_us = _graph_time(original, ad, dims, dtype, reps)
-                sr.patch_us = _graph_time(hook, ad, dims, dtype, reps)
+                args, kw = ad.sample(dims, dtype, "cuda", 7)
+                sr.original_us, sr.patch_us = time_pair(partial(original, *args, **kw), partial(hook, *args, **kw),
+                                                        reps)
                 sr.speedup = sr.original_us / sr.patch_us if sr.patch_us else None
             if sr.eager or sr.graph:
                 rep.ok = False
@@ -187,30 +189,23 @@ def _graph_check(hook, original, ad, dims, dtype, tol, ref_for, seed: int) -> st
     return None
 
 
-def _graph_time(fn, ad, dims, dtype, reps: int) -> float:
-    import torch
+def time_pair(original: Callable[[], Any], patched: Callable[[], Any], reps: int,
+              clock: Any = None, per_replay: int = 20) -> tuple[float, float]:
+    """us per call of SGLang's original and of the installed hook, on the same inputs, with the harness's one
+    timer (``timing.time_interleaved``: CUDA-graph replays, ABBA-interleaved, medians), ``per_replay`` calls to
+    a replay so that a few-microsecond kernel is not lost in the event overhead. Side by side, so the two numbers
+    share the clock state (this tool once timed each side on its own, with a timer of its own)."""
+    from astra_sglang.harness.timing import clock_for, time_interleaved
 
-    args, kw = ad.sample(dims, dtype, "cuda", 7)
-    for _ in range(3):
-        fn(*args, **kw)
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    n = 20
-    with torch.cuda.graph(g):
-        for _ in range(n):
-            fn(*args, **kw)
-    for _ in range(10):
-        g.replay()
-    times = []
-    for _ in range(max(5, reps // 10)):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        g.replay()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) * 1000.0 / n)
-    times.sort()
-    return times[len(times) // 2]
+    def many(fn: Callable[[], Any]) -> Callable[[], None]:
+        def run() -> None:
+            for _ in range(per_replay):
+                fn()
+        return run
+
+    (a, b), _ = time_interleaved(clock or clock_for("cuda"), [many(original), many(patched)], warmup=5,
+                                 rep=max(5, reps // 10), launches_per_replay=per_replay)
+    return a.median, b.median
 
 
 def _outside_guard(hook, ad, m) -> dict[str, str]:
