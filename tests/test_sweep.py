@@ -231,3 +231,21 @@ def test_bad_input_is_one_line_and_exit_2(merge_op, restored_op, tmp_path, capsy
         cand.write_text((MS / "hand_written.py").read_text() + "\n" + tail)
         _one_line_exit_2(["bench", str(merge_op), "--candidate", str(cand), "--device", "cpu", "--shapes", "test",
                           "--json"], capsys, says)
+
+
+def test_an_untimed_sweep_quick_checks_a_sample_and_says_which_configs_the_gpu_checks(merge_op, tmp_path):
+    """On the CPU interpreter a sweep cannot time; checking every config there cost a coding agent its check's
+    180 s (decode attention, 18 configs) and made it cut the TUNE space the GPU would have swept."""
+    from astra_sglang.harness.sweep import UNTIMED_SWEEP_CONFIGS, untimed_sample
+
+    assert untimed_sample(18, 4) == [0, 6, 11, 17] and untimed_sample(3, 4) == [0, 1, 2]
+    cand = tmp_path / "candidate.py"
+    shutil.copy(MS / "tunable" / "one_wrong_config.py", cand)
+    r = evaluate(merge_op, cand, CHECK_ONLY)
+    s = r.sweep
+    assert r.ok and s is not None and len(s.configs) == 6
+    unchecked = [c for c in s.configs if "not checked here" in (c.failure or "")]
+    assert len(unchecked) == 6 - UNTIMED_SWEEP_CONFIGS and "the GPU sweep checks every config" in unchecked[0].failure
+    checked = [c for c in s.configs if c not in unchecked]
+    assert any(not c.ok and "unwritten output" in (c.failure or "") for c in checked)   # ROWS 4, index 5
+    assert s.frozen_path is not None and all(c.ok for c in checked if c.config["ROWS"] != 4)

@@ -40,6 +40,10 @@ from astra_sglang.harness.suite import (
 from astra_sglang.harness.tune_space import MAX_CONFIGS, TuneSpace, find_space, freeze, variant_source
 
 SWEEP_WARMUP, SWEEP_REP = 10, 50  # per side per shape per config; the frozen source is timed in full afterwards
+# An untimed sweep (the CPU interpreter) can only quick-check configs and then picks one arbitrarily; the GPU sweep
+# quick-checks every config again before timing it. Checking them all here cost a coding agent 180 s of its check
+# (decode attention, 18 configs: the check timed out) and made it shrink the TUNE space the GPU would have swept.
+UNTIMED_SWEEP_CONFIGS = 4
 CPU_NOTE = ("CPU: no meaningful timing here (host timers or none): the choice is arbitrary among the configs "
             "that passed the checks; time on a GPU to tune")
 Config = dict[str, TuneValue]
@@ -258,6 +262,13 @@ def tune_candidate(op_dir: Path, manifest: Manifest, candidate: Path, space: Tun
     if reused is not None:
         return reused
     configs = space.configs()
+    skipped: list[SweepConfig] = []
+    if not (config.timing and (device == "cuda" or config.simulate_timing)) and len(configs) > UNTIMED_SWEEP_CONFIGS:
+        keep = untimed_sample(len(configs), UNTIMED_SWEEP_CONFIGS)
+        why = (f"not checked here: an untimed sweep quick-checks {len(keep)} of the {len(configs)} configs (the first, "
+               "the last, evenly between); the GPU sweep checks every config before timing it")
+        skipped = [SweepConfig(config=c, ok=False, failure=why) for i, c in enumerate(configs) if i not in keep]
+        configs = [configs[i] for i in keep]
     with tempfile.TemporaryDirectory(prefix="astra-sweep-") as tmp:
         sources = []
         for i, c in enumerate(configs):
@@ -267,7 +278,7 @@ def tune_candidate(op_dir: Path, manifest: Manifest, candidate: Path, space: Tun
         results, dev, n_quick = sweep_variants(op_dir, manifest, configs, sources, config, device, seed)
     choices, single, index = choose(results, config.min_change_pct)
     untimed = not any(r.shapes for r in results)
-    report = SweepReport(parameters=space.params, configs=results, choice=choices, single=single,
+    report = SweepReport(parameters=space.params, configs=results + skipped, choice=choices, single=single,
                          quick_cases=n_quick, method=sweep_method(config, dev, untimed),
                          note=CPU_NOTE if device != "cuda" else "")
     if index is not None or choices:
@@ -280,6 +291,13 @@ def tune_candidate(op_dir: Path, manifest: Manifest, candidate: Path, space: Tun
     if not untimed and report.frozen_path is not None:  # a failed sweep may be the device's fault: sweep again;
         _keep_sweep(candidate, text, key, report)  # an interpreter sweep is quick and chooses arbitrarily
     return report
+
+
+def untimed_sample(n: int, k: int) -> list[int]:
+    """Indices of ``k`` of ``n`` configs, first and last included, evenly spaced between (distinct, sorted)."""
+    if n <= k:
+        return list(range(n))
+    return sorted({round(i * (n - 1) / (k - 1)) for i in range(k)})
 
 
 def sweep_method(config: EvalConfig, device: str, untimed: bool) -> str:
