@@ -249,3 +249,25 @@ def test_an_untimed_sweep_quick_checks_a_sample_and_says_which_configs_the_gpu_c
     checked = [c for c in s.configs if c not in unchecked]
     assert any(not c.ok and "unwritten output" in (c.failure or "") for c in checked)   # ROWS 4, index 5
     assert s.frozen_path is not None and all(c.ok for c in checked if c.config["ROWS"] != 4)
+
+
+def test_an_interpreter_check_leaves_huge_extra_cases_to_the_gpu_and_says_so(merge_op):
+    """A Testing agent's decode-attention suite held 8M-element cases; under the interpreter one took minutes and
+    timed out a coding agent's check. The GPU evaluation still runs them (shapes other than 'test')."""
+    from astra_sglang.contract.eval_config import ExtraCase
+    from astra_sglang.harness.suite import build_suite
+    from astra_sglang.loop.evaluator import check_from_result
+
+    m = load_manifest(merge_op)
+    dims = {d.name: 1 for d in m.signature.dims}
+    big = {**dims, **{d.name: 1 << 12 for d in m.signature.dims[:2]}}
+    cfg = CHECK_ONLY.model_copy(update={"extra_cases": [ExtraCase(dims=dims, dtype="bfloat16"),
+                                                        ExtraCase(dims=big, dtype="bfloat16")],
+                                        "interpreter_max_elems": 1 << 20})
+    extras = [c for c in build_suite(m, cfg, 1, None) if "extra" in c.tags]
+    assert [c.dims for c in extras] == [dims]
+    gpu = cfg.model_copy(update={"shapes": "paper"})
+    assert len([c for c in build_suite(m, gpu, 1, None) if "extra" in c.tags]) == 2
+    r = evaluate(merge_op, None, cfg)
+    assert r.ok and any("1 of the suite's 2 extra case(s) not run here" in n for n in r.correctness.notes)
+    assert "run when the candidate is evaluated on the GPU" in check_from_result(r).ran

@@ -33,6 +33,9 @@ class EvalConfig(Model):
     check_all_shapes: bool = Field(True, description="also check every other manifest shape (normal values), "
                                    "not only the timed ones; a candidate must be right wherever SGLang calls it")
     check_max_elems: int = Field(1 << 26, description="skip extra check shapes whose largest tensor is bigger")
+    interpreter_max_elems: int = Field(1 << 22, description="under the Triton interpreter (shapes='test'), extra "
+                                       "cases whose largest tensor is bigger are left to the GPU: a decode-attention "
+                                       "case of 8M elements took minutes there and timed out an agent's check")
     dist_max_elems: int = Field(1 << 22, description="non-normal distributions only on shapes up to this size")
     extra_cases: list[ExtraCase] = Field(default_factory=list, description="additional visible cases")
     include_heldout: bool = Field(False, description="add held-out shapes/seeds derived from a private secret "

@@ -34,7 +34,7 @@ from astra_sglang.harness.heldout import heldout_secret
 from astra_sglang.harness.isolation import WorkerOutcome, crash_lines, known_ceiling, remember_ceiling, run_checker
 from astra_sglang.harness.protocol import TIMING_BATCH, CheckJob, TimedShape
 from astra_sglang.harness.screen import screen_report
-from astra_sglang.harness.suite import build_suite, largest_numel, timed_shapes, timing_dtypes
+from astra_sglang.harness.suite import build_suite, extras_left_to_gpu, largest_numel, timed_shapes, timing_dtypes
 
 
 def resolve_device(config: EvalConfig) -> str:
@@ -215,6 +215,10 @@ def evaluate_many(op_dir: Path, candidates: list[Path | None], config: EvalConfi
                                 cuda=device == "cuda") if config.timing or serving else []
     build_wall = time.monotonic() - t0
     warmup, rep = config.timing_protocol()
+    left = extras_left_to_gpu(manifest, config)
+    gpu_note = (f"{left} of the suite's {len(config.extra_cases)} extra case(s) not run here: their largest tensor "
+                f"is above {config.interpreter_max_elems} elements, too slow for the Triton interpreter; they run "
+                "when the candidate is evaluated on the GPU") if left else ""
     results: list[EvalResult] = []
     for given, build in zip(submitted, builds):
         sweep = _tune(op_dir, manifest, given, config, device, base_seed)
@@ -256,11 +260,14 @@ def evaluate_many(op_dir: Path, candidates: list[Path | None], config: EvalConfi
         _fill(res, outcome, config, device)
         res.wall_s += time.monotonic() - start + (build.seconds if len(candidates) == 1 or lazy
                                                   else build_wall / len(candidates))
-        _done(results, res, on_result)
+        _done(results, res, on_result, gpu_note)
     return results
 
 
-def _done(results: list[EvalResult], res: EvalResult, on_result: Callable[[int, EvalResult], None] | None) -> None:
+def _done(results: list[EvalResult], res: EvalResult, on_result: Callable[[int, EvalResult], None] | None,
+          note: str = "") -> None:
+    if note and res.correctness is not None:
+        res.correctness.notes.append(note)
     results.append(res)
     if on_result is not None:
         on_result(len(results) - 1, res)

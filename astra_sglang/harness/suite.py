@@ -227,6 +227,8 @@ def build_suite(manifest: Manifest, config: EvalConfig, base_seed: int, secret: 
             raise AstraError(f"extra case dims {sorted(extra.dims)} do not match the op's dims {sorted(names)}")
         if extra.dtype not in manifest.signature.dtypes or extra.distribution not in DISTRIBUTIONS:
             raise AstraError(f"extra case {extra.dtype}/{extra.distribution}: unsupported dtype or distribution")
+        if _left_to_gpu(manifest, config, extra.dims):
+            continue
         cases.append(Case(dims=dict(extra.dims), dtype=extra.dtype, distribution=extra.distribution,
                           seed=rng.getrandbits(48), tags=["extra"]))
     if config.include_heldout:
@@ -234,6 +236,15 @@ def build_suite(manifest: Manifest, config: EvalConfig, base_seed: int, secret: 
             raise AstraError("held-out cases need the private secret")
         cases += heldout_cases(manifest, config, secret, dtypes, dists)
     return cases + form_cases(manifest, cases)
+
+
+def _left_to_gpu(manifest: Manifest, config: EvalConfig, dims: dict[str, int]) -> bool:
+    return config.shapes == "test" and largest_numel(manifest, dims) > config.interpreter_max_elems
+
+
+def extras_left_to_gpu(manifest: Manifest, config: EvalConfig) -> int:
+    """How many of ``config.extra_cases`` a test-shape (interpreter) check leaves to the GPU; said in its notes."""
+    return sum(_left_to_gpu(manifest, config, complete_dims(manifest, e.dims)) for e in config.extra_cases)
 
 
 def call_forms(manifest: Manifest) -> list[list[str]]:
