@@ -61,6 +61,18 @@ def test_ten_percent_faster_patch_with_placebo_holding_is_a_gain(tmp_path, capsy
         assert (out / "e2e.png").stat().st_size > 0
 
 
+def test_a_run_too_short_for_any_verdict_says_so_before_it_spends_the_device(tmp_path, capsys, monkeypatch):
+    """Two rounds of 47 s processes on the H200 could never give a verdict (2026-12-04); the user is told at once."""
+    from astra_sglang.e2e.stats import fewest_processes
+
+    assert fewest_processes() == 4
+    monkeypatch.setenv("STANDIN_B_FACTOR", "0.5")               # twice as fast: still no verdict from 2 rounds
+    assert main(_e2e(tmp_path / "run", rounds=2)) == 0
+    captured = capsys.readouterr()
+    assert "--max-rounds 2: with fewer than 4 processes per arm no interval can exclude 1" in captured.err
+    assert json.loads(captured.out)["verdict"] == "no measurable change"
+
+
 def test_patch_that_changes_nothing_is_no_measurable_change(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("STANDIN_B_FACTOR", "1.0")
     assert main(_e2e(tmp_path / "run", rounds=4)) == 0

@@ -33,7 +33,7 @@ from typing import Any
 from pydantic import Field, ValidationError
 
 from astra_sglang.contract.base import Model, write_atomic
-from astra_sglang.e2e.stats import MetricSummary, Verdict, overall, summarize
+from astra_sglang.e2e.stats import MetricSummary, Verdict, fewest_processes, overall, summarize
 from astra_sglang.errors import AstraError
 from astra_sglang.patches.env import ALL_VALUES, ENV_PLACEBO, ENV_SELECT
 from astra_sglang.patches.status_file import ENV_STATUS_DIR
@@ -359,6 +359,9 @@ def run(cfg: E2EConfig, out: Path, progress: Progress | None = None) -> E2ERepor
     warm = load_warmups(out)
     kept = len(done) + len(warm)
     say(f"resuming {out}: {kept} finished process(es) kept" if kept else f"run folder {out}")
+    if cfg.max_rounds < fewest_processes():
+        say(f"--max-rounds {cfg.max_rounds}: with fewer than {fewest_processes()} processes per arm no interval can "
+            "exclude 1, so this run can only report 'no measurable change' (use --rounds 4 or more for a verdict)")
     for n in range(1, cfg.warmup_processes + 1):
         if n in warm:
             continue

@@ -103,6 +103,14 @@ def chance_separation(n_num: int, n_den: int) -> float:
     return min(1.0, 2 / math.comb(n_num + n_den, n_den))
 
 
+def fewest_processes(level: float = LEVEL) -> int:
+    """Processes per arm below which no verdict but "no measurable change" can come (4 at 95%)."""
+    n = 2
+    while chance_separation(n, n) > 1 - level:
+        n += 1
+    return n
+
+
 def too_few(iv: Interval) -> str | None:
     """Why ``iv`` cannot decide anything at its arms' sizes, or None when it can."""
     p = chance_separation(iv.n_num, iv.n_den)
