@@ -359,9 +359,10 @@ def run(cfg: E2EConfig, out: Path, progress: Progress | None = None) -> E2ERepor
     warm = load_warmups(out)
     kept = len(done) + len(warm)
     say(f"resuming {out}: {kept} finished process(es) kept" if kept else f"run folder {out}")
-    if cfg.max_rounds < fewest_processes():
-        say(f"--max-rounds {cfg.max_rounds}: with fewer than {fewest_processes()} processes per arm no interval can "
-            "exclude 1, so this run can only report 'no measurable change' (use --rounds 4 or more for a verdict)")
+    fewest = fewest_processes()
+    if cfg.max_rounds < fewest:
+        say(f"--max-rounds {cfg.max_rounds}: with fewer than {fewest} processes per arm no interval can exclude 1, "
+            f"so this run can only report 'no measurable change' (use --rounds {fewest} or more for a verdict)")
     for n in range(1, cfg.warmup_processes + 1):
         if n in warm:
             continue

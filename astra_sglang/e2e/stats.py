@@ -118,7 +118,7 @@ def too_few(iv: Interval) -> str | None:
         return None
     return (f"B/A {iv.text()} from {iv.n_num} and {iv.n_den} processes: identical arms this small separate "
             f"completely by chance {p:.0%} of the time, so no interval from them can exclude 1 at "
-            f"{iv.level:.0%}; more rounds (4 processes per arm at least)")
+            f"{iv.level:.0%}; more rounds ({fewest_processes(iv.level)} processes per arm at least)")
 
 
 def rounds_needed(rounds: int, half_width: float, target: float) -> int:

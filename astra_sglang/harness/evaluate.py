@@ -34,7 +34,7 @@ from astra_sglang.harness.heldout import heldout_secret
 from astra_sglang.harness.isolation import WorkerOutcome, crash_lines, known_ceiling, remember_ceiling, run_checker
 from astra_sglang.harness.protocol import TIMING_BATCH, CheckJob, TimedShape
 from astra_sglang.harness.screen import screen_report
-from astra_sglang.harness.suite import build_suite, extras_left_to_gpu, largest_numel, timed_shapes, timing_dtypes
+from astra_sglang.harness.suite import build_suite, largest_numel, left_to_gpu_note, timed_shapes, timing_dtypes
 
 
 def resolve_device(config: EvalConfig) -> str:
@@ -215,10 +215,7 @@ def evaluate_many(op_dir: Path, candidates: list[Path | None], config: EvalConfi
                                 cuda=device == "cuda") if config.timing or serving else []
     build_wall = time.monotonic() - t0
     warmup, rep = config.timing_protocol()
-    left = extras_left_to_gpu(manifest, config)
-    gpu_note = (f"{left} of the suite's {len(config.extra_cases)} extra case(s) not run here: their largest tensor "
-                f"is above {config.interpreter_max_elems} elements, too slow for the Triton interpreter; they run "
-                "when the candidate is evaluated on the GPU") if left else ""
+    gpu_note = left_to_gpu_note(manifest, config)
     results: list[EvalResult] = []
     for given, build in zip(submitted, builds):
         sweep = _tune(op_dir, manifest, given, config, device, base_seed)

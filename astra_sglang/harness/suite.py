@@ -242,9 +242,17 @@ def _left_to_gpu(manifest: Manifest, config: EvalConfig, dims: dict[str, int]) -
     return config.shapes == "test" and largest_numel(manifest, dims) > config.interpreter_max_elems
 
 
-def extras_left_to_gpu(manifest: Manifest, config: EvalConfig) -> int:
-    """How many of ``config.extra_cases`` a test-shape (interpreter) check leaves to the GPU; said in its notes."""
-    return sum(_left_to_gpu(manifest, config, complete_dims(manifest, e.dims)) for e in config.extra_cases)
+LEFT_TO_GPU = "not run here"  # the words by which a check's line (loop/evaluator.what_ran) finds the note
+
+
+def left_to_gpu_note(manifest: Manifest, config: EvalConfig) -> str:
+    """The note a test-shape (interpreter) check carries when it leaves extra cases to the GPU, else ""."""
+    left = sum(_left_to_gpu(manifest, config, complete_dims(manifest, e.dims)) for e in config.extra_cases)
+    if not left:
+        return ""
+    return (f"{left} of the suite's {len(config.extra_cases)} extra case(s) {LEFT_TO_GPU}: their largest tensor is "
+            f"above {config.interpreter_max_elems} elements, too slow for the Triton interpreter; they run when the "
+            "candidate is evaluated on the GPU")
 
 
 def call_forms(manifest: Manifest) -> list[list[str]]:

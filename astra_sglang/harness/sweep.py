@@ -94,7 +94,7 @@ def sweep_variants(op_dir: Path, manifest: Manifest, configs: list[Config], sour
     cases = quick_cases(manifest, config, seed)
     if not live:
         return results, "", len(cases)
-    timed = config.timing and (device == "cuda" or config.simulate_timing)
+    timed = timed_sweep(config, device)
     warmup, rep = config.timing_protocol()
     job = CheckJob(op_dir=str(op_dir), manifest=manifest, candidate=str(sources[live[0]]), device=device,  # type: ignore[arg-type]
                    config=config.model_copy(update={"simulate_timing": config.simulate_timing and device == "cpu",
@@ -263,7 +263,7 @@ def tune_candidate(op_dir: Path, manifest: Manifest, candidate: Path, space: Tun
         return reused
     configs = space.configs()
     skipped: list[SweepConfig] = []
-    if not (config.timing and (device == "cuda" or config.simulate_timing)) and len(configs) > UNTIMED_SWEEP_CONFIGS:
+    if not timed_sweep(config, device) and len(configs) > UNTIMED_SWEEP_CONFIGS:
         keep = untimed_sample(len(configs), UNTIMED_SWEEP_CONFIGS)
         why = (f"not checked here: an untimed sweep quick-checks {len(keep)} of the {len(configs)} configs (the first, "
                "the last, evenly between); the GPU sweep checks every config before timing it")
@@ -291,6 +291,11 @@ def tune_candidate(op_dir: Path, manifest: Manifest, candidate: Path, space: Tun
     if not untimed and report.frozen_path is not None:  # a failed sweep may be the device's fault: sweep again;
         _keep_sweep(candidate, text, key, report)  # an interpreter sweep is quick and chooses arbitrarily
     return report
+
+
+def timed_sweep(config: EvalConfig, device: str) -> bool:
+    """Whether a sweep can time its configs here (a GPU, or the CPU's simulated timing), or only check them."""
+    return config.timing and (device == "cuda" or config.simulate_timing)
 
 
 def untimed_sample(n: int, k: int) -> list[int]:

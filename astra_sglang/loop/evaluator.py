@@ -103,7 +103,9 @@ def what_ran(result: EvalResult, shapes: int | None) -> str:
     if c is None:
         return f"started {where} on {on} but gave no verdict: {result.error or 'no result'}"
     verdict = f"correct ({c.cases_run} cases)" if c.ok else "WRONG (first failing case below)"
-    left = next((f"; {n}" for n in c.notes if "not run here" in n), "")
+    from astra_sglang.harness.suite import LEFT_TO_GPU
+
+    left = next((f"; {n}" for n in c.notes if LEFT_TO_GPU in n), "")
     return f"ran {where} on {on}: {verdict}; not timed (the round's evaluation times it){left}"
 
 
