@@ -278,3 +278,22 @@ def test_a_launch_argument_given_twice_is_read_as_sglang_reads_it_the_last_one()
     assert flag_value(args, "--host") is None and flag_value(["--port"], "--port") is None
     args = server_args(["--mem-fraction-static", "0.3", "--mem-fraction-static=0.5"], 9, 0.4)
     assert flag_value(args, "--mem-fraction-static") == "0.5" and flag_value(args, "--port") == "9"
+
+
+def test_a_run_cut_during_the_load_passes_keeps_its_token_verdict(standin_env: Path, tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """The H200 validate of the decode-attention patch (2026-12-04) was cut by its time limit in the third load
+    pass, after its batched correctness passes had run, and left no report: the tokens had been judged and lost."""
+    from astra_sglang.serving import ab
+
+    def cut(*args, **kwargs):  # type: ignore[no-untyped-def]
+        raise KeyboardInterrupt  # what the device's `timeout` (SIGTERM) becomes in astra-sglang
+
+    monkeypatch.setattr(ab, "load_pass", cut)
+    code, rep = _validate(tmp_path, "--expect", "standin-patch")
+    assert code != 0
+    assert rep, "no report was written before the load passes"
+    assert rep["load_measured"] is False and rep["servers"][0]["load"] == []
+    assert rep["agreement"]["identical_rate"] == 1.0 and rep["failures"] == []
+    assert "tokens judged (PASS)" in capsys.readouterr().err

@@ -92,7 +92,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
             raise AstraError("server arguments after `--` are for launching; with --url-off/--url-on give none")
         off = launch.Server(name="unpatched", url=args.url_off.rstrip("/"))
         on = launch.Server(name="patched", url=args.url_on.rstrip("/"), status_root=args.status_dir)
-        report = ab.run(off, on, args.patches, prompts, opts, thresholds, say)
+        report = ab.run(off, on, args.patches, prompts, opts, thresholds, say, _checkpoint(args, say))
         return _finish(report, args)
     if not sglang_args:
         raise AstraError("nothing to launch: give the server arguments after `--` (e.g. -- --model-path M), "
@@ -110,12 +110,28 @@ def cmd_validate(args: argparse.Namespace) -> int:
             servers.append(srv)
             launch.wait_ready(srv, args.startup_timeout)  # one at a time: the second reuses the first's JIT cache
             say(f"{name} server ready after {srv.ready_s:.0f} s at {srv.url}")
-        report = ab.run(servers[0], servers[1], args.patches, prompts, opts, thresholds, say)
+        report = ab.run(servers[0], servers[1], args.patches, prompts, opts, thresholds, say,
+                        _checkpoint(args, say))
     finally:
         for srv in servers:
             launch.stop(srv)
     report = ab.with_status(report, ab.read_status(servers[1]) or report.servers[1].status)
     return _finish(report, args)
+
+
+def _checkpoint(args: argparse.Namespace, say):  # type: ignore[no-untyped-def]
+    """Writes --out once the tokens are judged, so a run cut during the load passes keeps its verdict."""
+    if not args.out:
+        return None
+
+    def write(report) -> None:  # type: ignore[no-untyped-def]
+        from astra_sglang.serving.ab import write_report
+
+        write_report(report, args.out)
+        verdict = "PASS" if report.passed else "FAIL: " + report.failures[0]
+        say(f"tokens judged ({verdict}); written to {args.out} before the load passes")
+
+    return write
 
 
 def _progress():  # type: ignore[no-untyped-def]

@@ -16,7 +16,7 @@ from __future__ import annotations
 import statistics
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from pydantic import Field
 
@@ -80,6 +80,8 @@ class ValidateReport(Model):
         default=(0.0, 0.0), description="slowest patched pass over fastest unpatched one, and the reverse: a "
                                         "range holding 1.0 means the difference is within pass-to-pass noise")
     failures: list[str] = Field(default_factory=list)
+    load_measured: bool = Field(default=True, description="False in the report written after the correctness "
+                                "passes: the load passes had not run yet (a run cut there keeps its token verdict)")
 
     @property
     def passed(self) -> bool:
@@ -152,7 +154,10 @@ def _divergence(index: int, position: int | None, probe: Probe | None) -> str:
 
 
 def run(off: Server, on: Server, patches: str, prompts: list[Prompt], opts: LoadOptions,
-        thresholds: Thresholds, progress: Any = None) -> ValidateReport:
+        thresholds: Thresholds, progress: Any = None,
+        checkpoint: Callable[[ValidateReport], None] | None = None) -> ValidateReport:
+    """``checkpoint`` gets the report as soon as the tokens are judged, before the load passes (minutes on a
+    batched check): a run cut during the load keeps its correctness verdict."""
     say = progress or (lambda msg: None)
     model_off = _model(off)
     model_on = _model(on)
@@ -169,6 +174,11 @@ def run(off: Server, on: Server, patches: str, prompts: list[Prompt], opts: Load
                              _margin(thresholds, agreement), opts.timeout_s)
     floor_ties = probe_divergences((off.url, off.url), prompts, a1, a2, floor, thresholds.top_k,
                                    _margin(thresholds, floor), opts.timeout_s)
+    if checkpoint is not None:
+        early = _report(off, on, patches, prompts, opts, thresholds, (agreement, floor, ties, floor_ties),
+                        {"off": [], "on": []})
+        early.load_measured = False
+        checkpoint(with_status(early, read_status(on)))
     load = prompts * opts.repeat
     passes: dict[str, list[LoadPass]] = {"off": [], "on": []}
     for r in range(opts.rounds):
@@ -177,13 +187,20 @@ def run(off: Server, on: Server, patches: str, prompts: list[Prompt], opts: Load
             say(f"load round {r + 1}/{opts.rounds}: {server.name}, {len(load)} requests x {opts.concurrency}")
             passes[key].append(load_pass(server.name, server.url, model, load, opts.max_tokens, opts.concurrency,
                                          opts.timeout_s))
+    report = _report(off, on, patches, prompts, opts, thresholds, (agreement, floor, ties, floor_ties), passes)
+    return with_status(report, read_status(on))
+
+
+def _report(off: Server, on: Server, patches: str, prompts: list[Prompt], opts: LoadOptions, thresholds: Thresholds,
+            tokens: tuple[Agreement, Agreement, TieReport | None, TieReport | None],
+            passes: dict[str, list[LoadPass]]) -> ValidateReport:
+    agreement, floor, ties, floor_ties = tokens
     sides = [_side(off, "off", passes["off"]), _side(on, patches, passes["on"])]
     ratio = sides[1].tokens_per_s / sides[0].tokens_per_s if sides[0].tokens_per_s else 0.0
-    report = ValidateReport(created=time.strftime("%Y-%m-%dT%H:%M:%S%z"), prompts=len(prompts), options=opts,
-                            thresholds=thresholds, agreement=agreement, floor=floor, ties=ties,
-                            floor_ties=floor_ties, servers=sides, throughput_ratio=ratio,
-                            throughput_ratio_range=ratio_range(passes["off"], passes["on"]))
-    return with_status(report, read_status(on))
+    return ValidateReport(created=time.strftime("%Y-%m-%dT%H:%M:%S%z"), prompts=len(prompts), options=opts,
+                          thresholds=thresholds, agreement=agreement, floor=floor, ties=ties,
+                          floor_ties=floor_ties, servers=sides, throughput_ratio=ratio,
+                          throughput_ratio_range=ratio_range(passes["off"], passes["on"]))
 
 
 def _margin(t: Thresholds, g: Agreement) -> float:
