@@ -267,6 +267,28 @@ def test_the_default_tie_margin_follows_the_measured_drift_but_is_capped() -> No
     assert default_margin(drift(0.0), 0.5) == 0.0
 
 
+def test_a_flip_as_small_as_the_unpatched_servers_own_flips_is_a_near_tie() -> None:
+    """H200, 2026-12-04, 128 requests in flight: the unpatched server flipped against itself at gaps of 0.125
+    nats (one bf16 ulp of the logits) and the patched server's 22 flips were all of that size; the 0.1 cap called
+    them wrong tokens. A flip wider than any the floor made is still not excused."""
+    from astra_sglang.serving.compare import Agreement
+    from astra_sglang.serving.ties import MARGIN_CAP, Probe, TieReport, default_margin
+
+    drift = compare([Completion(token_ids=[1, 2], logprobs=[-0.5, -0.5])],
+                    [Completion(token_ids=[1, 2], logprobs=[-0.5 + 0.139, -0.5])])
+    assert isinstance(drift, Agreement)
+    floor = TieReport(top_k=5, margin=0.1, probes=[
+        Probe(index=21, position=9, token_a=569, token_b=66, gap_a=-0.125, gap_b=0.125),
+        Probe(index=7, position=4, token_a=512, token_b=553, gap_a=0.0, gap_b=0.0),
+        Probe(index=9, position=3, token_a=1, token_b=2, note="one server does not have the other's token")])
+    assert default_margin(drift, 0.5) == MARGIN_CAP                     # without the floor: capped at 0.1
+    assert default_margin(drift, 0.5, floor) == pytest.approx(0.125)    # SGLang's own flips widen it
+    wide = TieReport(top_k=5, margin=0.1, probes=[Probe(index=0, position=0, token_a=1, token_b=2, gap_a=3.0,
+                                                        gap_b=-1.0)])
+    assert default_margin(drift, 0.5, wide) == 0.5                      # but never past --max-logprob-diff
+    assert default_margin(drift, 0.5, TieReport(top_k=5, margin=0.1)) == MARGIN_CAP
+
+
 def test_a_launch_argument_given_twice_is_read_as_sglang_reads_it_the_last_one():
     """validate's own port/host/memory choices and profile's model folder read the user's launch arguments the
     way SGLang's argparse does: either spelling, aliases, and the last of a repeated flag."""

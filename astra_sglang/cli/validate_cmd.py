@@ -50,7 +50,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="count a near-tie flip (the two tokens' logprobs within --tie-margin on both servers) as a "
                         "divergence too; by default it counts as agreement and is reported")
     p.add_argument("--tie-margin", type=float, default=None,
-                   help="nats (default: twice the largest |logprob diff| measured on identical tokens, at most 0.1)")
+                   help="nats (default: twice the largest |logprob diff| measured on identical tokens, at most 0.1, "
+                        "never below the widest flip of the unpatched server against itself)")
     p.add_argument("--expect", action="append", default=[], metavar="PATCH_ID",
                    help="a patch that must be active and serve calls in the patched server (repeatable)")
     p.add_argument("--startup-timeout", type=float, default=1200.0, help="seconds for each server to be ready")

@@ -3,8 +3,12 @@
 The record goes to ``$ASTRA_SGLANG_STATUS_DIR`` (default ``<user cache>/status``) under ``pg-<pgid>/<pid>.json``:
 SGLang's processes share the launcher's process group, so one folder holds one server. Written at plugin load,
 when a patch changes state, at most once a second while calls are served (the hot path only compares a clock
-with a deadline: no GPU synchronisation, no I/O unless the second is up) and at exit. Atomic, so a reader never
-sees half a record. Writing is best-effort: a read-only cache costs one warning, never a served call.
+with a deadline: no GPU synchronisation, no I/O unless the second is up), by a background thread within a second
+of any change the hot path did not write, and at exit. The thread is what makes the counts true in a server:
+after CUDA-graph capture decode replays make no Python call (no tick), and SGLang ends its scheduler with a signal
+that skips atexit, so an H200 validate (2026-12-04) read a patch that served every decode step as "served no
+call". Atomic, so a reader never sees half a record. Writing is best-effort: a read-only cache costs one
+warning, never a served call.
 """
 
 from __future__ import annotations
@@ -35,6 +39,8 @@ _started = 0.0
 _warned = False
 _at_exit = False
 _path: Path | None = None
+_written: tuple = ()  # what the last record held (counts and states), so the flusher writes only on change
+_flusher_pid = 0
 
 
 def status_root() -> Path:
@@ -60,6 +66,29 @@ def start() -> None:
         _at_exit = True
         atexit.register(write_now, True)
     write_now()
+    _start_flusher()
+
+
+def _start_flusher() -> None:
+    """One daemon thread per process (a forked child starts its own): it never touches a served call."""
+    global _flusher_pid
+    if _flusher_pid == os.getpid():
+        return
+    _flusher_pid = os.getpid()
+    threading.Thread(target=_flush_loop, name="astra-sglang-status", daemon=True).start()
+
+
+def _flush_loop() -> None:
+    while True:
+        time.sleep(INTERVAL_S)
+        if _next_at != float("inf") and _key() != _written:
+            write_now()
+
+
+def _key() -> tuple:
+    return tuple((s.patch_id, s.state, s.served_by_patch, s.served_by_original, s.captured_by_patch,
+                  s.captured_by_original, s.first_call_check, len(s.fallbacks))
+                 for s in sorted(status.statuses().values(), key=lambda s: s.patch_id))
 
 
 def stop() -> None:
@@ -75,11 +104,12 @@ def tick() -> None:
 
 
 def write_now(exited: bool = False) -> None:
-    global _next_at, _warned
+    global _next_at, _warned, _written
     if _next_at == float("inf") or _path is None:
         return
     with _lock:
         _next_at = time.monotonic() + INTERVAL_S
+        _written = _key()
         try:
             from astra_sglang.contract.base import write_atomic
 

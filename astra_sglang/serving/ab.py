@@ -35,7 +35,8 @@ class Thresholds(Model):
     max_logprob_diff: float = Field(default=0.5, ge=0.0)
     strict_tokens: bool = Field(default=False, description="count near-tie flips as divergences too")
     tie_margin: float | None = Field(default=None, ge=0.0, description="nats; default: twice the largest "
-                                     "|logprob diff| measured on identical tokens, at most ties.MARGIN_CAP")
+                                     "|logprob diff| measured on identical tokens, at most ties.MARGIN_CAP, and "
+                                     "never below the widest flip of the unpatched server against itself")
     top_k: int = Field(default=5, ge=2, le=20, description="top logprobs asked for at a divergence")
     expect: list[str] = Field(default_factory=list, description="patch ids that must be active and serve calls")
 
@@ -171,10 +172,10 @@ def run(off: Server, on: Server, patches: str, prompts: list[Prompt], opts: Load
     a2, _ = complete_all(off.url, model_off, prompts, opts.max_tokens, opts.check_batch, opts.timeout_s)
     agreement, floor = compare(a1, b), compare(a1, a2)
     say(f"probing {len(agreement.per_prompt) - agreement.identical_prompts} divergence(s) for near ties")
-    ties = probe_divergences((off.url, on.url), prompts, a1, b, agreement, thresholds.top_k,
-                             _margin(thresholds, agreement), opts.timeout_s)
     floor_ties = probe_divergences((off.url, off.url), prompts, a1, a2, floor, thresholds.top_k,
                                    _margin(thresholds, floor), opts.timeout_s)
+    ties = probe_divergences((off.url, on.url), prompts, a1, b, agreement, thresholds.top_k,
+                             _margin(thresholds, agreement, floor_ties), opts.timeout_s)
     if checkpoint is not None:
         early = _report(off, on, patches, prompts, opts, thresholds, (agreement, floor, ties, floor_ties),
                         {"off": [], "on": []})
@@ -204,8 +205,8 @@ def _report(off: Server, on: Server, patches: str, prompts: list[Prompt], opts: 
                           throughput_ratio_range=ratio_range(passes["off"], passes["on"]))
 
 
-def _margin(t: Thresholds, g: Agreement) -> float:
-    return t.tie_margin if t.tie_margin is not None else default_margin(g, t.max_logprob_diff)
+def _margin(t: Thresholds, g: Agreement, floor: TieReport | None = None) -> float:
+    return t.tie_margin if t.tie_margin is not None else default_margin(g, t.max_logprob_diff, floor)
 
 
 def ratio_range(off: list[LoadPass], on: list[LoadPass]) -> tuple[float, float]:

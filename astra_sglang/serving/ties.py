@@ -9,6 +9,10 @@ on each side. The gap counts as a near tie when it is within ``margin``: by defa
 difference| the two servers showed on identical tokens (each of two logprobs may move by that much), but never
 more than ``MARGIN_CAP``: a patch whose logprobs drift further is not reordering arithmetic, and its flips must
 not be excused by its own drift. (Measured on the H200, a correct bf16 patch moved logprobs by 0.032.)
+The floor widens it: a flip as small as one the unpatched server makes against itself is SGLang's own noise. With
+128 requests in flight SGLang flipped against itself at gaps of 0.125 nats, one bf16 ulp of the logits there, and
+moved logprobs by 0.12 on identical tokens (H200, 2026-12-04): a cap of 0.1 then called every patched flip of
+that one-ulp size a wrong token.
 
 The probe goes through SGLang's native ``/generate`` with ``input_ids``: the OpenAI-compatible top logprobs are
 keyed by token text, which collide (all ``""``) on a server started with ``--skip-tokenizer-init``. Its numbers
@@ -65,8 +69,18 @@ class TieReport(Model):
 MARGIN_CAP = 0.1  # nats
 
 
-def default_margin(agreement: Agreement, max_logprob_diff: float) -> float:
-    return min(2.0 * min(agreement.max_abs_logprob_diff, max_logprob_diff), MARGIN_CAP)
+def default_margin(agreement: Agreement, max_logprob_diff: float, floor: TieReport | None = None) -> float:
+    """Twice the drift, capped; never below the largest flip the floor (unpatched against itself) made, which
+    is itself bounded by ``max_logprob_diff``."""
+    own = min(2.0 * min(agreement.max_abs_logprob_diff, max_logprob_diff), MARGIN_CAP)
+    return max(own, min(floor_flip_gap(floor), max_logprob_diff))
+
+
+def floor_flip_gap(floor: TieReport | None) -> float:
+    """The widest gap at which the unpatched server chose differently from itself (0 without such a flip)."""
+    gaps = [max(abs(p.gap_a), abs(p.gap_b)) for p in (floor.probes if floor else [])
+            if p.gap_a is not None and p.gap_b is not None]
+    return max(gaps, default=0.0)
 
 
 def top_k_next(client: requests.Session, url: str, input_ids: list[int], k: int, timeout_s: float) -> TopK:
