@@ -114,7 +114,7 @@ def test_evaluate_prints_items_in_the_order_it_runs_them(tmp_path: Path, capsys,
             results.append(r)
         return results
 
-    def fake_tune(op_dir, config):  # type: ignore[no-untyped-def]
+    def fake_tune(op_dir, config, partial=None):  # type: ignore[no-untyped-def]
         ran.append("b--r000-tune")
         return TuneOutcome(error="test stand-in")
 

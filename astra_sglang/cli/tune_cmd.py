@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from astra_sglang.cli.args import positive_float
+from astra_sglang.cli.args import positive_float, positive_int
 from astra_sglang.contract.eval_config import EvalConfig
 from astra_sglang.contract.op import find_op_dir
 from astra_sglang.errors import AstraError
@@ -32,13 +32,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, help="base seed of the quick cases (default: fresh)")
     p.add_argument("--extracted", type=Path, default=Path("extracted"), help="extracted ops root (default: extracted/)")
     p.add_argument("--json", action="store_true", help="print the baseline as JSON")
+    p.add_argument("--chunk", type=positive_int, default=None,
+                   help="configs per judge worker (default 16); each finished chunk is kept in <out>.partial.json "
+                        "and a cut tune of the same sweep resumes from it")
     p.set_defaults(handler=handle)
 
 
 def handle(args: argparse.Namespace) -> int:
     from astra_sglang.contract.base import write_atomic
     from astra_sglang.harness.evaluate import resolve_device
-    from astra_sglang.harness.tune_baseline import BASELINE_NAME, sweep_baseline
+    from astra_sglang.harness.tune_baseline import BASELINE_NAME, CHUNK, partial_path, sweep_baseline
 
     op_dir = find_op_dir(args.op, args.extracted)
     config = EvalConfig(shapes=args.shapes or "paper", dtypes=args.dtypes, timing_dtypes=args.dtypes,
@@ -48,9 +51,11 @@ def handle(args: argparse.Namespace) -> int:
                          "(Triton ops, under TRITON_INTERPRET=1; nothing is written) pass --device cpu")
     if resolve_device(config) == "cpu":
         return check_only(args, op_dir, config)
-    baseline = sweep_baseline(op_dir, config, progress=_stderr)
     out = args.out or op_dir / BASELINE_NAME
+    partial = partial_path(out)
+    baseline = sweep_baseline(op_dir, config, progress=_stderr, partial=partial, chunk=args.chunk or CHUNK)
     write_atomic(out, baseline.model_dump_json(indent=1) + "\n")
+    partial.unlink(missing_ok=True)
     if args.json:
         print(baseline.model_dump_json(indent=2))
         return 0

@@ -5,6 +5,11 @@ variant is the original source with its launch values changed (``launch_params.p
 the same sweep as a tunable candidate's (``sweep.sweep_variants``: screen, quick check, one worker timing them
 ABBA against the unchanged original in the trusted judge), and per shape the fastest correct variant is the
 sweep baseline. Nothing is frozen or shipped here: it is a measurement.
+
+The configs go to the judge in chunks, each chunk timed against the original in its own worker (every ratio is
+still side by side), and what is decided is kept in ``<out>.partial.json`` after each chunk: decode_attention's
+64 configs x 14 paper shapes outlast one 600 s device call, and two calls cut it with nothing kept (2026-12-04).
+The next ``tune`` of the same sweep (same source, parameters, shapes, dtypes, L2 mode) resumes from it.
 """
 
 from __future__ import annotations
@@ -16,14 +21,18 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from pydantic import Field
+
+from astra_sglang.contract.base import Model, write_atomic
 from astra_sglang.contract.eval_config import EvalConfig
 from astra_sglang.contract.op import Manifest, ManifestError, TritonRecipe, load_manifest
-from astra_sglang.contract.result import BaselineShape, SweepBaseline, TuneValue
+from astra_sglang.contract.result import BaselineShape, SweepBaseline, SweepConfig, TuneValue
 from astra_sglang.errors import AstraError
 from astra_sglang.harness.launch_params import LaunchParam, find_launch_params, launch_variant
 from astra_sglang.harness.sweep import CPU_NOTE, choose, sweep_method, sweep_variants
 
 BASELINE_NAME = "tune_baseline.json"
+CHUNK = 16  # configs per worker: short enough to keep progress inside a device call, long enough to amortise it
 CHECK_ONLY_NOTE = ("correctness only (Triton CPU interpreter): every config checked on the test shapes, none "
                    "timed; which is fastest needs a GPU")
 
@@ -38,10 +47,63 @@ def original_params(op_dir: Path, manifest: Manifest) -> list[LaunchParam]:
     return find_launch_params(text, list(r.tuned or r.kernels))
 
 
+class TunePartial(Model):
+    """What a cut sweep decided so far; valid only for the sweep ``key`` names."""
+
+    key: str = Field(description="the sweep: source sha256, parameters, shapes, dtypes, L2 mode, device kind")
+    seed: int = Field(description="the quick cases' seed, kept so every config is checked on the same cases")
+    device: str = ""
+    done: dict[int, SweepConfig] = Field(default_factory=dict, description="config index -> its outcome")
+
+
+def partial_path(out: Path) -> Path:
+    return out.with_name(out.stem + ".partial.json")
+
+
+def _sweep_key(text: str, params: list[LaunchParam], config: EvalConfig, device: str) -> str:
+    import hashlib
+
+    what = [hashlib.sha256(text.encode()).hexdigest(), [(p.name, p.values) for p in params], config.shapes,
+            config.dtypes, config.timing_dtypes, config.mode, config.timing, device]
+    return hashlib.sha256(repr(what).encode()).hexdigest()[:32]
+
+
+def _read_partial(path: Path | None, key: str, say: Callable[[str], None]) -> TunePartial | None:
+    if path is None or not path.is_file():
+        return None
+    try:
+        p = TunePartial.model_validate_json(path.read_text())
+    except (OSError, ValueError) as e:
+        say(f"ignoring {path}: unreadable ({type(e).__name__})")
+        return None
+    if p.key != key:
+        say(f"ignoring {path}: it is another sweep (source, parameters, shapes or mode changed)")
+        return None
+    return p
+
+
+def _judge_failed(c: SweepConfig) -> bool:
+    """A config failed because its worker died or gave nothing (sweep.sweep_variants' 'sweep ...' reasons): not
+    a verdict on the config, so a resumed sweep runs it again."""
+    return not c.ok and (c.failure or "").startswith("sweep ")
+
+
+def _chunk_say(say: Callable[[str], None], n: int, of: int, part: list[int]) -> Callable[[str], None]:
+    if of == 1:
+        return say
+
+    def chunk_say(line: str) -> None:  # "config 3/16" inside a chunk: name the chunk and the sweep's numbering
+        say(f"chunk {n}/{of} (configs {part[0] + 1}-{part[-1] + 1}): {line}")
+
+    return chunk_say
+
+
 def sweep_baseline(op_dir: Path, config: EvalConfig,
-                   progress: Callable[[str], None] | None = None) -> SweepBaseline:
+                   progress: Callable[[str], None] | None = None, partial: Path | None = None,
+                   chunk: int = CHUNK) -> SweepBaseline:
     """The sweep; with ``config.timing`` off (the CPU interpreter) only the checks of every config run, and
-    the result has no shapes: it says which configs are correct, never which is faster."""
+    the result has no shapes: it says which configs are correct, never which is faster. ``partial``: where
+    each finished chunk is kept and a cut sweep of the same key resumes from (removed once the sweep ends)."""
     from astra_sglang.harness.evaluate import resolve_device
 
     t0 = time.monotonic()
@@ -57,7 +119,14 @@ def sweep_baseline(op_dir: Path, config: EvalConfig,
     text = (op_dir / r.source).read_text()
     configs: list[dict[str, TuneValue]] = [dict(zip((p.name for p in params), values))
                                            for values in itertools.product(*(p.values for p in params))]
-    seed = config.seed if config.seed is not None else random.SystemRandom().getrandbits(48)
+    say = progress or (lambda line: None)
+    key = _sweep_key(text, params, config, device)
+    kept = _read_partial(partial, key, say)
+    seed = kept.seed if kept else config.seed if config.seed is not None else random.SystemRandom().getrandbits(48)
+    state = kept or TunePartial(key=key, seed=seed)
+    todo = [i for i in range(len(configs)) if i not in state.done]
+    if kept:
+        say(f"resuming from {partial}: {len(state.done)} of {len(configs)} config(s) already decided")
     with tempfile.TemporaryDirectory(prefix="astra-tune-") as tmp:
         sources = []
         for i, c in enumerate(configs):
@@ -68,7 +137,24 @@ def sweep_baseline(op_dir: Path, config: EvalConfig,
         # candidate's. The candidate screen refuses SGLang's own imports (decode_attention.py imports logging
         # and sglang.srt.utils), which dropped all 64 configs of decode_attention on the H200 (2026-12-04).
         trusted = config.model_copy(update={"screen": False})
-        results, dev, _ = sweep_variants(op_dir, manifest, configs, sources, trusted, device, seed, progress)
+        step = max(1, chunk)
+        chunks = [todo[k:k + step] for k in range(0, len(todo), step)]
+        for n, part in enumerate(chunks, 1):
+            got, dev, _ = sweep_variants(op_dir, manifest, [configs[i] for i in part], [sources[i] for i in part],
+                                         trusted, device, seed, _chunk_say(say, n, len(chunks), part))
+            decided = {i: c for i, c in zip(part, got, strict=True) if not _judge_failed(c)}
+            state.done.update(decided)
+            state.device = dev or state.device
+            if partial is not None and decided:
+                write_atomic(partial, state.model_dump_json() + "\n")
+            if len(decided) < len(part):  # the judge itself failed: no verdict on those configs, none made up
+                why = next(c.failure or "" for c in got if _judge_failed(c))
+                kept_note = (f"; {len(state.done)} of {len(configs)} config(s) decided so far are kept in {partial} "
+                             "and the next `tune` resumes there" if partial is not None and state.done else "")
+                raise AstraError(f"tune {manifest.short_name}: the judge failed on configs {part[0] + 1}-{part[-1] + 1} "
+                                 f"of {len(configs)} ({why[:300]}){kept_note}")
+    results = [state.done[i] for i in range(len(configs))]
+    dev = state.device
     if not any(c.ok for c in results):
         first = next((c.failure for c in results if c.failure), "")
         raise AstraError(f"tune {manifest.short_name}: no config of the original passed its checks (first: "

@@ -429,26 +429,31 @@ def _same_sweep(op_dir: Path, manifest: Manifest, spec: EvalSpec) -> SweepBaseli
     return found if wanted == have else None
 
 
-def run_tune(op_dir: Path, config: EvalConfig) -> TuneOutcome:
+def run_tune(op_dir: Path, config: EvalConfig, partial: Path | None = None) -> TuneOutcome:
     from astra_sglang.harness.tune_baseline import sweep_baseline
 
     try:
-        return TuneOutcome(baseline=sweep_baseline(op_dir, config))
+        return TuneOutcome(baseline=sweep_baseline(op_dir, config, partial=partial))
     except AstraError as e:  # e.g. an op whose source exposes nothing to sweep: said, never fatal to the run
         return TuneOutcome(error=str(e))
 
 
-def _tune_once(op_dir: Path, spec_json: str, config: EvalConfig) -> TuneOutcome:
+def _tune_once(op_dir: Path, spec_json: str, config: EvalConfig, item_dir: Path) -> TuneOutcome:
     """A queue's tune job: the op folder's sweep of the same shapes when there is one, else the sweep, kept there
-    as ``astra-sglang tune`` keeps it, so the next run's tune job (runs sharing a queue) reuses it."""
-    from astra_sglang.harness.tune_baseline import BASELINE_NAME, measured_on_gpu
+    as ``astra-sglang tune`` keeps it, so the next run's tune job (runs sharing a queue) reuses it. Its finished
+    chunks are kept in the queue item (the folder that travels to the GPU and back), so a pass cut by its limit
+    resumes there in the next pass."""
+    from astra_sglang.harness.tune_baseline import BASELINE_NAME, measured_on_gpu, partial_path
 
     found = _same_sweep(op_dir, load_manifest(op_dir), EvalSpec.model_validate_json(spec_json))
     if found is not None:
         return TuneOutcome(baseline=found)
-    outcome = run_tune(op_dir, config)
+    partial = partial_path(item_dir / TUNE_RESULT_NAME)
+    outcome = run_tune(op_dir, config, partial)
     if outcome.baseline is not None and measured_on_gpu(outcome.baseline):
         atomic_write(op_dir / BASELINE_NAME, outcome.baseline.model_dump_json(indent=1) + "\n")
+    if outcome.baseline is not None:
+        partial.unlink(missing_ok=True)
     return outcome
 
 
@@ -512,8 +517,8 @@ def process_queue(queue_dir: Path, extracted_root: Path, device: str | None = No
                 progress(request)
         config = to_eval_config(EvalSpec.model_validate_json(spec_json))
         if job == "tune":
-            atomic_write(items[0][0] / TUNE_RESULT_NAME, _tune_once(Path(extracted_root) / op, spec_json, config)
-                         .model_dump_json(indent=1))
+            outcome = _tune_once(Path(extracted_root) / op, spec_json, config, items[0][0])
+            atomic_write(items[0][0] / TUNE_RESULT_NAME, outcome.model_dump_json(indent=1))
             continue
 
         def keep(i: int, result: EvalResult, items: list[tuple[Path, QueueRequest, Path | None]] = items) -> None:
