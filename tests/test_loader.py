@@ -20,11 +20,11 @@ from astra_sglang.loader.cuda_build import (
     build_batch,
     build_cuda_module,
     cuda_flags,
-    parse_arch,
 )
 from astra_sglang.loader.launch import compile_call
 from astra_sglang.loader.ptxas import parse_ptxas
 from astra_sglang.loader.pyimport import load_triton_wrapper
+from astra_sglang.platform_info import gencode as parse_arch
 
 REPO = Path(__file__).resolve().parent.parent
 

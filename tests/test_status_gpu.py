@@ -14,13 +14,15 @@ def test_captured_calls_are_counted_once_and_replays_not_at_all(entry):
     import torch
 
     from astra_sglang.patches import status
-    from astra_sglang.patches.runtime import PatchRuntime, device_arch
+    from astra_sglang.patches.runtime import PatchRuntime
     from astra_sglang.patches.tooling.devcheck import extracted_original
     from astra_sglang.patches.tooling.verify import current_op_sha256
 
     m = entry.manifest
     assert m is not None
-    arch = device_arch("cuda")
+    from astra_sglang.platform_info import of_device
+
+    arch = of_device("cuda").arch
     here = m.model_copy(update={"validated_on": m.validated_on.model_copy(
         update={"archs": [*m.validated_on.archs, arch]}), "op_manifest_sha256": current_op_sha256(m)})
     status.reset(m.patch_id)

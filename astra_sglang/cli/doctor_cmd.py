@@ -17,6 +17,7 @@ from pydantic import Field
 
 from astra_sglang.contract.base import Model
 from astra_sglang.errors import AstraError
+from astra_sglang.platform_info import CPU_INTERPRET_ARCH, current
 
 
 class Fact(Model):
@@ -73,14 +74,14 @@ def _gpu() -> tuple[Fact, str | None]:
         return Fact(name="gpu", ok=False, detail="torch is not installed"), None
     import torch
 
-    interpret = "cpu-interpret" if os.environ.get("TRITON_INTERPRET") == "1" else None
+    interpret = CPU_INTERPRET_ARCH if os.environ.get("TRITON_INTERPRET") == "1" else None
     if not torch.cuda.is_available():
         why = f"no CUDA GPU visible to torch {torch.__version__} (CUDA {torch.version.cuda or 'none'})"
         return Fact(name="gpu", ok=False, detail=why + ("; TRITON_INTERPRET=1: Triton ops run on CPU" if interpret
                                                          else "")), interpret
-    major, minor = torch.cuda.get_device_capability()
-    arch = f"sm_{major}{minor}"
-    detail = (f"{torch.cuda.get_device_name()} ({arch}), {torch.cuda.device_count()} visible, torch "
+    here = current()
+    arch = here.arch
+    detail = (f"{here.name} ({arch}), {torch.cuda.device_count()} visible, torch "
               f"{torch.__version__}, CUDA {torch.version.cuda}")
     return Fact(name="gpu", ok=True, detail=detail), arch
 

@@ -109,9 +109,9 @@ def _rows() -> list[dict]:
         static_problem,
         validated_here,
     )
-    from astra_sglang.patches.tooling.verify import probe_arch
+    from astra_sglang.platform_info import current
 
-    version, arch = installed_sglang_version(), probe_arch()
+    version, arch = installed_sglang_version(), current().arch
     disabled = set(load_state().disabled)
     req = requested_ids()
     rows = []
@@ -142,7 +142,7 @@ def _rows() -> list[dict]:
 
 def cmd_list(args: argparse.Namespace) -> int:
     from astra_sglang.patches.registry import installed_sglang_version, patches_root
-    from astra_sglang.patches.tooling.verify import probe_arch
+    from astra_sglang.platform_info import current
 
     if not patches_root().is_dir():
         raise AstraError(f"patch folder {patches_root()} does not exist (ASTRA_SGLANG_PATCHES_DIR="
@@ -154,7 +154,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     from astra_sglang.cli.output import Table
 
     t = Table(title=f"patches in {patches_root()}  (SGLang {installed_sglang_version() or 'not installed'}, "
-                    f"device {probe_arch() or 'none'}, ASTRA_SGLANG_PATCHES={os.environ.get('ASTRA_SGLANG_PATCHES', '')!r})")
+                    f"device {current().arch or 'none'}, ASTRA_SGLANG_PATCHES={os.environ.get('ASTRA_SGLANG_PATCHES', '')!r})")
     for col in ("patch", "op", "kind", "provenance", "enabled", "applicable here", "validated here", "builds here",
                 "speedup"):
         t.add_column(col)

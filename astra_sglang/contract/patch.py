@@ -27,8 +27,6 @@ MANIFEST_NAME = "manifest.json"
 
 KernelKind = Literal["triton", "cuda_jit"]
 ProvenanceKind = Literal["run", "scripted", "hand-written"]
-#: where a patch was validated: 'sm_90' style compute capabilities, or 'cpu-interpret' (Triton interpreter, CI)
-CPU_INTERPRET_ARCH = "cpu-interpret"
 
 
 

@@ -45,6 +45,7 @@ from astra_sglang.data_paths import CACHE_ENV
 from astra_sglang.errors import AstraError
 from astra_sglang.loader import toolchain
 from astra_sglang.loader.ptxas import parse_ptxas, resource_lines
+from astra_sglang.platform_info import gencode
 
 BUILD_TIMEOUT_S = 900
 _LOG_LIMIT = 20000
@@ -79,22 +80,12 @@ class BuiltModule:
     exports: list[str] = field(default_factory=list)
 
 
-def parse_arch(arch: str) -> tuple[str, int]:
-    """'sm_90a' -> ('90a', 900): the gencode target and SGLang's SGL_CUDA_ARCH value."""
-    m = re.fullmatch(r"(?:sm_|compute_)?(\d+)([a-z]?)", arch)
-    if not m:
-        raise AstraError(f"unknown CUDA arch {arch!r}; expected e.g. 'sm_90a'")
-    digits = m.group(1)
-    major, minor = int(digits[:-1]), int(digits[-1])
-    return digits + m.group(2), major * 100 + minor * 10
-
-
 def cuda_flags(recipe_flags: list[str], arch: str) -> list[str]:
     """Device flags in SGLang's order: -Xcompiler -fPIC, -gencode, -DSGL_CUDA_ARCH, defaults, the recipe's extras.
 
     Arch flags in the recipe are replaced by the requested arch so one manifest builds for any target.
     """
-    target, sgl_arch = parse_arch(arch)
+    target, sgl_arch = gencode(arch)
     flags = ["-Xcompiler", "-fPIC", f"-gencode=arch=compute_{target},code=sm_{target}", f"-DSGL_CUDA_ARCH={sgl_arch}"]
     extras = [f for f in recipe_flags if not _ARCH_FLAG.match(f) and f != "-Xptxas=-v"]
     flags += [f for f in _DEFAULT_CUDA_FLAGS if f not in extras]

@@ -13,7 +13,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -29,7 +28,6 @@ from astra_sglang.contract.op import (
     manifest_digest,
 )
 from astra_sglang.contract.patch import (
-    CPU_INTERPRET_ARCH,
     MANIFEST_NAME,
     PatchManifest,
     PatchManifestError,
@@ -41,6 +39,7 @@ from astra_sglang.contract.restore import build_files_problem
 from astra_sglang.data_paths import bundled_extracted, bundled_patches
 from astra_sglang.errors import AstraError
 from astra_sglang.patches.env import ALL_VALUES, ENV_SELECT, OFF_VALUES
+from astra_sglang.platform_info import CPU_INTERPRET_ARCH, norm_arch
 
 ENV_ROOT = "ASTRA_SGLANG_PATCHES_DIR"
 ENV_STATE = "ASTRA_SGLANG_STATE_FILE"
@@ -182,11 +181,6 @@ def installed_sglang_version() -> str | None:
         return version("sglang")
     except PackageNotFoundError:
         return None
-
-
-def norm_arch(arch: str) -> str:
-    """'sm_90a' and 'sm_90' name the same device: validation is per device, the suffix is a compile target."""
-    return re.sub(r"(?<=\d)[a-z]$", "", arch.strip().lower())
 
 
 def static_problem(entry: PatchEntry, sglang_version: str | None) -> str | None:

@@ -20,33 +20,15 @@ from pathlib import Path
 from typing import Any
 
 from astra_sglang.contract.op import Manifest, complete_dims, signature_names
-from astra_sglang.contract.patch import CPU_INTERPRET_ARCH, PatchManifest
+from astra_sglang.contract.patch import PatchManifest
 from astra_sglang.errors import AstraError
 from astra_sglang.patches import status, status_file
 from astra_sglang.patches.adapters import OpAdapter, Prepared, get_adapter, make_guard
 from astra_sglang.patches.env import placebo_requested
 from astra_sglang.patches.registry import device_problem, load_op, op_folder
+from astra_sglang.platform_info import of_device
 
 Original = Callable[..., Any]
-
-
-def device_arch(device: Any) -> str | None:
-    """'sm_90' for a CUDA device, 'cpu-interpret' for CPU tensors under TRITON_INTERPRET=1, else None."""
-    import torch
-
-    dev = torch.device(device)
-    if dev.type == "cuda":
-        major, minor = torch.cuda.get_device_capability(dev)
-        return f"sm_{major}{minor}"
-    if dev.type == "cpu" and os.environ.get("TRITON_INTERPRET") == "1":
-        return CPU_INTERPRET_ARCH
-    return None
-
-
-def build_arch(arch: str) -> str:
-    """The nvcc target SGLang builds for on this device: arch-specific 'a' targets from sm_90 on."""
-    digits = arch.removeprefix("sm_")
-    return f"sm_{digits}a" if digits.isdigit() and int(digits) >= 90 else arch
 
 
 def _compiling() -> Callable[[], bool]:
@@ -190,11 +172,11 @@ class PatchRuntime:
         if device is None:
             device = self.device_type
         try:
-            arch = device_arch(device)
+            here = of_device(device)
         except Exception as e:
             self.fail(f"cannot query the device ({type(e).__name__}: {e})")
             return False
-        problem = device_problem(self.m, arch)
+        problem = device_problem(self.m, here.arch)
         if problem:
             self.fail(problem)
             return False
@@ -202,7 +184,7 @@ class PatchRuntime:
 
         try:
             self.kernel = load_kernel(self.patch_dir, self.m, self.op, dtypes=self.m.guard.dtypes,
-                                      arch=build_arch(arch) if arch is not None and arch != CPU_INTERPRET_ARCH else None)
+                                      arch=here.build_target)
         except Exception as e:
             self.fail(f"build failed: {_one_line(e)}")
             return False
@@ -215,7 +197,7 @@ class PatchRuntime:
             self.fail(f"check mismatch against SGLang's original: {mismatch}")
             return False
         st.state = "active"
-        st.reason = f"checked on {arch} against {getattr(original, '__module__', '?')}"
+        st.reason = f"checked on {here.arch} against {getattr(original, '__module__', '?')}"
         return True
 
     def serve(self, *args: Any, **kwargs: Any) -> Any:

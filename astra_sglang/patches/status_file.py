@@ -39,7 +39,7 @@ _started = 0.0
 _warned = False
 _at_exit = False
 _path: Path | None = None
-_written: tuple = ()  # what the last record held (counts and states), so the flusher writes only on change
+_written: tuple[object, ...] = ()  # what the last record held (counts and states), so the flusher writes only on change
 _flusher_pid = 0
 
 
@@ -85,7 +85,7 @@ def _flush_loop() -> None:
             write_now()
 
 
-def _key() -> tuple:
+def _key() -> tuple[object, ...]:
     return tuple((s.patch_id, s.state, s.served_by_patch, s.served_by_original, s.captured_by_patch,
                   s.captured_by_original, s.first_call_check, len(s.fallbacks))
                  for s in sorted(status.statuses().values(), key=lambda s: s.patch_id))

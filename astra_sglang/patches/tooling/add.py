@@ -20,7 +20,6 @@ from astra_sglang.contract.op import (
     manifest_digest,
 )
 from astra_sglang.contract.patch import (
-    CPU_INTERPRET_ARCH,
     DimRange,
     Evidence,
     GuardRow,
@@ -39,6 +38,7 @@ from astra_sglang.data_paths import user_cache
 from astra_sglang.errors import AstraError
 from astra_sglang.patches.registry import op_folder, patches_root
 from astra_sglang.patches.tooling.guard import derive_guard, describe, measured_rows
+from astra_sglang.platform_info import arch_of_text
 
 if TYPE_CHECKING:
     from astra_sglang.contract.result import EvalResult
@@ -98,7 +98,7 @@ def add_patch(
     if sglang_versions is None:
         sglang_versions = sorted({r.sglang_version for r in evidence.results if r.sglang_version})
     if archs is None:
-        archs = sorted({a for r in evidence.results if (a := arch_of_device_text(r.device))})
+        archs = sorted({a for r in evidence.results if (a := arch_of_text(r.device))})
     missing = [what for what, got in (("--sglang-version", sglang_versions), ("--arch", archs)) if not got]
     if missing:
         raise AstraError(f"validated_on would be empty: pass {' and '.join(missing)} (e.g. --sglang-version 0.5.23 "
@@ -200,16 +200,6 @@ def _build_cuda(op_dir: Path, op: Manifest, source: Path, dtypes: list[str]) -> 
         if refusal is not None:
             raise AstraError(f"{source.name} ({d}): {refusal}")
     return f"screen passed; built for {', '.join(dtypes)} ({specs[0].arch}, not loaded)"
-
-
-def arch_of_device_text(device: str) -> str | None:
-    """'NVIDIA H200 (sm_90)' -> 'sm_90'; 'cpu (TRITON_INTERPRET=1)' -> 'cpu-interpret'."""
-    m = re.search(r"sm_?(\d+[a-z]?)", device or "")
-    if m:
-        return f"sm_{m.group(1)}"
-    if "TRITON_INTERPRET" in (device or ""):
-        return CPU_INTERPRET_ARCH
-    return None
 
 
 def guard_from_evidence(op: str, results: list[EvalResult]) -> tuple[GuardSpec | None, list[GuardRow], str]:

@@ -88,8 +88,9 @@ def check_on_device(entry: PatchEntry, *, time_it: bool = True, reps: int = 100)
 
     from astra_sglang.loader.launch import load_reference
     from astra_sglang.patches.registry import op_folder
-    from astra_sglang.patches.runtime import PatchRuntime, device_arch
+    from astra_sglang.patches.runtime import PatchRuntime
     from astra_sglang.patches.tooling.verify import current_op_sha256
+    from astra_sglang.platform_info import of_device
 
     m = entry.manifest
     if m is None:
@@ -97,7 +98,7 @@ def check_on_device(entry: PatchEntry, *, time_it: bool = True, reps: int = 100)
     from astra_sglang.contract.patch import file_problem
 
     bad = file_problem(entry.path, m)
-    arch = device_arch("cuda") if torch.cuda.is_available() else None
+    arch = of_device("cuda").arch if torch.cuda.is_available() else None
     if bad or arch is None:
         return DeviceReport(m.patch_id, False, arch, bad or "no CUDA device")
     status.reset(m.patch_id)

@@ -13,9 +13,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from astra_sglang import platform_info
 from astra_sglang.contract.base import sha256_file
 from astra_sglang.contract.op import load_manifest, manifest_sha256
-from astra_sglang.contract.patch import CPU_INTERPRET_ARCH, MANIFEST_NAME, PatchManifest, file_problem
+from astra_sglang.contract.patch import MANIFEST_NAME, PatchManifest, file_problem
 from astra_sglang.contract.result import EvalResult
 from astra_sglang.errors import AstraError
 from astra_sglang.patches import status
@@ -49,7 +50,7 @@ def unverifiable_here(m: PatchManifest, arch: str | None) -> str | None:
     """Why no check of this patch can run on this host, or None. Verify compares with the installed SGLang's
     own function, so both the patch and SGLang's original must run here: on a host without a GPU only a Triton
     patch of a Triton op qualifies, and only under TRITON_INTERPRET=1."""
-    if arch is not None and arch != CPU_INTERPRET_ARCH:
+    if arch is not None and arch != platform_info.CPU_INTERPRET_ARCH:
         return None
     try:
         op_kind = load_manifest(op_folder(m.op)).recipe.kind
@@ -72,21 +73,6 @@ def current_op_sha256(m: PatchManifest) -> str:
     """The SHA-256 of the op manifest as it is now (a re-extraction changes it; verifying re-pins it)."""
     folder = op_folder(m.op)
     return manifest_sha256(folder) if (folder / MANIFEST_NAME).is_file() else m.op_manifest_sha256
-
-
-def probe_arch() -> str | None:
-    """This host's device as the registry names it: 'sm_90', 'cpu-interpret', or None."""
-    import os
-
-    try:
-        import torch
-
-        if torch.cuda.is_available():
-            major, minor = torch.cuda.get_device_capability()
-            return f"sm_{major}{minor}"
-    except Exception:
-        return None
-    return "cpu-interpret" if os.environ.get("TRITON_INTERPRET") == "1" else None
 
 
 INTERPRETER_CHECK = ("Triton interpreter: a correctness-only check on small shapes below the guard's minimums "
@@ -139,7 +125,7 @@ def verify_entry(entry: PatchEntry, *, shapes: str = "all", harness: bool = True
     from astra_sglang.patches.runtime import PatchRuntime
 
     version = installed_sglang_version()
-    arch = probe_arch()
+    arch = platform_info.current().arch
     m = entry.manifest
     problem = (entry.error or "unreadable manifest") if m is None else file_problem(entry.path, m)
     if problem is None and version is None:
@@ -158,7 +144,7 @@ def verify_entry(entry: PatchEntry, *, shapes: str = "all", harness: bool = True
     if problem:
         return VerifyOutcome(entry.patch_id, False, arch, problem)
     say = progress or (lambda line: None)
-    interpreted = arch == CPU_INTERPRET_ARCH
+    interpreted = arch == platform_info.CPU_INTERPRET_ARCH
     if interpreted:
         patched = interpreter_check(patched)
         shapes, record = "test", False
