@@ -52,6 +52,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--forward", nargs="+", metavar="CMD",
                    help="the process to run instead of SGLang's forward: a .py script (run with this Python) or a "
                         "command; it gets the one_batch arguments and --result-filename F (tests use a stand-in)")
+    p.add_argument("--in-process", action="store_true",
+                   help="all arms in ONE process of the forward, switched by recapturing the decode CUDA graphs "
+                        "before each arm-run (A and C: the patches disabled, hooks in place; B: serving): no "
+                        "process-to-process noise, so +-1%% takes minutes, not ~70 rounds. It cannot see the "
+                        "hooks' own cost (A has them too): the cross-process run measures that. Runs exactly "
+                        "--rounds rounds")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("one_batch_args", nargs=argparse.REMAINDER, metavar="ONE_BATCH_ARGS",
                    help="after `--`: sglang.benchmark.one_batch arguments, passed unchanged")
@@ -79,26 +85,43 @@ def cmd_e2e(args: argparse.Namespace) -> int:
         import numpy  # noqa: F401
     except ImportError:
         raise AstraError("e2e's statistics need numpy (SGLang's environment has it): pip install numpy") from None
-    from astra_sglang.e2e.runner import PLOT_FILE, E2EConfig, preflight, report_only, run
+    from astra_sglang.e2e.runner import PLOT_FILE, E2EConfig, preflight, run
 
     if args.report_only:
         if args.out is None:
             raise AstraError("--report-only needs --out: the run folder to report on")
-        report = report_only(args.out)
+        report = _report_only(args.out)
         show(report, args.out / PLOT_FILE, args.json)
         return 0
     ob_args = one_batch_args(args)
-    forward = preflight(args.forward, ob_args)
+    forward = preflight(args.forward, ob_args, args.in_process)
     max_rounds = args.max_rounds if args.max_rounds is not None else 2 * args.rounds
     if max_rounds < args.rounds:
         raise AstraError(f"--max-rounds {max_rounds} is below --rounds {args.rounds}")
     cfg = E2EConfig(forward=forward, one_batch_args=ob_args, patches=args.patches, rounds=args.rounds,
                     max_rounds=max_rounds, target_halfwidth=args.target_halfwidth, timeout_s=args.timeout,
-                    seed=args.seed, warmup_processes=args.warmup_processes)
+                    seed=args.seed, warmup_processes=0 if args.in_process else args.warmup_processes,
+                    in_process=args.in_process)
     out = args.out if args.out is not None else Path("runs") / f"e2e-{time.strftime('%Y%m%d-%H%M%S')}"
-    report = run(cfg, out, progress=lambda msg: print(f"e2e: {msg}", file=sys.stderr, flush=True))
+    say = lambda msg: print(f"e2e: {msg}", file=sys.stderr, flush=True)  # noqa: E731
+    if args.in_process:
+        from astra_sglang.e2e.inprocess import run_in_process
+
+        report = run_in_process(cfg, out, progress=say)
+    else:
+        report = run(cfg, out, progress=say)
     show(report, out / PLOT_FILE, args.json)
     return 0
+
+
+def _report_only(out: Path) -> object:
+    from astra_sglang.e2e.runner import CONFIG_FILE, read_config, report_only
+
+    if (out / CONFIG_FILE).is_file() and read_config(out / CONFIG_FILE).in_process:
+        from astra_sglang.e2e.inprocess import report_in_process
+
+        return report_in_process(out)
+    return report_only(out)
 
 
 def show(report: object, png_path: Path, as_json: bool) -> None:
@@ -120,10 +143,13 @@ def print_report(report: object, png: Path | None) -> None:
 
     assert isinstance(report, E2EReport)
     con = console()
+    inproc = report.config.in_process
+    over = "arm-runs in one process (graphs recaptured per arm-run)" if inproc else "processes"
+    arm_cols = ("A disabled", "B on", "C placebo (= A)") if inproc else ("A off", "B on", "C placebo")
     for metric in ("decode", "prefill"):
         t = Table(title=f"{'decode step median' if metric == 'decode' else 'prefill latency'} (ms), "
-                        f"{report.rounds_done} rounds; ratios with 95% bootstrap intervals over processes")
-        for col in ("bs", "in", "out", "A off", "B on", "C placebo", "B/A", "C/A", "verdict"):
+                        f"{report.rounds_done} rounds; ratios with 95% bootstrap intervals over {over}")
+        for col in ("bs", "in", "out", *arm_cols, "B/A", "C/A", "verdict"):
             t.add_column(col)
         for s in report.shapes:
             m = getattr(s, metric)
@@ -131,8 +157,10 @@ def print_report(report: object, png: Path | None) -> None:
             t.add_row(str(s.batch_size), str(s.input_len), str(s.output_len), *ms,
                       m.b_over_a.text() if m.b_over_a else "-", m.c_over_a.text() if m.c_over_a else "-", m.verdict)
         con.print(t)
-    t = Table(title="calls per patch (from the processes' status records)")
-    for col in ("patch", "arm", "processes", "served by patch", "served by original", "states"):
+    t = Table(title="calls per patch (" + ("counted around each arm-run, graph capture included)" if inproc
+                                           else "from the processes' status records)"))
+    for col in ("patch", "arm", "arm-runs" if inproc else "processes", "served by patch", "served by original",
+                "states"):
         t.add_column(col)
     for row in report.patch_calls:
         t.add_row(row.patch_id, row.arm, str(row.processes), str(row.served_by_patch), str(row.served_by_original),
@@ -143,8 +171,12 @@ def print_report(report: object, png: Path | None) -> None:
         con.print(f"  {line}", markup=False)
     for line in report.problems[:10]:
         con.print(f"  problem: {line}", markup=False)
-    con.print(f"warm-up processes: {report.warmup_processes} (arm A's command before round 1, under r000/; "
-              "not in the statistics)", markup=False)
+    if inproc:
+        con.print("in-process: A and C ran SGLang's originals through the installed hooks, B the patches; the hooks' "
+                  "own cost is not in B/A (the cross-process e2e measures it)", markup=False)
+    else:
+        con.print(f"warm-up processes: {report.warmup_processes} (arm A's command before round 1, under r000/; "
+                  "not in the statistics)", markup=False)
     if report.halfwidth is not None:
         need = f"; about {report.rounds_needed} rounds would reach +-{report.config.target_halfwidth:g}" \
             if report.rounds_needed and report.halfwidth > report.config.target_halfwidth else ""

@@ -47,6 +47,7 @@ ARM_FILE = "arm.json"
 STATUS_LINE = "ASTRA-PATCHES "
 # SGLang's one_batch after load_plugins(), from the installed package: a pip install has it, not only a checkout
 DEFAULT_FORWARD_MODULE = "astra_sglang.profile.one_batch_child"
+INPROCESS_MODULE = "astra_sglang.e2e.inprocess_child"
 OWN_ARGS = ("--result-filename",)  # one_batch arguments e2e sets itself
 
 
@@ -61,10 +62,13 @@ class E2EConfig(Model):
     seed: int = 0
     warmup_processes: int = Field(default=1, ge=0, description="processes of arm A's command before round 1, "
                                                                 "not in the statistics (cold Triton/JIT caches)")
+    in_process: bool = Field(default=False, description="the arms inside one process, switched by graph "
+                                                        "recapture (e2e/inprocess_child.py), not one process each")
 
     def identity(self) -> dict[str, Any]:
         """What a resumed run must share with the folder's: the measurement itself, not how long to go on."""
-        return {"forward": self.forward, "one_batch_args": self.one_batch_args, "patches": self.patches}
+        return {"forward": self.forward, "one_batch_args": self.one_batch_args, "patches": self.patches,
+                "in_process": self.in_process}
 
 
 class ShapeResult(Model):
@@ -82,6 +86,8 @@ class PatchCount(Model):
     state: str = ""
     served_by_patch: int = 0
     served_by_original: int = 0
+    captured_by_patch: int = Field(default=0, description="in-process arm-runs: calls inside the recapture")
+    captured_by_original: int = 0
     reason: str = ""
 
 
@@ -96,7 +102,10 @@ class ArmRun(Model):
     seconds: float
     results: list[ShapeResult]
     patches: list[PatchCount] = Field(default_factory=list, description="summed over the process's processes")
-    patches_source: str = Field(default="none", description="'status records', 'ASTRA-PATCHES line' or 'none'")
+    patches_source: str = Field(default="none", description="'status records', 'ASTRA-PATCHES line', 'in-process "
+                                                            "counters' or 'none'")
+    graphs: bool | None = Field(default=None, description="in-process: the decode graphs were recaptured for this "
+                                                          "arm-run (None: a process of its own)")
 
 
 class ShapeReport(Model):
@@ -153,11 +162,11 @@ def arm_env(arm: str, patches: str, status_dir: Path, round_no: int) -> dict[str
     return env
 
 
-def default_forward() -> list[str]:
-    return [sys.executable, "-m", DEFAULT_FORWARD_MODULE]
+def default_forward(in_process: bool = False) -> list[str]:
+    return [sys.executable, "-m", INPROCESS_MODULE if in_process else DEFAULT_FORWARD_MODULE]
 
 
-def preflight(forward: Sequence[str] | None, one_batch_args: Sequence[str]) -> list[str]:
+def preflight(forward: Sequence[str] | None, one_batch_args: Sequence[str], in_process: bool = False) -> list[str]:
     """The command prefix to run, or one line naming what is missing: e2e's default forward is SGLang's
     one_batch run by ``python -m astra_sglang.profile.one_batch_child`` (installed with astra-sglang), which needs
     SGLang and a CUDA GPU."""
@@ -186,7 +195,7 @@ def preflight(forward: Sequence[str] | None, one_batch_args: Sequence[str]) -> l
     if not gpu:
         raise AstraError("no CUDA GPU visible: SGLang's model forward (one_batch) needs one; run e2e on the GPU "
                          "host, or pass --forward SCRIPT")
-    return default_forward()
+    return default_forward(in_process)
 
 
 # ------------------------------------------------------------------------------------------- one process
@@ -242,21 +251,7 @@ def run_arm(folder: Path, cfg: E2EConfig, round_no: int, arm: str, position: int
     result = folder / "result.jsonl"
     cmd = [*cfg.forward, *cfg.one_batch_args, "--result-filename", str(result)]
     extra = arm_env(arm, cfg.patches, folder / "status", round_no)
-    env = {k: v for k, v in os.environ.items() if k not in (ENV_SELECT, ENV_PLACEBO)}
-    env.update(extra)
-    t0 = time.monotonic()
-    with open(folder / "stdout.log", "w") as out, open(folder / "stderr.log", "w") as err:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=err, env=env, start_new_session=True)
-        try:
-            rc = proc.wait(timeout=cfg.timeout_s)
-        except subprocess.TimeoutExpired:
-            _stop(proc)
-            raise AstraError(f"{who}: the forward ran past {cfg.timeout_s:.0f} s; "
-                             f"see {folder / 'stderr.log'}") from None
-        except BaseException:  # Ctrl-C, SIGTERM: the forward must not outlive us on the GPU
-            _stop(proc)
-            raise
-    seconds = time.monotonic() - t0
+    rc, seconds = launch(folder, cmd, extra, cfg.timeout_s, who)
     stdout = (folder / "stdout.log").read_text(errors="replace")
     try:
         results = parse_results(result)
@@ -273,6 +268,27 @@ def run_arm(folder: Path, cfg: E2EConfig, round_no: int, arm: str, position: int
                  results=results, patches=patches, patches_source=source if patches else "none")
     write_atomic(folder / ARM_FILE, run.model_dump_json(indent=1) + "\n")
     return run
+
+
+def launch(folder: Path, cmd: list[str], extra: dict[str, str], timeout_s: float, who: str) -> tuple[int, float]:
+    """One forward process with ``extra`` over this environment (never an inherited patch selection or placebo),
+    stdout/stderr kept in ``folder``; (exit status, seconds). It never outlives us: a timeout, Ctrl-C or SIGTERM
+    ends its process group."""
+    env = {k: v for k, v in os.environ.items() if k not in (ENV_SELECT, ENV_PLACEBO)}
+    env.update(extra)
+    t0 = time.monotonic()
+    with open(folder / "stdout.log", "w") as out, open(folder / "stderr.log", "w") as err:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=err, env=env, start_new_session=True)
+        try:
+            rc = proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            _stop(proc)
+            raise AstraError(f"{who}: the forward ran past {timeout_s:.0f} s; "
+                             f"see {folder / 'stderr.log'}") from None
+        except BaseException:  # Ctrl-C, SIGTERM: the forward must not outlive us on the GPU
+            _stop(proc)
+            raise
+    return rc, time.monotonic() - t0
 
 
 def _stop(proc: subprocess.Popen[Any]) -> None:
@@ -441,7 +457,8 @@ def not_reached(cfg: E2EConfig, runs: Sequence[ArmRun]) -> list[str]:
 def problems(cfg: E2EConfig, runs: Sequence[ArmRun]) -> list[str]:
     """What makes B or C not what they claim: an expected patch that was reached but served no call in a B
     process (one this forward never reached is no problem: ``not_reached``), a placebo process whose hooks were
-    never reached or that served calls by a patch."""
+    never reached or that served calls by a patch; in-process, an arm-run whose graph recapture made no hooked call
+    while others did (stale graphs), and patch calls inside A's or C's graphs."""
     out = []
     expect = expected_patches(cfg, runs)
     skip = set(not_reached(cfg, runs))
@@ -449,6 +466,7 @@ def problems(cfg: E2EConfig, runs: Sequence[ArmRun]) -> list[str]:
         out.append("no patch reported by any B process: nothing was patched (see a B process's stderr.log)")
     elif skip == set(expect):
         out.append("no expected patch was reached in this forward: B ran SGLang's own kernels only")
+    in_graphs = any(c.captured_by_patch + c.captured_by_original for r in runs if r.graphs for c in r.patches)
     for r in sorted(runs, key=lambda r: (r.round, r.arm)):
         counts = {c.patch_id: c for c in r.patches}
         if r.arm == "B":
@@ -459,7 +477,14 @@ def problems(cfg: E2EConfig, runs: Sequence[ArmRun]) -> list[str]:
                 if c is None or c.served_by_patch == 0:
                     why = f" (state {c.state}: {c.reason})" if c is not None and c.reason else ""
                     out.append(f"patch {pid} served no calls in round {r.round}'s B process{why}")
-        elif r.arm == "C":
+        if r.graphs:  # in-process: what the recaptured graphs hold is what the arm's decode steps replay
+            held = [counts[p] for p in expect if p not in skip and p in counts]
+            if in_graphs and not any(c.captured_by_patch + c.captured_by_original for c in held):
+                out.append(f"round {r.round}'s {r.arm} arm-run made no hooked call inside its graph recapture (other "
+                           "arm-runs did): its decode steps replayed graphs captured for another arm")
+            if r.arm != "B" and any(c.captured_by_patch for c in held):
+                out.append(f"round {r.round}'s {r.arm} graphs hold patch calls: that arm ran the patches")
+        if r.arm == "C":
             if not any(c.served_by_original for c in r.patches):
                 out.append(f"the placebo's hooks served no calls in round {r.round}: that C process was no placebo")
             if any(c.served_by_patch for c in r.patches):

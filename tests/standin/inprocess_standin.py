@@ -1,0 +1,111 @@
+"""A STAND-IN for ``python -m astra_sglang.e2e.inprocess_child`` (labelled as such: not SGLang, no model, no GPU), for
+the CPU tests of ``e2e --in-process``. It runs the real child (``inprocess_child.main``) over a stand-in of
+SGLang's ``sglang.benchmark.one_batch`` module and of ``load_plugins``:
+
+- load_plugins: the stand-in patch ``standin-patch`` recorded through the plugin's real status module, active;
+- a ModelRunner whose "decode graphs" are what its last ``init_decode_cuda_graph`` saw: the patch's state at capture
+  decides which kernel every later step replays, and the capture's calls are counted on the patch's real counters
+  (served by the patch when it is active, by the original otherwise), as the hook counts calls inside a capture;
+- ``latency_test_run_once``: decode step 10 ms x (1 + bs/100), times STANDIN_B_FACTOR (default 0.9) when the
+  captured graphs hold the patch; prefill 50 ms x the same, eager, so it follows the patch's state at call time;
+  each times a small per-round factor shared by the round's three arm-runs (one process drifts slowly; STANDIN_NOISE,
+  default 0.002, over van der Corput quantiles);
+- ``cli_main``: one warm-up call, then one call per (batch size, input len, output len), one_batch's JSONL written.
+
+STANDIN_NO_RECAPTURE="<arm-run numbers>" (e.g. "2,5"): those calls of ``init_decode_cuda_graph`` do nothing, the graphs
+stay as they were (another arm's kernel), and the run must say so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+from statistics import NormalDist
+from types import SimpleNamespace
+
+sys.path.insert(0, os.path.dirname(__file__))
+from one_batch_standin import van_der_corput  # noqa: E402
+
+from astra_sglang.e2e import inprocess_child  # noqa: E402
+from astra_sglang.patches import status, status_file  # noqa: E402
+
+PATCH = "standin-patch"
+CALLS_PER_CAPTURE = 4
+
+
+class Runner:
+    def __init__(self) -> None:
+        self.decode_cuda_graph_runner = object()
+        self.captured = "active"                     # captured at load, patch serving
+
+    def init_decode_cuda_graph(self) -> None:
+        self.captures = getattr(self, "captures", 0) + 1
+        if str(self.captures) in os.environ.get("STANDIN_NO_RECAPTURE", "").split(","):
+            self.decode_cuda_graph_runner = object()
+            return
+        st = status.get(PATCH)
+        self.captured = st.state
+        for _ in range(CALLS_PER_CAPTURE):
+            if st.state == "active":
+                st.served_by_patch += 1
+                st.captured_by_patch += 1
+            else:
+                st.served_by_original += 1
+                st.captured_by_original += 1
+        self.decode_cuda_graph_runner = object()
+
+
+_calls = [0]
+
+
+def latency_test_run_once(run_name, model_runner, rank_print, reqs, batch_size, input_len, output_len, *rest):
+    _calls[0] += 1
+    k = max(1, (_calls[0] - 2) // 3 + 1)              # the round (after the warm-up): one drift for its three arms
+    z = NormalDist().inv_cdf(van_der_corput(k))
+    noise = math.exp(float(os.environ.get("STANDIN_NOISE", "0.002")) * z)
+    runner = model_runner.torch_runner
+    b = float(os.environ.get("STANDIN_B_FACTOR", "0.9"))
+    base = 1.0 + batch_size / 100
+    st = status.get(PATCH)
+    if st.state == "active":                          # the eager prefill call goes through the hook
+        st.served_by_patch += 1
+    else:
+        st.served_by_original += 1
+    return {"run_name": run_name, "batch_size": batch_size, "input_len": input_len, "output_len": output_len,
+            "prefill_latency": 0.05 * base * (b if st.state == "active" else 1.0) * noise,
+            "median_decode_latency": 0.01 * base * (b if runner.captured == "active" else 1.0) * noise}
+
+
+def cli_main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--batch-size", type=int, nargs="+", default=[1])
+    p.add_argument("--input-len", type=int, nargs="+", default=[1024])
+    p.add_argument("--output-len", type=int, nargs="+", default=[16])
+    p.add_argument("--result-filename", required=True)
+    args, _ = p.parse_known_args()
+    runner = SimpleNamespace(torch_runner=Runner())
+    one_batch.latency_test_run_once("warmup", runner, print, None, args.batch_size[0], args.input_len[0], 8)
+    results = []
+    for bs in args.batch_size:
+        for il in args.input_len:
+            for ol in args.output_len:
+                results.append(one_batch.latency_test_run_once("standin", runner, print, None, bs, il, ol))
+    with open(args.result_filename, "a") as f:
+        for r in results:
+            f.write(json.dumps(r) + "\n")
+
+
+def load_plugins() -> None:
+    st = status.get(PATCH, "standin_op")
+    st.state = "active"
+    st.first_call_check = "passed (stand-in)"
+    status_file.start()
+
+
+one_batch = SimpleNamespace(latency_test_run_once=latency_test_run_once, cli_main=cli_main)
+
+if __name__ == "__main__":
+    inprocess_child.main(one_batch=one_batch, load_plugins=load_plugins)  # type: ignore[arg-type]

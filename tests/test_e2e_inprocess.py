@@ -1,0 +1,86 @@
+"""``astra-sglang e2e --in-process`` on CPU with a STAND-IN of SGLang's one_batch (tests/standin/inprocess_standin.py,
+labelled: no SGLang, no model): the real child and parent, one process, arms switched by recapturing the decode
+graphs, and the same report and checks as the cross-process run. Not yet run on the H200."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from astra_sglang.cli.main import main
+
+pytest.importorskip("numpy")
+
+STANDIN = Path(__file__).resolve().parent / "standin" / "inprocess_standin.py"
+
+
+def _e2e(out: Path, *extra: str, rounds: int = 4) -> list[str]:
+    return ["e2e", "--in-process", "--rounds", str(rounds), "--out", str(out), "--forward", str(STANDIN),
+            "--batch-size", "1", "64", "--json", *extra, "--", "--model-path", "standin-model"]
+
+
+def _lines(out: Path) -> list[dict]:
+    return [json.loads(x) for x in (out / "inprocess" / "arms.jsonl").read_text().splitlines()]
+
+
+def test_a_ten_percent_faster_patch_is_a_gain_in_one_process_with_the_placebo_holding(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main(_e2e(out)) == 0
+    rep = json.loads(capsys.readouterr().out)
+    assert rep["config"]["in_process"] and rep["rounds_done"] == 4 and not rep["problems"]
+    assert rep["verdict"] == "gain"
+    for s in rep["shapes"]:
+        ba, ca = s["decode"]["b_over_a"], s["decode"]["c_over_a"]
+        assert ba["high"] < 1.0 and ba["ratio"] == pytest.approx(0.9, abs=0.01)
+        assert ca["low"] <= 1.0 <= ca["high"] and ca["high"] - ca["low"] < 0.02   # one process: narrow
+    lines = _lines(out)
+    assert len(lines) == 2 * 4 * 3                                 # 2 shapes x 4 rounds x 3 arms, no warm-up
+    assert [x["arm"] for x in lines[:3]] == ["A", "B", "C"] and [x["arm"] for x in lines[3:6]] == ["B", "C", "A"]
+    for x in lines:                                                # every arm-run recaptured, and ran its kernel
+        (p,) = x["patches"]
+        assert x["graphs"] is True
+        if x["arm"] == "B":
+            assert p["served_by_patch"] > 0 and p["served_by_original"] == 0
+        else:
+            assert p["served_by_patch"] == 0 and p["served_by_original"] > 0
+    assert (out / "inprocess" / "done.json").is_file()
+    # reported again without running anything
+    assert main(["e2e", "--report-only", "--out", str(out), "--json"]) == 0
+    again = json.loads(capsys.readouterr().out)
+    assert again["verdict"] == "gain" and "report only: in-process" in again["stopped"]
+
+
+def test_an_arm_run_whose_graphs_were_not_recaptured_is_caught(tmp_path, capsys, monkeypatch):
+    """A recapture that silently kept the old graphs leaves that arm-run replaying the previous arm's kernel (here
+    the 2nd arm-run, B, replays A's graphs): its timing belongs to another arm. Said, and no gain counted."""
+    monkeypatch.setenv("STANDIN_NO_RECAPTURE", "2")
+    out = tmp_path / "run"
+    assert main(_e2e(out)) == 0
+    rep = json.loads(capsys.readouterr().out)
+    assert rep["verdict"] != "gain"
+    assert any("round 1's B arm-run made no hooked call inside its graph recapture" in p for p in rep["problems"])
+
+
+def test_the_patch_serves_again_after_the_arms(tmp_path):
+    """The child leaves the patches as it found them: whatever runs after the measurement is served by them."""
+    from astra_sglang.e2e.inprocess_child import InProcessAB
+    from astra_sglang.patches import status
+
+    status.reset()
+    st = status.get("p1", "op")
+    st.state = "active"
+    seen = []
+
+    def real(run_name, runner, *args):
+        seen.append(st.state)
+        return {"batch_size": 1, "input_len": 8, "output_len": 4, "prefill_latency": 1.0,
+                "median_decode_latency": 1.0}
+
+    ab = InProcessAB(real, 2, tmp_path / "arms.jsonl")
+    ab("warmup", object())
+    ab("x", object())
+    assert seen == ["active", "disabled", "active", "disabled", "active", "disabled", "disabled"]
+    assert st.state == "active"
+    status.reset()
