@@ -8,10 +8,11 @@ then spread by about 6 nats and the greedy token usually leads by a nat or more,
 N(0, 0.02) the 640-way distribution is nearly flat: at hidden 4096, 5.3% of steps have a top-1/top-2 gap under
 0.02 nats (1.4% with the scaled head; logit_gaps.py on the CPU host), so one-ulp differences flip tokens often and
 token identity tests little.
-With ``llama3-8b`` as LAYERS it writes LLaMA-3-8B's config alone beside the tokenizer
-(``astra_sglang.profile.configs``, what ``astra-sglang profile --config`` writes): SGLang's ``--load-format dummy``
-fills the weights (forward.py's runs). Needs astra-sglang importable (device.sh puts its wheel on PYTHONPATH).
-Usage: make_model.py OUT_DIR [LAYERS | llama3-8b]
+With a config name instead of LAYERS (``llama3-8b``, ``qwen3-30b-a3b``, ... any of ``astra-sglang profile
+--config``'s) it writes that config alone beside the tokenizer (``astra_sglang.profile.configs``): SGLang's
+``--load-format dummy`` fills the weights (forward.py's and e2e's runs, MAKE_MODEL="DIR NAME" in device.sh). Needs
+astra-sglang importable (device.sh puts its wheel on PYTHONPATH).
+Usage: make_model.py OUT_DIR [LAYERS | CONFIG_NAME]
 """
 
 import sys
@@ -24,9 +25,13 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from astra_sglang.profile.configs import write_config_model, write_tokenizer
 
 out = sys.argv[1]
-if len(sys.argv) > 2 and sys.argv[2] == "llama3-8b":  # config only: astra-sglang profile --config's folder
-    write_config_model("llama3-8b", Path(out))
-    print(f"config only: {out}: LLaMA-3-8B dims (weights: --load-format dummy)")
+if len(sys.argv) > 2 and not sys.argv[2].isdigit():  # config only, any of profile --config's names
+    name = sys.argv[2]
+    try:
+        write_config_model(name, Path(out))
+    except Exception as e:  # an unknown name: say which exist
+        sys.exit(f"make_model.py: {e}")
+    print(f"config only: {out}: {name} dims (weights: --load-format dummy)")
     sys.exit(0)
 layers = int(sys.argv[2]) if len(sys.argv) > 2 else 4
 Path(out).mkdir(parents=True, exist_ok=True)
