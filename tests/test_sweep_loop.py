@@ -295,3 +295,35 @@ def test_a_judge_that_dies_leaves_its_configs_undecided_and_says_what_is_kept(mo
         tune_baseline.sweep_baseline(op, EvalConfig(shapes="test", device="cpu", timing=False), partial=partial,
                                      chunk=16)
     assert sorted(tune_baseline.TunePartial.model_validate_json(partial.read_text()).done) == list(range(16))
+
+
+def test_kept_chunks_of_another_gpu_are_never_mixed_into_one_baseline(monkeypatch, tmp_path, restored_op):
+    from astra_sglang.contract.eval_config import EvalConfig
+    from astra_sglang.contract.result import SweepConfig
+    from astra_sglang.errors import AstraError
+    from astra_sglang.harness import tune_baseline
+
+    op = restored_op("decode_attention")
+    gpu = ["NVIDIA H100 (sm_90)"]
+
+    def fake(op_dir, manifest, configs, sources, config, device, seed, progress):
+        if gpu[0] == "cut":
+            raise KeyboardInterrupt
+        return [SweepConfig(config=c, ok=True) for c in configs], gpu[0], 0
+
+    monkeypatch.setattr(tune_baseline, "sweep_variants", fake)
+    partial = tmp_path / "t.partial.json"
+    config = EvalConfig(shapes="test", device="cpu", timing=False)
+
+    def once_then_cut(*a, **k):  # type: ignore[no-untyped-def]
+        out = fake(*a, **k)
+        gpu[0] = "cut"
+        return out
+
+    monkeypatch.setattr(tune_baseline, "sweep_variants", once_then_cut)
+    with pytest.raises(KeyboardInterrupt):
+        tune_baseline.sweep_baseline(op, config, partial=partial, chunk=16)
+    gpu[0] = "NVIDIA H200 (sm_90)"
+    monkeypatch.setattr(tune_baseline, "sweep_variants", fake)
+    with pytest.raises(AstraError, match="measured on NVIDIA H100 .sm_90., this run is on NVIDIA H200"):
+        tune_baseline.sweep_baseline(op, config, partial=partial, chunk=16)

@@ -142,6 +142,9 @@ def sweep_baseline(op_dir: Path, config: EvalConfig,
         for n, part in enumerate(chunks, 1):
             got, dev, _ = sweep_variants(op_dir, manifest, [configs[i] for i in part], [sources[i] for i in part],
                                          trusted, device, seed, _chunk_say(say, n, len(chunks), part))
+            if dev and state.device and dev != state.device:  # one baseline, one GPU: never a mix of two
+                raise AstraError(f"tune {manifest.short_name}: the configs kept in {partial} were measured on "
+                                 f"{state.device}, this run is on {dev}; remove that file to sweep here from the start")
             decided = {i: c for i, c in zip(part, got, strict=True) if not _judge_failed(c)}
             state.done.update(decided)
             state.device = dev or state.device
