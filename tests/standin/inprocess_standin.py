@@ -18,7 +18,6 @@ stay as they were (another arm's kernel), and the run must say so.
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
@@ -27,7 +26,7 @@ from statistics import NormalDist
 from types import SimpleNamespace
 
 sys.path.insert(0, os.path.dirname(__file__))
-from one_batch_standin import van_der_corput  # noqa: E402
+from one_batch_standin import one_batch_args, van_der_corput  # noqa: E402
 
 from astra_sglang.e2e import inprocess_child  # noqa: E402
 from astra_sglang.patches import status, status_file  # noqa: E402
@@ -80,12 +79,7 @@ def latency_test_run_once(run_name, model_runner, rank_print, reqs, batch_size, 
 
 
 def cli_main() -> None:
-    p = argparse.ArgumentParser()
-    p.add_argument("--batch-size", type=int, nargs="+", default=[1])
-    p.add_argument("--input-len", type=int, nargs="+", default=[1024])
-    p.add_argument("--output-len", type=int, nargs="+", default=[16])
-    p.add_argument("--result-filename", required=True)
-    args, _ = p.parse_known_args()
+    args = one_batch_args()
     runner = SimpleNamespace(torch_runner=Runner())
     one_batch.latency_test_run_once("warmup", runner, print, None, args.batch_size[0], args.input_len[0], 8)
     results = []

@@ -42,13 +42,18 @@ def van_der_corput(n: int) -> float:
     return q
 
 
-def main() -> None:
+def one_batch_args() -> argparse.Namespace:
+    """The one_batch arguments a stand-in reads (anything else ignored)."""
     p = argparse.ArgumentParser()
     p.add_argument("--batch-size", type=int, nargs="+", default=[1])
     p.add_argument("--input-len", type=int, nargs="+", default=[1024])
     p.add_argument("--output-len", type=int, nargs="+", default=[16])
     p.add_argument("--result-filename", required=True)
-    args, _ = p.parse_known_args()
+    return p.parse_known_args()[0]
+
+
+def main() -> None:
+    args = one_batch_args()
     rnd, arm = os.environ.get("ASTRA_E2E_ROUND", "0"), os.environ.get("ASTRA_E2E_ARM", "?")
     if os.environ.get("STANDIN_FAIL") == f"{rnd}:{arm}":
         print("stand-in: simulated crash", file=sys.stderr)
