@@ -17,7 +17,7 @@ from pydantic import Field
 
 from astra_sglang.contract.base import Model
 from astra_sglang.errors import AstraError
-from astra_sglang.platform_info import CPU_INTERPRET_ARCH, current
+from astra_sglang.platform_info import current
 
 
 class Fact(Model):
@@ -74,16 +74,14 @@ def _gpu() -> tuple[Fact, str | None]:
         return Fact(name="gpu", ok=False, detail="torch is not installed"), None
     import torch
 
-    interpret = CPU_INTERPRET_ARCH if os.environ.get("TRITON_INTERPRET") == "1" else None
-    if not torch.cuda.is_available():
-        why = f"no CUDA GPU visible to torch {torch.__version__} (CUDA {torch.version.cuda or 'none'})"
-        return Fact(name="gpu", ok=False, detail=why + ("; TRITON_INTERPRET=1: Triton ops run on CPU" if interpret
-                                                         else "")), interpret
     here = current()
-    arch = here.arch
-    detail = (f"{here.name} ({arch}), {torch.cuda.device_count()} visible, torch "
+    if not here.cuda:
+        why = f"no CUDA GPU visible to torch {torch.__version__} (CUDA {torch.version.cuda or 'none'})"
+        return Fact(name="gpu", ok=False, detail=why + ("; TRITON_INTERPRET=1: Triton ops run on CPU"
+                                                         if here.interpreted else "")), here.arch
+    detail = (f"{here.name} ({here.arch}), {torch.cuda.device_count()} visible, torch "
               f"{torch.__version__}, CUDA {torch.version.cuda}")
-    return Fact(name="gpu", ok=True, detail=detail), arch
+    return Fact(name="gpu", ok=True, detail=detail), here.arch
 
 
 def _tool(name: str, probe) -> Fact:

@@ -58,13 +58,25 @@ def runs_from_lines(path: Path, command: list[str], env: dict[str, str]) -> list
     return runs
 
 
+def _command(cfg: E2EConfig, folder: Path) -> list[str]:
+    return [*cfg.forward, *cfg.one_batch_args, "--result-filename", str(folder / "result.jsonl")]
+
+
+def _report(cfg: E2EConfig, out: Path, runs: list[ArmRun], stopped: str) -> E2EReport:
+    """The cross-process run's report from the arm-runs, written to the folder."""
+    report = build_report(cfg, runs, out)
+    report.stopped = stopped.format(rounds=report.rounds_done)
+    write_atomic(out / REPORT_FILE, report.model_dump_json(indent=1) + "\n")
+    return report
+
+
 def run_in_process(cfg: E2EConfig, out: Path, progress: Callable[[str], None] | None = None) -> E2EReport:
     say = progress or (lambda msg: None)
     out = Path(out)
     prepare_folder(out, cfg)
     folder = out / FOLDER
     lines = folder / LINES
-    cmd = [*cfg.forward, *cfg.one_batch_args, "--result-filename", str(folder / "result.jsonl")]
+    cmd = _command(cfg, folder)
     extra = {ENV_SELECT: cfg.patches, ENV_STATUS_DIR: str(folder / "status"), ENV_ROUNDS: str(cfg.rounds),
              ENV_OUT: str(lines)}
     if (folder / DONE).is_file():
@@ -82,10 +94,7 @@ def run_in_process(cfg: E2EConfig, out: Path, progress: Callable[[str], None] | 
     runs = runs_from_lines(lines, cmd, extra)
     if not runs:
         raise AstraError(f"the in-process forward wrote no arm-runs to {lines}; see {folder / 'stderr.log'}")
-    report = build_report(cfg, runs, out)
-    report.stopped = f"in-process: {report.rounds_done} rounds of arm-runs in one process"
-    write_atomic(out / REPORT_FILE, report.model_dump_json(indent=1) + "\n")
-    return report
+    return _report(cfg, out, runs, "in-process: {rounds} rounds of arm-runs in one process")
 
 
 def report_in_process(out: Path) -> E2EReport:
@@ -95,12 +104,9 @@ def report_in_process(out: Path) -> E2EReport:
     out = Path(out)
     cfg = read_config(out / CONFIG_FILE)
     folder = out / FOLDER
-    cmd = [*cfg.forward, *cfg.one_batch_args, "--result-filename", str(folder / "result.jsonl")]
-    runs = runs_from_lines(folder / LINES, cmd, {})
+    runs = runs_from_lines(folder / LINES, _command(cfg, folder), {})
     if not runs:
         raise AstraError(f"{out}: no arm-runs in {folder / LINES}")
-    report = build_report(cfg, runs, out)
     done = "finished" if (folder / DONE).is_file() else "cut before it finished"
-    report.stopped = f"report only: in-process, {report.rounds_done} rounds of arm-runs read (the process {done})"
-    write_atomic(out / REPORT_FILE, report.model_dump_json(indent=1) + "\n")
-    return report
+    return _report(cfg, out, runs, "report only: in-process, {rounds} rounds of arm-runs read (the process "
+                   + done + ")")

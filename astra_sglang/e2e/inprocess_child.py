@@ -33,16 +33,10 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from astra_sglang.e2e.runner import arm_order
+
 ENV_ROUNDS = "ASTRA_E2E_INPROCESS_ROUNDS"
 ENV_OUT = "ASTRA_E2E_INPROCESS_OUT"
-ARMS = ("A", "B", "C")
-
-
-def arm_order(round_no: int) -> tuple[str, ...]:
-    k = (round_no - 1) % len(ARMS)
-    return ARMS[k:] + ARMS[:k]
-
-
 COUNTED = ("served_by_patch", "served_by_original", "captured_by_patch", "captured_by_original")
 
 

@@ -26,7 +26,7 @@ from astra_sglang.data_paths import user_cache
 from astra_sglang.patches import status
 
 if TYPE_CHECKING:
-    from astra_sglang.contract.status import ProcessStatus
+    from astra_sglang.contract.status import PatchCounts, ProcessStatus
 
 ENV_STATUS_DIR = "ASTRA_SGLANG_STATUS_DIR"
 INTERVAL_S = 1.0
@@ -39,7 +39,7 @@ _started = 0.0
 _warned = False
 _at_exit = False
 _path: Path | None = None
-_written: tuple[object, ...] = ()  # what the last record held (counts and states), so the flusher writes only on change
+_written: list[PatchCounts] = []  # what the last record held, so the flusher writes only on a change
 _flusher_pid = 0
 
 
@@ -81,14 +81,8 @@ def _start_flusher() -> None:
 def _flush_loop() -> None:
     while True:
         time.sleep(INTERVAL_S)
-        if _next_at != float("inf") and _key() != _written:
+        if _next_at != float("inf") and _patch_counts() != _written:
             write_now()
-
-
-def _key() -> tuple[object, ...]:
-    return tuple((s.patch_id, s.state, s.served_by_patch, s.served_by_original, s.captured_by_patch,
-                  s.captured_by_original, s.first_call_check, len(s.fallbacks))
-                 for s in sorted(status.statuses().values(), key=lambda s: s.patch_id))
 
 
 def stop() -> None:
@@ -109,11 +103,11 @@ def write_now(exited: bool = False) -> None:
         return
     with _lock:
         _next_at = time.monotonic() + INTERVAL_S
-        _written = _key()
         try:
             from astra_sglang.contract.base import write_atomic
 
-            write_atomic(_path, _snapshot(exited).model_dump_json(indent=1) + "\n")
+            _written = _patch_counts()
+            write_atomic(_path, _snapshot(exited, _written).model_dump_json(indent=1) + "\n")
         except Exception as e:  # never let bookkeeping fail a served call
             if not _warned:
                 _warned = True
@@ -121,14 +115,19 @@ def write_now(exited: bool = False) -> None:
                                "writable folder", _path, type(e).__name__, e, ENV_STATUS_DIR)
 
 
-def _snapshot(exited: bool) -> ProcessStatus:
-    from astra_sglang.contract.status import PatchCounts, ProcessStatus
+def _patch_counts() -> list[PatchCounts]:
+    from astra_sglang.contract.status import PatchCounts
 
-    patches = [PatchCounts(patch_id=s.patch_id, op=s.op, state=s.state, reason=s.reason,
-                           served_by_patch=s.served_by_patch, served_by_original=s.served_by_original,
-                           captured_by_patch=s.captured_by_patch, captured_by_original=s.captured_by_original,
-                           first_call_check=s.first_call_check, fallbacks=list(s.fallbacks))
-               for s in sorted(status.statuses().values(), key=lambda s: s.patch_id)]
+    return [PatchCounts(patch_id=s.patch_id, op=s.op, state=s.state, reason=s.reason,
+                        served_by_patch=s.served_by_patch, served_by_original=s.served_by_original,
+                        captured_by_patch=s.captured_by_patch, captured_by_original=s.captured_by_original,
+                        first_call_check=s.first_call_check, fallbacks=list(s.fallbacks))
+            for s in sorted(status.statuses().values(), key=lambda s: s.patch_id)]
+
+
+def _snapshot(exited: bool, patches: list[PatchCounts]) -> ProcessStatus:
+    from astra_sglang.contract.status import ProcessStatus
+
     return ProcessStatus(pid=os.getpid(), pgid=os.getpgid(0), process=_process_name(), started=_started,
                          updated=time.time(), exited=exited, selected=os.environ.get("ASTRA_SGLANG_PATCHES", ""),
                          patches=patches)
