@@ -52,7 +52,7 @@ def validated_copy(op_dir: Path, tmp_root: Path) -> Path:
 
     from astra_sglang.contract.op import load_manifest
     from astra_sglang.contract.validation import current_validation, record_validation
-    from astra_sglang.harness.contract_validation import validate_contract, validation_config
+    from astra_sglang.harness import validate_contract, validation_config
 
     dest = tmp_root / "validated" / op_dir.name
     if (dest / "manifest.json").is_file() and current_validation(dest) is not None:
@@ -175,7 +175,7 @@ def inject_timing(result: EvalResult, speedup: float) -> EvalResult:
 def answer_queue(queue: Path, op_dir: Path, speedups: dict[str, float]) -> list[str]:
     """What `astra-sglang evaluate QUEUE` does on the GPU host (the real harness verdict), plus a timing that
     was NOT measured, marked INJECTED, one atomic write per item. Returns the labels it answered."""
-    from astra_sglang.harness.evaluate import evaluate
+    from astra_sglang.harness import evaluate
     from astra_sglang.loop.evaluator import RESULT_NAME, list_queue, to_eval_config
     from astra_sglang.loop.runfolder import atomic_write
 

@@ -23,7 +23,7 @@ import pytest
 from astra_sglang.contract.eval_config import EvalConfig
 from astra_sglang.contract.op import CudaJitRecipe, load_manifest
 from astra_sglang.contract.result import EvalResult
-from astra_sglang.harness.evaluate import evaluate, evaluate_many
+from astra_sglang.harness import evaluate, evaluate_many
 from astra_sglang.patches.registry import discover
 
 pytestmark = pytest.mark.gpu
@@ -234,7 +234,7 @@ def _validated_here(op: Path) -> None:
     as `validate-contract` does) unless the folder already has one for its manifest."""
     from astra_sglang.contract.op import load_manifest
     from astra_sglang.contract.validation import current_validation, record_validation
-    from astra_sglang.harness.contract_validation import validate_contract, validation_config
+    from astra_sglang.harness import validate_contract, validation_config
 
     if current_validation(op) is not None:
         return

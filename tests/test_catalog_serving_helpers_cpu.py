@@ -44,7 +44,7 @@ def interpret(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _validate(op: Path):
-    from astra_sglang.harness.contract_validation import validate_contract, validation_config
+    from astra_sglang.harness import validate_contract, validation_config
 
     config = validation_config("cpu").model_copy(update={"distributions": ["normal"]})
     v, _ = validate_contract(op, config)
@@ -106,7 +106,7 @@ def test_ragged_batches_are_valid_for_any_legal_dims(out: Path, dims: dict[str, 
 @pytest.mark.parametrize("name", ALL_OPS)
 def test_original_kernel_agrees_with_its_contract_on_gpu(restored_op, name: str) -> None:
     # every manifest shape (the CPU run covers only tiny ones; e.g. row_argmax's rows > 64 path runs only here)
-    from astra_sglang.harness.contract_validation import validate_contract, validation_config
+    from astra_sglang.harness import validate_contract, validation_config
 
     v, _ = validate_contract(restored_op(name), validation_config("cuda"))
     assert v.passed, v.first_failure

@@ -88,7 +88,7 @@ def test_one_run_without_a_finished_round_does_not_sink_the_others(tmp_path: Pat
 def test_evaluate_prints_items_in_the_order_it_runs_them(tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch):
     """Evaluations under one spec run together as one batch, so queue order is not run order: the printed
     order must be the run order."""
-    import astra_sglang.harness.evaluate as harness_evaluate
+    import astra_sglang.harness.parent.evaluate as harness_evaluate
     import astra_sglang.loop.evaluator as evaluator
     from astra_sglang.loop.evaluator import EvalPending, QueueEvaluator
     from astra_sglang.loop.records import EvalSpec, TuneOutcome

@@ -165,7 +165,7 @@ def test_a_record_whose_pid_was_reused_is_not_a_running_process(capsys: pytest.C
 
 def test_the_suite_writes_no_per_user_file_under_home() -> None:
     """Status records of the suite's child processes and fake patches showed up in a user's `patches status`."""
-    from astra_sglang.harness.heldout import secret_path
+    from astra_sglang.harness.parent.heldout import secret_path
     from astra_sglang.patches.registry import state_path
     from astra_sglang.patches.status_file import status_root
 

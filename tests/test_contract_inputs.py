@@ -12,9 +12,8 @@ from astra_sglang.contract.eval_config import EvalConfig
 from astra_sglang.contract.op import load_manifest
 from astra_sglang.contract.validation import current_validation, record_validation, require_validated
 from astra_sglang.errors import AstraError
-from astra_sglang.harness.contract_validation import validate_contract, validation_config
-from astra_sglang.harness.evaluate import evaluate
-from astra_sglang.harness.tensors import ArgSet
+from astra_sglang.harness import evaluate, validate_contract, validation_config
+from astra_sglang.harness.shared.tensors import ArgSet
 from astra_sglang.loader.launch import load_inputs
 
 

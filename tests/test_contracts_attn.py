@@ -18,7 +18,7 @@ pytest.importorskip("triton")
 from astra_sglang.contract.op import load_manifest  # noqa: E402
 from astra_sglang.extract import catalog  # noqa: E402
 from astra_sglang.extract.extractor import write_op  # noqa: E402
-from astra_sglang.harness.contract_validation import validate_contract, validation_config  # noqa: E402
+from astra_sglang.harness.parent.contract_validation import validate_contract, validation_config  # noqa: E402
 from astra_sglang.loader.launch import load_inputs, load_reference  # noqa: E402
 
 

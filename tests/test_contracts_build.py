@@ -38,7 +38,7 @@ def test_original_compiles_for_sm90a(op_id: str, tmp_path: Path) -> None:
 @pytest.mark.gpu
 @pytest.mark.parametrize("op_id", sorted(OPS))
 def test_contract_validates_on_the_gpu(op_id: str, tmp_path: Path) -> None:
-    from astra_sglang.harness.contract_validation import validate_contract, validation_config
+    from astra_sglang.harness import validate_contract, validation_config
 
     v, _ = validate_contract(_extract(op_id, tmp_path), validation_config("cuda"))
     assert v.passed, v.first_failure

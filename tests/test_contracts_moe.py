@@ -19,9 +19,9 @@ from astra_sglang.checker import compare, compare_to_reference, segments_key
 from astra_sglang.contract.op import load_manifest
 from astra_sglang.extract import catalog
 from astra_sglang.extract.extractor import write_op
-from astra_sglang.harness import suite
-from astra_sglang.harness.suite import shape_of
-from astra_sglang.harness.tensors import ArgSet
+from astra_sglang.harness.shared import suite
+from astra_sglang.harness.shared.suite import shape_of
+from astra_sglang.harness.shared.tensors import ArgSet
 from astra_sglang.loader.launch import load_inputs
 
 EXACT_NAMES = ("expert_ids", "num_tokens_post_pad")

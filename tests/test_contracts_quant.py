@@ -17,7 +17,7 @@ from astra_sglang.checker import compare_to_reference, is_poison
 from astra_sglang.contract.op import load_manifest
 from astra_sglang.extract import catalog
 from astra_sglang.extract.extractor import write_op
-from astra_sglang.harness.tensors import ArgSet
+from astra_sglang.harness.shared.tensors import ArgSet
 
 FP8 = torch.float8_e4m3fn
 

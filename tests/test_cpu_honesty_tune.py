@@ -13,7 +13,7 @@ from rich.console import Console
 
 from astra_sglang.cli.main import main
 from astra_sglang.contract.result import ShapeTiming, SweepBaseline
-from astra_sglang.harness.tune_baseline import BASELINE_NAME, read_baseline
+from astra_sglang.harness.parent.tune_baseline import BASELINE_NAME, read_baseline
 from astra_sglang.loop.evaluator import LocalEvaluator
 from astra_sglang.loop.records import EvalSpec, RoundRecord, TuneOutcome
 from astra_sglang.loop.view import final_table

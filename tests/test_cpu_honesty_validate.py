@@ -12,7 +12,7 @@ from pathlib import Path
 from astra_sglang.cli.main import main
 from astra_sglang.contract.op import load_manifest
 from astra_sglang.contract.validation import read_validations
-from astra_sglang.harness.contract_validation import INTERPRETER_LIMITS
+from astra_sglang.harness.parent.contract_validation import INTERPRETER_LIMITS
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -235,7 +235,7 @@ def test_a_scripted_draft_that_contradicts_itself_gets_the_exact_reason(tmp_path
     from astra_sglang.contract.op import ContractProvenance
     from astra_sglang.extract.draft import DraftContract, draft_target, to_entry
     from astra_sglang.extract.extractor import write_op
-    from astra_sglang.harness.contract_check import contract_problems
+    from astra_sglang.harness.parent.contract_check import contract_problems
 
     entry = to_entry(DraftContract.model_validate(draft), draft_target(ds.OP), ContractProvenance(kind="drafted"))
     folder = write_op(entry, tmp_path).path
@@ -248,7 +248,7 @@ def test_the_scripted_correct_draft_has_no_problems(tmp_path: Path) -> None:
     from astra_sglang.contract.op import ContractProvenance
     from astra_sglang.extract.draft import DraftContract, draft_target, to_entry
     from astra_sglang.extract.extractor import write_op
-    from astra_sglang.harness.contract_check import contract_problems
+    from astra_sglang.harness.parent.contract_check import contract_problems
 
     entry = to_entry(DraftContract.model_validate(ds.correct_draft()), draft_target(ds.OP),
                      ContractProvenance(kind="drafted"))

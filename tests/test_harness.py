@@ -14,8 +14,9 @@ from h_fixtures.ops import make_h_merge
 from astra_sglang.contract.eval_config import EvalConfig
 from astra_sglang.contract.op import load_manifest
 from astra_sglang.errors import AstraError
-from astra_sglang.harness.evaluate import build_all, evaluate, evaluate_many
-from astra_sglang.harness.suite import build_suite
+from astra_sglang.harness import evaluate, evaluate_many
+from astra_sglang.harness.parent.evaluate import build_all
+from astra_sglang.harness.shared.suite import build_suite
 
 REPO = Path(__file__).resolve().parent.parent
 CANDS = REPO / "tests" / "candidates" / "merge_state"

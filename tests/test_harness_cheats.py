@@ -18,7 +18,7 @@ from h_fixtures.ops import make_h_merge
 
 from astra_sglang.contract.eval_config import EvalConfig
 from astra_sglang.contract.op import load_manifest
-from astra_sglang.harness.evaluate import evaluate, evaluate_many
+from astra_sglang.harness import evaluate, evaluate_many
 
 REPO = Path(__file__).resolve().parent.parent
 CHEATS = REPO / "tests" / "candidates" / "merge_state" / "cheats"
@@ -160,7 +160,7 @@ def test_the_static_screen_rejects_every_cheat_before_it_runs(merge_op, tmp_path
 
 def test_a_tunable_cheat_may_be_chosen_by_the_sweep_but_its_frozen_source_fails_the_full_evaluation(
         merge_op, marker, tmp_path):
-    """A sweep skips the defences that only guard a claim (Checker.screening: the kept-replay check, the
+    """A sweep skips the defences that only guard a claim (JudgeSession.screening: the kept-replay check, the
     after-timing re-checks, the NVML wait): on the H200 they were most of a decode_attention sweep's minutes. The
     sweep's choice is never the verdict: the frozen source gets every defence, so the cheat still fails."""
     cand = tmp_path / "tunable_skips_work.py"

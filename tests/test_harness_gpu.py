@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from astra_sglang.contract.eval_config import EvalConfig
-from astra_sglang.harness.evaluate import evaluate, evaluate_many
+from astra_sglang.harness import evaluate, evaluate_many
 
 pytestmark = pytest.mark.gpu
 

@@ -23,7 +23,7 @@ from astra_sglang.contract.op import (
     served_baseline,
     states_serving,
 )
-from astra_sglang.harness.evaluate import evaluate
+from astra_sglang.harness import evaluate
 
 REPO = Path(__file__).resolve().parent.parent
 CANDS = REPO / "tests" / "candidates" / "h_norm"

@@ -6,7 +6,7 @@ import time
 
 import torch
 
-from astra_sglang.harness import timing
+from astra_sglang.harness.shared import timing
 
 
 def test_samples_give_median_and_iqr_spread():
@@ -34,7 +34,7 @@ def test_tripwire_names_a_rebound_clock_and_a_changed_function(monkeypatch):
     monkeypatch.setattr(timing.HostClock, "time_replays", lambda self, g, n, p: [1.0] * n)
     bad = timing.tampered()
     assert {"time.perf_counter", "torch.cuda.Event.elapsed_time",
-            "astra_sglang.harness.timing.HostClock.time_replays"} <= set(bad)
+            "astra_sglang.harness.shared.timing.HostClock.time_replays"} <= set(bad)
     monkeypatch.undo()
     assert timing.tampered() == []
 

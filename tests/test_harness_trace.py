@@ -1,8 +1,8 @@
 """ASTRA_SGLANG_TRACE=1 is how a GPU pass's minutes get attributed: each line must name the case or shape it is
 at, and must never print a held-out case's shape (the judge's secret)."""
 
-from astra_sglang.harness.isolation import trace_line
-from astra_sglang.harness.protocol import CaseSpec, Progress
+from astra_sglang.harness.shared.isolation import trace_line
+from astra_sglang.harness.shared.protocol import CaseSpec, Progress
 
 
 def test_a_check_step_names_its_case_and_a_heldout_one_only_its_number():

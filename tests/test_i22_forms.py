@@ -21,8 +21,8 @@ from h_fixtures.ops import _files, make_h_merge
 from astra_sglang.contract.eval_config import EvalConfig
 from astra_sglang.contract.op import CallSite, ShapeCase, load_manifest, write_manifest
 from astra_sglang.errors import AstraError
-from astra_sglang.harness import suite
-from astra_sglang.harness.evaluate import evaluate
+from astra_sglang.harness import evaluate
+from astra_sglang.harness.shared import suite
 
 REPO = Path(__file__).resolve().parent.parent
 MS = REPO / "tests" / "candidates" / "merge_state"
@@ -165,7 +165,7 @@ def test_a_worker_dying_on_a_case_the_original_refuses_is_skipped_there_not_fail
 NEVER_STOPPED = '''"""Test stand-in (tests/test_i22_forms.py): Child.stopped reports a group it could not stop."""
 import contextlib
 
-from astra_sglang.harness import isolation
+from astra_sglang.harness.shared import isolation
 
 
 @contextlib.contextmanager

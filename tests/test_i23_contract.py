@@ -20,7 +20,7 @@ from astra_sglang.checker import compare_outputs  # noqa: E402
 from astra_sglang.contract.op import Tolerance, load_manifest  # noqa: E402
 from astra_sglang.extract import catalog  # noqa: E402
 from astra_sglang.extract.catalog.base import CatalogEntry  # noqa: E402
-from astra_sglang.harness.suite import contract_bytes, shape_of  # noqa: E402
+from astra_sglang.harness.shared.suite import contract_bytes, shape_of  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 EXTRACTED = ROOT / "extracted" / "decode_attention"
@@ -255,7 +255,7 @@ def test_a_kernel_that_takes_numel_of_kv_indices_for_the_batchs_rows_fails_the_c
     (kv_indices exactly B*S) could not tell from the batch's rows. This SCRIPTED candidate goes further and reads
     to the end of kv_indices for the last request: right on an exact-length kv_indices, wrong on a graph replay's."""
     from astra_sglang.contract.eval_config import EvalConfig
-    from astra_sglang.harness.evaluate import evaluate
+    from astra_sglang.harness import evaluate
 
     src = (ROOT / "tests" / "fixtures" / "i23_decode_attention" / "correct.py").read_text()
     head = "    b, nq, d = q.shape\n"
@@ -276,7 +276,7 @@ def test_a_queued_case_written_before_kx_existed_is_run_as_the_eager_form_it_mea
     """Requests queued by runs begun before dim KX (2026-12-04: mr-da-k4 / mr-da-single round 1) carry their
     proposed cases without it: the pass completes them with KX = 0 instead of refusing the whole request."""
     from astra_sglang.contract.eval_config import EvalConfig, ExtraCase
-    from astra_sglang.harness.suite import build_suite
+    from astra_sglang.harness.shared.suite import build_suite
 
     m = load_manifest(EXTRACTED)
     old = {"B": 2, "S": 5, "NK": 1, "G": 2, "D": 16, "P": 1, "R": 1, "X": 1, "MS": 8}

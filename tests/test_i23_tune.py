@@ -11,8 +11,8 @@ from __future__ import annotations
 import itertools
 
 from astra_sglang.contract.op import load_manifest
-from astra_sglang.harness.launch_params import launch_variant
-from astra_sglang.harness.tune_baseline import original_params
+from astra_sglang.harness.parent.launch_params import launch_variant
+from astra_sglang.harness.parent.tune_baseline import original_params
 
 
 def test_the_sweep_covers_the_grouped_stage_1_launch_within_the_cap(restored_op):

@@ -16,9 +16,9 @@ from h_fixtures.ops import make_h_scale
 from astra_sglang.contract.eval_config import EvalConfig
 from astra_sglang.contract.op import load_manifest
 from astra_sglang.errors import AstraError
-from astra_sglang.harness import module_imports
-from astra_sglang.harness.evaluate import _build_cuda
-from astra_sglang.harness.module_imports import allowed, imports_refusal
+from astra_sglang.harness.parent import module_imports
+from astra_sglang.harness.parent.evaluate import _build_cuda
+from astra_sglang.harness.parent.module_imports import allowed, imports_refusal
 
 REPO = Path(__file__).resolve().parent.parent
 FUSED_PATCH = REPO / "patches" / "fused_add_rmsnorm" / "fused-add-rmsnorm-mr-k4" / "kernel.cuh"

@@ -20,8 +20,8 @@ import pytest
 from h_fixtures.ops import make_h_merge
 
 from astra_sglang.contract.eval_config import EvalConfig
-from astra_sglang.harness.evaluate import evaluate
-from astra_sglang.harness.isolation import Child
+from astra_sglang.harness import evaluate
+from astra_sglang.harness.shared.isolation import Child
 
 REPO = Path(__file__).resolve().parent.parent
 PIDFILE_ENV = "ASTRA_TEST_SPIN_PIDFILE"
@@ -124,7 +124,7 @@ def test_a_hung_worker_dies_with_its_judge(merge_op, spinner):
 def test_the_judge_and_the_worker_die_with_the_evaluate_parent(merge_op, spinner):
     cand, pidfile = spinner
     code = ("import sys; from pathlib import Path; from astra_sglang.contract.eval_config import EvalConfig; "
-            "from astra_sglang.harness.evaluate import evaluate; "
+            "from astra_sglang.harness.parent.evaluate import evaluate; "
             "evaluate(Path(sys.argv[1]), Path(sys.argv[2]), EvalConfig(shapes='test', dtypes=['bfloat16'], "
             "device='cpu', timeout_s=300, seed=7, screen=False))")
     parent = subprocess.Popen([sys.executable, "-c", code, str(merge_op), str(cand)], cwd=REPO,
@@ -147,7 +147,7 @@ import os
 import sys
 import time
 
-from astra_sglang.harness.isolation import die_with_parent
+from astra_sglang.harness.shared.isolation import die_with_parent
 
 die_with_parent()
 os.write(int(sys.argv[2]), f"{os.getpid()}\\n".encode())

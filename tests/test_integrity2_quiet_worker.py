@@ -19,9 +19,10 @@ import pytest
 from h_fixtures.ops import make_h_merge
 
 from astra_sglang.contract.eval_config import EvalConfig
-from astra_sglang.harness.checks import DEBUG_WINDOWS_ENV, NVML_WATCH_ENV
-from astra_sglang.harness.evaluate import evaluate
-from astra_sglang.harness.isolation import Child, all_stopped, group_tasks
+from astra_sglang.harness import evaluate
+from astra_sglang.harness.judge.session import NVML_WATCH_ENV
+from astra_sglang.harness.judge.timed import DEBUG_WINDOWS_ENV
+from astra_sglang.harness.shared.isolation import Child, all_stopped, group_tasks
 
 REPO = Path(__file__).resolve().parent.parent
 MS = REPO / "tests" / "candidates" / "merge_state"

@@ -22,9 +22,9 @@ from h_fixtures.ops import make_h_merge
 from astra_sglang.contract.base import fit_dim
 from astra_sglang.contract.eval_config import EvalConfig
 from astra_sglang.contract.op import Manifest, ShapeCase, load_manifest, write_manifest
-from astra_sglang.harness import suite
-from astra_sglang.harness.evaluate import evaluate
-from astra_sglang.harness.suite import build_suite, heldout_cases, largest_numel
+from astra_sglang.harness import evaluate
+from astra_sglang.harness.shared import suite
+from astra_sglang.harness.shared.suite import build_suite, heldout_cases, largest_numel
 
 REPO = Path(__file__).resolve().parent.parent
 EXTRACTED = REPO / "extracted"

@@ -212,7 +212,7 @@ def test_a_rounds_candidates_in_the_queue_are_evaluated_as_one_batch(op_dir: Pat
                                                                      monkeypatch: pytest.MonkeyPatch):
     """K candidates of one round (same op, same spec) reach the harness together, so their builds run in
     parallel on the GPU host; a request under another spec is its own batch; every item gets its result."""
-    import astra_sglang.harness.evaluate as harness_evaluate
+    import astra_sglang.harness.parent.evaluate as harness_evaluate
 
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     real = harness_evaluate.evaluate_many
@@ -241,7 +241,7 @@ def test_a_queue_pass_cut_short_keeps_the_results_it_finished(op_dir: Path, tmp_
                                                               monkeypatch: pytest.MonkeyPatch):
     """The GPU pass's time limit may stop a batch midway: the candidates already judged keep their result, the
     rest stay pending for the next pass (nothing measured is lost)."""
-    import astra_sglang.harness.evaluate as harness_evaluate
+    import astra_sglang.harness.parent.evaluate as harness_evaluate
 
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     real = harness_evaluate.run_checker

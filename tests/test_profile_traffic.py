@@ -13,7 +13,7 @@ import pytest
 
 from astra_sglang.cli.main import main
 from astra_sglang.contract.op import load_manifest
-from astra_sglang.harness.suite import contract_bytes
+from astra_sglang.harness.shared.suite import contract_bytes
 from astra_sglang.profile import attribution as at
 from astra_sglang.profile import runner
 from astra_sglang.profile.configs import model_config
@@ -87,7 +87,7 @@ def test_a_manifest_whose_dims_differ_gives_no_count() -> None:
 def test_the_harness_counts_bytes_by_the_same_rule() -> None:
     """One notion of bytes moved: the harness's ArgSet (real tensors) and the contract count agree."""
     pytest.importorskip("torch")
-    from astra_sglang.harness.tensors import ArgSet
+    from astra_sglang.harness.shared.tensors import ArgSet
 
     m = load_manifest(EXTRACTED / "fused_add_rmsnorm")
     dims = {"T": 3, "H": 16}

@@ -11,9 +11,10 @@ from h_fixtures.ops import make_h_norm
 
 from astra_sglang.contract.eval_config import EvalConfig
 from astra_sglang.contract.op import CudaJitRecipe, load_manifest
+from astra_sglang.harness import evaluate, screen_source
 from astra_sglang.harness import evaluate as evaluate_mod
-from astra_sglang.harness.evaluate import build_all, evaluate
-from astra_sglang.harness.screen import screen_cuda, screen_python, screen_source
+from astra_sglang.harness.parent.evaluate import build_all
+from astra_sglang.harness.parent.screen import screen_cuda, screen_python
 from astra_sglang.loop.static_check import check_source
 
 REPO = Path(__file__).resolve().parent.parent

@@ -16,9 +16,9 @@ import torch
 from astra_sglang.cli.main import main
 from astra_sglang.contract.eval_config import EvalConfig
 from astra_sglang.contract.op import load_manifest
-from astra_sglang.harness.evaluate import evaluate, evaluate_many
-from astra_sglang.harness.launch_params import find_launch_params, launch_variant
-from astra_sglang.harness.tune_space import MAX_CONFIGS, TuneError, find_space, freeze, variant_source
+from astra_sglang.harness import evaluate, evaluate_many
+from astra_sglang.harness.parent.launch_params import find_launch_params, launch_variant
+from astra_sglang.harness.parent.tune_space import MAX_CONFIGS, TuneError, find_space, freeze, variant_source
 from astra_sglang.loader.pyimport import load_triton_wrapper
 
 REPO = Path(__file__).resolve().parent.parent
@@ -157,7 +157,7 @@ def test_a_finished_sweep_is_kept_beside_the_candidate_and_reused_only_for_the_s
         swept, merge_op, monkeypatch):
     """A queue pass cut short after a candidate's sweep (2026-12-04: two 16-config decode_attention sweeps ate a
     540 s H200 pass, no verdict written) must not pay for that sweep again."""
-    import astra_sglang.harness.sweep as sweep
+    import astra_sglang.harness.parent.sweep as sweep
 
     cand, first = swept
     assert first.sweep is not None and cand.with_name("candidate.sweep.json").is_file()
@@ -180,7 +180,7 @@ def test_a_finished_sweep_is_kept_beside_the_candidate_and_reused_only_for_the_s
 
 def test_each_tunable_candidate_gets_its_verdict_before_the_next_one_is_swept(merge_op, tmp_path, monkeypatch):
     """So a pass cut short keeps every verdict it reached instead of none (the sweeps used to run first, all)."""
-    import astra_sglang.harness.sweep as sweep
+    import astra_sglang.harness.parent.sweep as sweep
     from astra_sglang.contract.result import SweepReport
 
     events: list[str] = []
@@ -236,7 +236,7 @@ def test_bad_input_is_one_line_and_exit_2(merge_op, restored_op, tmp_path, capsy
 def test_an_untimed_sweep_quick_checks_a_sample_and_says_which_configs_the_gpu_checks(merge_op, tmp_path):
     """On the CPU interpreter a sweep cannot time; checking every config there cost a coding agent its check's
     180 s (decode attention, 18 configs) and made it cut the TUNE space the GPU would have swept."""
-    from astra_sglang.harness.sweep import UNTIMED_SWEEP_CONFIGS, untimed_sample
+    from astra_sglang.harness.parent.sweep import UNTIMED_SWEEP_CONFIGS, untimed_sample
 
     assert untimed_sample(18, 4) == [0, 6, 11, 17] and untimed_sample(3, 4) == [0, 1, 2]
     cand = tmp_path / "candidate.py"
@@ -255,7 +255,7 @@ def test_an_interpreter_check_leaves_huge_extra_cases_to_the_gpu_and_says_so(mer
     """A Testing agent's decode-attention suite held 8M-element cases; under the interpreter one took minutes and
     timed out a coding agent's check. The GPU evaluation still runs them (shapes other than 'test')."""
     from astra_sglang.contract.eval_config import ExtraCase
-    from astra_sglang.harness.suite import build_suite
+    from astra_sglang.harness.shared.suite import build_suite
     from astra_sglang.loop.evaluator import check_from_result
 
     m = load_manifest(merge_op)

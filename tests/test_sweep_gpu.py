@@ -10,8 +10,7 @@ from pathlib import Path
 import pytest
 
 from astra_sglang.contract.eval_config import EvalConfig
-from astra_sglang.harness.evaluate import evaluate
-from astra_sglang.harness.tune_baseline import sweep_baseline
+from astra_sglang.harness import evaluate, sweep_baseline
 
 pytestmark = pytest.mark.gpu
 

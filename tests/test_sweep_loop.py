@@ -99,8 +99,8 @@ def test_a_round_of_k_candidates_shares_one_sweep_budget(tmp_path, restored_op):
     """Four candidates a round may declare 16 TUNE points each (64 shared): the coding agent's check says so
     before the GPU trip, and the GPU host refuses the same source the same way; one candidate keeps all 64."""
     from astra_sglang.contract.eval_config import EvalConfig
-    from astra_sglang.harness.evaluate import evaluate_many
-    from astra_sglang.harness.tune_space import tune_cap
+    from astra_sglang.harness import evaluate_many
+    from astra_sglang.harness.parent.tune_space import tune_cap
 
     assert (tune_cap(1), tune_cap(2), tune_cap(4), tune_cap(16)) == (64, 32, 16, 8)
     op = restored_op("merge_state")
@@ -123,7 +123,7 @@ def test_a_gpu_measured_tune_baseline_of_the_same_shapes_is_used_instead_of_queu
 
     from astra_sglang.contract.eval_config import EvalConfig
     from astra_sglang.contract.op import load_manifest
-    from astra_sglang.harness.suite import timed_shapes
+    from astra_sglang.harness.shared.suite import timed_shapes
 
     op = tmp_path / "merge_state"
     shutil.copytree(restored_op("merge_state"), op)
@@ -152,7 +152,7 @@ def test_runs_sharing_a_queue_get_one_sweep_of_the_original(tmp_path, restored_o
 
     from astra_sglang.contract.eval_config import EvalConfig
     from astra_sglang.contract.op import load_manifest
-    from astra_sglang.harness.suite import timed_shapes
+    from astra_sglang.harness.shared.suite import timed_shapes
     from astra_sglang.loop import evaluator
 
     root = tmp_path / "extracted"
@@ -183,8 +183,8 @@ def test_the_sweep_of_the_original_is_not_refused_by_the_candidate_screen(tmp_pa
     from astra_sglang.contract.eval_config import EvalConfig
     from astra_sglang.contract.op import load_manifest
     from astra_sglang.contract.result import SweepConfig
-    from astra_sglang.harness import tune_baseline
-    from astra_sglang.harness.screen import screen_report
+    from astra_sglang.harness.parent import tune_baseline
+    from astra_sglang.harness.parent.screen import screen_report
 
     op = restored_op("decode_attention")
     manifest = load_manifest(op)
@@ -239,7 +239,7 @@ def test_a_cut_tune_resumes_from_its_kept_chunks_and_sweeps_each_config_once(mon
     finished chunks are kept, the next tune of the same sweep runs only the rest, with the same quick-case seed."""
     from astra_sglang.contract.eval_config import EvalConfig
     from astra_sglang.contract.result import SweepConfig
-    from astra_sglang.harness import tune_baseline
+    from astra_sglang.harness.parent import tune_baseline
 
     op = restored_op("decode_attention")
     asked: list[tuple[str, int]] = []
@@ -278,7 +278,7 @@ def test_a_judge_that_dies_leaves_its_configs_undecided_and_says_what_is_kept(mo
     from astra_sglang.contract.eval_config import EvalConfig
     from astra_sglang.contract.result import SweepConfig
     from astra_sglang.errors import AstraError
-    from astra_sglang.harness import tune_baseline
+    from astra_sglang.harness.parent import tune_baseline
 
     op = restored_op("decode_attention")
     calls = [0]
@@ -301,7 +301,7 @@ def test_kept_chunks_of_another_gpu_are_never_mixed_into_one_baseline(monkeypatc
     from astra_sglang.contract.eval_config import EvalConfig
     from astra_sglang.contract.result import SweepConfig
     from astra_sglang.errors import AstraError
-    from astra_sglang.harness import tune_baseline
+    from astra_sglang.harness.parent import tune_baseline
 
     op = restored_op("decode_attention")
     gpu = ["NVIDIA H100 (sm_90)"]

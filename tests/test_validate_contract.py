@@ -59,7 +59,7 @@ def test_a_declared_kernel_finding_is_confirmed_apart_and_kept_out_of_the_candid
 
     from astra_sglang.contract.eval_config import EvalConfig
     from astra_sglang.contract.op import load_manifest
-    from astra_sglang.harness.suite import build_suite
+    from astra_sglang.harness.shared.suite import build_suite
 
     ref = op / "reference.py"
     good = ref.read_text()

@@ -88,7 +88,7 @@ class _Session:
     def judge(self, draft: DraftContract, attempt: int) -> _Judged:
         from astra_sglang.extract.draft import to_entry
         from astra_sglang.extract.extractor import write_op
-        from astra_sglang.harness.contract_check import contract_problems
+        from astra_sglang.harness.parent.contract_check import contract_problems
 
         try:
             entry = to_entry(draft, self.target, self.provenance(attempt))
@@ -103,7 +103,7 @@ class _Session:
             return _Judged("refused", "; ".join(problems), entry)
         if self.target.kind == "cuda_jit" and self.device == "cpu":
             return self._build_only(folder, manifest, entry)
-        from astra_sglang.harness.contract_validation import validate_contract, validation_config
+        from astra_sglang.harness import validate_contract, validation_config
 
         self.progress(f"attempt {attempt}: validating the original kernel against the draft on {self.device}")
         config = validation_config(self.device).model_copy(update={"seed": 0})  # a resumed session sees the same
@@ -171,7 +171,7 @@ def _accept(req: DraftRequest, target: DraftTarget, judged: _Judged, progress: P
     from astra_sglang.contract.op import manifest_sha256
     from astra_sglang.contract.validation import record_validation
     from astra_sglang.extract.extractor import write_op
-    from astra_sglang.harness.contract_validation import validate_contract, validation_config
+    from astra_sglang.harness import validate_contract, validation_config
 
     folder = write_op(judged.entry, req.out).path
     v = judged.validation
@@ -190,8 +190,7 @@ def draft_op(req: DraftRequest, progress: Progress = lambda _: None) -> DraftOut
     from astra_sglang.agents.models import configure_tracing, preflight
     from astra_sglang.extract.draft import draft_target
     from astra_sglang.extract.draft_context import gather_context, render_context
-    from astra_sglang.harness.contract_validation import validation_config
-    from astra_sglang.harness.evaluate import resolve_device
+    from astra_sglang.harness import resolve_device, validation_config
 
     if req.attempts < 1:
         raise AstraError("--draft-attempts must be at least 1")

@@ -38,7 +38,7 @@ def handle(args: argparse.Namespace) -> int:
     from astra_sglang.cli.output import HAVE_RICH, console
     from astra_sglang.contract.eval_config import EvalConfig
     from astra_sglang.contract.op import ManifestError, load_manifest
-    from astra_sglang.harness.evaluate import evaluate, resolve_device
+    from astra_sglang.harness import evaluate, resolve_device
     from astra_sglang.loop.static_check import require_candidate_file
 
     if not args.json and not HAVE_RICH:
@@ -49,7 +49,7 @@ def handle(args: argparse.Namespace) -> int:
             require_candidate_file(args.candidate, load_manifest(op_dir))
         except ManifestError as e:
             raise AstraError(str(e)) from None
-        from astra_sglang.harness.sweep import declared_space
+        from astra_sglang.harness.parent.sweep import declared_space
 
         declared_space(args.candidate)  # a malformed TUNE is the user's input error: one line, before any work
     config = EvalConfig(shapes=args.shapes, dtypes=args.dtypes, timing_dtypes=args.dtypes,
@@ -62,7 +62,7 @@ def handle(args: argparse.Namespace) -> int:
     if args.json:
         print(result.model_dump_json(indent=2))
     else:
-        from astra_sglang.harness.report import print_result
+        from astra_sglang.harness import print_result
 
         print_result(result, console(width=160))  # the per-shape table has 12 columns
     if args.candidate is None:

@@ -43,7 +43,7 @@ class EvaluateReport(Model):
 def _refuse_untimed(queue: Path, device: str | None) -> None:
     """A result written without a GPU has no timing, and a result is final: the run could never be timed."""
     from astra_sglang.contract.eval_config import EvalConfig
-    from astra_sglang.harness.evaluate import resolve_device
+    from astra_sglang.harness import resolve_device
     from astra_sglang.loop.evaluator import list_queue
 
     if device is not None or resolve_device(EvalConfig(device="auto")) != "cpu":

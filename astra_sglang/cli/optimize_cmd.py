@@ -66,7 +66,7 @@ def refuse_taken_run_id(args: argparse.Namespace) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
-    from astra_sglang.harness.tune_space import tune_cap
+    from astra_sglang.harness.parent.tune_space import tune_cap
     from astra_sglang.loop.session import OptimizeRequest, run_optimize
 
     refuse_taken_run_id(args)

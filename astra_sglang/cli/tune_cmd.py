@@ -40,8 +40,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def handle(args: argparse.Namespace) -> int:
     from astra_sglang.contract.base import write_atomic
-    from astra_sglang.harness.evaluate import resolve_device
-    from astra_sglang.harness.tune_baseline import BASELINE_NAME, CHUNK, partial_path, sweep_baseline
+    from astra_sglang.harness import resolve_device, sweep_baseline
+    from astra_sglang.harness.parent.tune_baseline import BASELINE_NAME, CHUNK, partial_path
 
     op_dir = find_op_dir(args.op, args.extracted)
     config = EvalConfig(shapes=args.shapes or "paper", dtypes=args.dtypes, timing_dtypes=args.dtypes,
@@ -86,7 +86,8 @@ def check_only(args: argparse.Namespace, op_dir: Path, config: EvalConfig) -> in
     """``tune --device cpu``: every config of the original checked under the interpreter on the test shapes,
     nothing timed and nothing written. Interpreter times are host calls of a simulator: persisted as a
     baseline they would later be shown as the bar a candidate beat (as an earlier version did)."""
-    from astra_sglang.harness.tune_baseline import BASELINE_NAME, sweep_baseline
+    from astra_sglang.harness import sweep_baseline
+    from astra_sglang.harness.parent.tune_baseline import BASELINE_NAME
 
     if args.shapes not in (None, "test"):
         raise AstraError(f"--device cpu checks the configs on the test shapes only (--shapes {args.shapes} would "

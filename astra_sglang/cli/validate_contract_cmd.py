@@ -94,13 +94,13 @@ def handle(args: argparse.Namespace) -> int:
 
     from astra_sglang.contract.op import Manifest, load_manifest
     from astra_sglang.contract.validation import record_validation
-    from astra_sglang.harness.contract_validation import (
+    from astra_sglang.harness import resolve_device
+    from astra_sglang.harness.parent.contract_validation import (
         interpreter_limit,
         time_original,
         validate_contract,
         validation_config,
     )
-    from astra_sglang.harness.evaluate import resolve_device
 
     device = resolve_device(validation_config(args.device))
     record = args.record or (device == "cuda" and not args.no_record)  # an interpreter run only when asked

@@ -153,7 +153,7 @@ def candidate_history(entries: list[RoundRecord]) -> list[CandidateView]:
 def validate_suite(cases: list[ProposedCase], manifest: Manifest, max_elems: int,
                    max_cases: int = 24) -> tuple[list[ProposedCase], list[str]]:
     """Keep the proposed cases the contract allows; say why each other one was dropped."""
-    from astra_sglang.harness.suite import largest_numel
+    from astra_sglang.harness.shared.suite import largest_numel
 
     dims = {d.name: d for d in manifest.signature.dims}
     accepted: list[ProposedCase] = []

@@ -103,14 +103,14 @@ def what_ran(result: EvalResult, shapes: int | None) -> str:
     if c is None:
         return f"started {where} on {on} but gave no verdict: {result.error or 'no result'}"
     verdict = f"correct ({c.cases_run} cases)" if c.ok else "WRONG (first failing case below)"
-    from astra_sglang.harness.suite import LEFT_TO_GPU
+    from astra_sglang.harness.shared.suite import LEFT_TO_GPU
 
     left = next((f"; {n}" for n in c.notes if LEFT_TO_GPU in n), "")
     return f"ran {where} on {on}: {verdict}; not timed (the round's evaluation times it){left}"
 
 
 def _suite_shapes(manifest: Manifest, spec: EvalSpec) -> int | None:
-    from astra_sglang.harness.suite import build_suite
+    from astra_sglang.harness.shared.suite import build_suite
 
     try:
         return len({tuple(sorted(c.dims.items())) for c in build_suite(manifest, to_eval_config(spec, timing=False),
@@ -135,7 +135,7 @@ class Evaluator(ABC):
     def sweep_baseline(self, spec: EvalSpec) -> TuneOutcome:
         """The original's launch parameters swept (``astra-sglang tune``); an op folder's tune_baseline.json
         when this evaluator cannot time."""
-        from astra_sglang.harness.tune_baseline import BASELINE_NAME, read_baseline
+        from astra_sglang.harness.parent.tune_baseline import BASELINE_NAME, read_baseline
 
         found = read_baseline(self.op_dir)
         if found is not None:
@@ -193,7 +193,7 @@ class LocalEvaluator(Evaluator):
         found = [self._lookup(c, spec, timing) for c in candidates]
         missing = [c for c, r in zip(candidates, found) if r is None]
         if missing:
-            from astra_sglang.harness.evaluate import evaluate_many
+            from astra_sglang.harness import evaluate_many
 
             fresh = iter(evaluate_many(self.op_dir, missing, to_eval_config(spec, timing=timing)))
             for n, r in enumerate(found):
@@ -212,7 +212,7 @@ class LocalEvaluator(Evaluator):
         return self._run_many([c for _, c in items], spec, timing=True)
 
     def sweep_baseline(self, spec: EvalSpec) -> TuneOutcome:
-        from astra_sglang.harness.evaluate import resolve_device
+        from astra_sglang.harness import resolve_device
 
         config = to_eval_config(spec)
         if resolve_device(config) != "cuda":
@@ -348,7 +348,7 @@ class QueueEvaluator(Evaluator):
 
 def _tune_problem(source: str, spec: EvalSpec | None) -> str | None:
     """A malformed or over-budget TUNE, said before the round's evaluation (the GPU would only refuse it there)."""
-    from astra_sglang.harness.tune_space import MAX_CONFIGS, TuneError, find_space
+    from astra_sglang.harness.parent.tune_space import MAX_CONFIGS, TuneError, find_space
 
     cap = int((spec.harness if spec is not None else {}).get("max_tune_configs", MAX_CONFIGS))
     try:
@@ -413,8 +413,8 @@ def _same_sweep(op_dir: Path, manifest: Manifest, spec: EvalSpec) -> SweepBaseli
     """The op folder's GPU-measured tune_baseline.json when it is the sweep this spec would queue (same op and
     SGLang version, same timed shapes, same L2 mode): several runs sharing a queue, or a run after
     `astra-sglang tune`, then spend no GPU pass sweeping the original again (64 configs for decode_attention)."""
-    from astra_sglang.harness.suite import timed_shapes
-    from astra_sglang.harness.tune_baseline import read_baseline
+    from astra_sglang.harness.parent.tune_baseline import read_baseline
+    from astra_sglang.harness.shared.suite import timed_shapes
 
     found = read_baseline(op_dir)
     if found is None or found.op_id != manifest.op_id or found.sglang_version != manifest.sglang_version:
@@ -430,7 +430,7 @@ def _same_sweep(op_dir: Path, manifest: Manifest, spec: EvalSpec) -> SweepBaseli
 
 
 def run_tune(op_dir: Path, config: EvalConfig, partial: Path | None = None) -> TuneOutcome:
-    from astra_sglang.harness.tune_baseline import sweep_baseline
+    from astra_sglang.harness import sweep_baseline
 
     try:
         return TuneOutcome(baseline=sweep_baseline(op_dir, config, partial=partial))
@@ -443,7 +443,7 @@ def _tune_once(op_dir: Path, spec_json: str, config: EvalConfig, item_dir: Path)
     as ``astra-sglang tune`` keeps it, so the next run's tune job (runs sharing a queue) reuses it. Its finished
     chunks are kept in the queue item (the folder that travels to the GPU and back), so a pass cut by its limit
     resumes there in the next pass."""
-    from astra_sglang.harness.tune_baseline import BASELINE_NAME, measured_on_gpu, partial_path
+    from astra_sglang.harness.parent.tune_baseline import BASELINE_NAME, measured_on_gpu, partial_path
 
     found = _same_sweep(op_dir, load_manifest(op_dir), EvalSpec.model_validate_json(spec_json))
     if found is not None:
@@ -494,7 +494,7 @@ def process_queue(queue_dir: Path, extracted_root: Path, device: str | None = No
     each result is written the moment its verdict is final, so a pass cut short keeps what it finished.
     Work runs in queue order, a batch where its first item stands; ``progress(request)`` is called as an
     item's work starts (a batch's items together), so what it prints is the order things run in."""
-    from astra_sglang.harness.evaluate import evaluate_many
+    from astra_sglang.harness import evaluate_many
 
     done: list[tuple[str, EvalResult]] = []
     # (job, op, spec, tune item or "") -> its items; a dict keeps the order units first appear in: the run order

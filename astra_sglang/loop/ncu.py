@@ -75,7 +75,7 @@ def _target(op_dir: str, candidate: str, dtype: str, dims_json: str) -> None:
     """Launch the kernel a few times on random inputs (ncu profiles the third launch)."""
     import torch
 
-    from astra_sglang.harness.suite import shape_of
+    from astra_sglang.harness.shared.suite import shape_of
     from astra_sglang.loader.launch import make_launcher
 
     manifest = load_manifest(Path(op_dir))

@@ -78,7 +78,7 @@ def require_timing_device(opts: LoopOptions) -> None:
     if opts.eval_queue:
         return
     from astra_sglang.contract.eval_config import EvalConfig
-    from astra_sglang.harness.evaluate import resolve_device
+    from astra_sglang.harness import resolve_device
 
     if opts.eval.device == "auto" and resolve_device(EvalConfig(device="auto")) == "cpu":
         raise AstraError(

@@ -13,7 +13,7 @@ from pathlib import Path
 from astra_sglang import pyast
 from astra_sglang.contract.op import CudaJitRecipe, Manifest, TritonRecipe
 from astra_sglang.errors import AstraError
-from astra_sglang.harness.screen import screen_source
+from astra_sglang.harness import screen_source
 
 CUDA_SUFFIXES = (".cuh", ".cu", ".h", ".hpp", ".hh", ".cpp", ".cc", ".cxx")
 

@@ -123,7 +123,7 @@ def _against_sweep(records: list[RoundRecord], winner: WinnerInfo | None) -> str
     r0 = next((r for r in records if r.round == 0), None)
     if r0 is None or r0.sweep_baseline is None:
         return None
-    from astra_sglang.harness.tune_baseline import measured_on_gpu
+    from astra_sglang.harness.parent.tune_baseline import measured_on_gpu
 
     b = r0.sweep_baseline.baseline
     if b is not None and not measured_on_gpu(b):  # interpreter host times: no speedup to show, none to beat

@@ -85,7 +85,7 @@ def measure_copy_ceiling() -> float | None:
     """The device's copy ceiling in GB/s (harness.timing's copy kernel), in this process before the children hold
     the GPU; None, said on stderr, when the measurement fails (the % column then stays '-')."""
     try:
-        from astra_sglang.harness.timing import CudaClock
+        from astra_sglang.harness.shared.timing import CudaClock
 
         return CudaClock().copy_ceiling_gbps()
     except Exception as e:  # a failed measurement must not cost the profile: its column stays '-'

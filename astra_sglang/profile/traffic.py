@@ -27,7 +27,7 @@ from typing import Any
 
 from astra_sglang.contract.op import ManifestError, load_manifest
 from astra_sglang.errors import AstraError
-from astra_sglang.harness.suite import contract_bytes
+from astra_sglang.harness.shared.suite import contract_bytes
 
 MOE_KEYS = ("num_experts", "num_local_experts", "n_routed_experts")
 DEFAULT_KV_SPLITS = 8  # SGLang's --triton-attention-num-kv-splits default

@@ -196,7 +196,7 @@ def time_pair(original: Callable[[], Any], patched: Callable[[], Any], reps: int
     timer (``timing.time_interleaved``: CUDA-graph replays, ABBA-interleaved, medians), ``per_replay`` calls to
     a replay so that a few-microsecond kernel is not lost in the event overhead. Side by side, so the two numbers
     share the clock state (this tool once timed each side on its own, with a timer of its own)."""
-    from astra_sglang.harness.timing import clock_for, time_interleaved
+    from astra_sglang.harness.shared.timing import clock_for, time_interleaved
 
     def many(fn: Callable[[], Any]) -> Callable[[], None]:
         def run() -> None:

@@ -195,7 +195,7 @@ def _harness(entry: PatchEntry, shapes: str) -> tuple[EvalResult | None, str | N
         return None, (f"harness skipped: a {m.source.kind} patch for a {op.recipe.kind} op is not a harness candidate; "
                       f"`pytest tests/test_acceptance_gpu.py -k {m.patch_id}` times it on the GPU host")
     from astra_sglang.contract.eval_config import EvalConfig
-    from astra_sglang.harness.evaluate import evaluate
+    from astra_sglang.harness import evaluate
 
     cfg: Any = EvalConfig(shapes=shapes, include_heldout=True)  # type: ignore[arg-type]
     return evaluate(op_dir, entry.path / m.source.file, cfg), None

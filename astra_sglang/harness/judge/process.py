@@ -1,8 +1,8 @@
-"""The trusted checker process (the judge): ``python -m astra_sglang.harness.judge RFD WFD``, started by ``evaluate``.
+"""The trusted checker process (the judge): ``python -m astra_sglang.harness.judge.process RFD WFD``, started by ``evaluate``.
 
 It never imports candidate code. It starts the candidate's worker first (so the worker's imports overlap its
 own), makes itself undumpable (a same-user process cannot then ptrace it or write its memory through
-``/proc``), then decides the verdict (``checks.py``) and sends it to the parent. The job arrives on a pipe, not
+``/proc``), then decides the verdict (``checker.py``) and sends it to the parent. The job arrives on a pipe, not
 a file: held-out cases never touch disk and never reach the worker.
 """
 
@@ -15,8 +15,8 @@ import sys
 import traceback
 from multiprocessing.connection import Connection
 
-from astra_sglang.harness.isolation import Child, die_with_parent, prctl
-from astra_sglang.harness.protocol import (
+from astra_sglang.harness.shared.isolation import Child, die_with_parent, prctl
+from astra_sglang.harness.shared.protocol import (
     CheckerError,
     CheckerMessage,
     CheckJob,
@@ -25,7 +25,7 @@ from astra_sglang.harness.protocol import (
     recv,
     send,
 )
-from astra_sglang.harness.suite import ELEM_BYTES, shape_of
+from astra_sglang.harness.shared.suite import ELEM_BYTES, shape_of
 
 GUARD_BYTES = 4096  # tensors.GUARD_BYTES, restated so the worker can start before torch is imported here
 ALIGN = 4096
@@ -72,8 +72,8 @@ def main(argv: list[str]) -> None:
             worker.close()
         if sweep is not None:
             sweep.close()
-        if checker is not None and checker.worker is not None:
-            checker.worker.close()
+        if checker is not None and checker.s.worker is not None:
+            checker.s.worker.close()
 
     try:
         job = recv(conn_in, CheckJob)
@@ -85,7 +85,7 @@ def main(argv: list[str]) -> None:
             os.ftruncate(fd, -(-size // ALIGN) * ALIGN)
 
             def start_worker() -> Child:
-                child = Child("astra_sglang.harness.worker", device=job.device, pass_fds=(fd,))
+                child = Child("astra_sglang.harness.worker.process", device=job.device, pass_fds=(fd,))
                 child.send(WorkerJob(op_dir=job.op_dir, manifest=job.manifest, candidate=job.candidate,
                                      device=job.device, simulate_timing=job.config.simulate_timing,
                                      cache_dir=str(job.config.cache_dir) if job.config.cache_dir else None,
@@ -94,15 +94,15 @@ def main(argv: list[str]) -> None:
 
             worker = start_worker()
         _undumpable()
-        from astra_sglang.harness.arena import Arena
-        from astra_sglang.harness.checks import Checker
+        from astra_sglang.harness.judge.checker import Checker
+        from astra_sglang.harness.shared.arena import Arena
 
         if job.candidate is not None:
             arena = Arena(size, fd)
             if job.device == "cuda":
                 arena.pin()
         if job.variants:
-            from astra_sglang.harness.sweep_checks import SweepChecker
+            from astra_sglang.harness.judge.sweep_checks import SweepChecker
 
             assert arena is not None and worker is not None
             sweep = SweepChecker(job, progress, worker, start_worker, arena)

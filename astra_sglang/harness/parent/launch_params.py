@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from astra_sglang import pyast
 from astra_sglang.contract.result import TuneValue
-from astra_sglang.harness.tune_space import MAX_CONFIGS, TuneError
+from astra_sglang.harness.parent.tune_space import MAX_CONFIGS, TuneError
 
 WARPS = [1, 2, 4, 8]
 STAGES = [1, 2, 3, 4]

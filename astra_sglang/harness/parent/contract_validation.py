@@ -17,8 +17,8 @@ from astra_sglang.contract.op import Manifest, load_manifest, manifest_sha256
 from astra_sglang.contract.result import EvalResult, FailedCase
 from astra_sglang.contract.validation import ContractValidation, FindingCheck, TimedOriginal
 from astra_sglang.errors import AstraError
-from astra_sglang.harness.evaluate import evaluate, resolve_device
-from astra_sglang.harness.suite import check_dtypes, distributions, timed_shapes
+from astra_sglang.harness.parent.evaluate import evaluate, resolve_device
+from astra_sglang.harness.shared.suite import check_dtypes, distributions, timed_shapes
 
 # What Triton's CPU interpreter (TRITON_INTERPRET=1, Triton 3.8) cannot run, found by running each op with
 # `validate-contract OP --device cpu` and reading its error and values; tests/test_cpu_honesty_validate.py

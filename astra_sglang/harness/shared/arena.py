@@ -15,8 +15,8 @@ from typing import Any
 
 import torch
 
-from astra_sglang.harness.protocol import BufferSpec, Layout
-from astra_sglang.harness.tensors import ArgSet, Guarded, torch_dtype
+from astra_sglang.harness.shared.protocol import BufferSpec, Layout
+from astra_sglang.harness.shared.tensors import ArgSet, Guarded, torch_dtype
 
 ALIGN = 4096
 

@@ -1,6 +1,6 @@
 """The candidate worker: the only process that loads candidate code, and all it does is compute.
 
-Started by the checker (``checker.py``) as ``python -m astra_sglang.harness.worker RFD WFD ARENA_FD``. It
+Started by the checker (``checker.py``) as ``python -m astra_sglang.harness.worker.process RFD WFD ARENA_FD``. It
 never sees the original, the reference, tolerances, held-out secrets or a verdict: it receives arguments in
 the shared arena, runs the candidate on them, says what the entry point returned; for timing it captures and
 replays the candidate's graph and reports times. Everything it says is treated by the checker as untrusted:
@@ -24,12 +24,10 @@ from typing import Any
 
 import torch
 
-from astra_sglang.harness import (
-    timing,  # binds the timer primitives before any candidate import
-)
-from astra_sglang.harness.arena import Arena, views
-from astra_sglang.harness.isolation import die_with_parent
-from astra_sglang.harness.protocol import (
+from astra_sglang.harness.shared import timing  # binds the timer primitives before any candidate import
+from astra_sglang.harness.shared.arena import Arena, views
+from astra_sglang.harness.shared.isolation import die_with_parent
+from astra_sglang.harness.shared.protocol import (
     CUDA_STICKY,
     Collect,
     Layout,
@@ -51,9 +49,9 @@ from astra_sglang.harness.protocol import (
     recv,
     send,
 )
-from astra_sglang.harness.replay_guard import ReplayGuard
-from astra_sglang.harness.suite import with_call
-from astra_sglang.harness.tensors import ArgSet, torch_dtype
+from astra_sglang.harness.shared.replay_guard import ReplayGuard
+from astra_sglang.harness.shared.suite import with_call
+from astra_sglang.harness.shared.tensors import ArgSet, torch_dtype
 
 Launcher = Callable[[dict[str, Any]], Any]
 

@@ -21,8 +21,8 @@ from __future__ import annotations
 import torch
 
 from astra_sglang.checker import fill_poison
-from astra_sglang.harness.tensors import ArgSet
-from astra_sglang.harness.timing import Between, _Graph, _graph_ctx, _replay, _sync
+from astra_sglang.harness.shared.tensors import ArgSet
+from astra_sglang.harness.shared.timing import Between, _Graph, _graph_ctx, _replay, _sync
 
 
 class ReplayGuard:
@@ -69,7 +69,7 @@ def _watch() -> None:
     import sys
 
     from astra_sglang import checker
-    from astra_sglang.harness import timing
+    from astra_sglang.harness.shared import timing
 
     timing.watch_code(sys.modules[__name__])
     timing.watch_code(checker)

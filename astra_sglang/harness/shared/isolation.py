@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from astra_sglang.contract.base import Model
-from astra_sglang.harness.protocol import (
+from astra_sglang.harness.shared.protocol import (
     CheckerError,
     CheckerMessage,
     CheckJob,
@@ -313,7 +313,7 @@ def run_checker(job: CheckJob, *, timeout_s: float, max_wall_s: float,
     """Run the trusted checker on one job; its progress resets the hang watchdog."""
     out = WorkerOutcome()
     trace = os.environ.get(TRACE_ENV) == "1"  # where a GPU pass spends its minutes (which step, which shape)
-    with Child("astra_sglang.harness.judge", device=job.device, env_extra=env_extra, name="checker") as child:
+    with Child("astra_sglang.harness.judge.process", device=job.device, env_extra=env_extra, name="checker") as child:
         deadline = child.t0 + max_wall_s
         try:
             child.send(job)

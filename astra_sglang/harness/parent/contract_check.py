@@ -13,7 +13,7 @@ from pathlib import Path
 
 from astra_sglang.contract.op import Manifest, signature_names
 from astra_sglang.errors import AstraError
-from astra_sglang.harness.suite import eval_dim, shape_of, test_shapes
+from astra_sglang.harness.shared.suite import eval_dim, shape_of, test_shapes
 
 MAX_PROBLEMS = 8
 
@@ -57,7 +57,7 @@ def _signature_problems(m: Manifest) -> list[str]:
             except AstraError as e:
                 out.append(f"tensor {t.name}: {e}")
         if t.dtype != "{dtype}":
-            from astra_sglang.harness.tensors import torch_dtype
+            from astra_sglang.harness.shared.tensors import torch_dtype
 
             try:
                 torch_dtype(t.dtype)
@@ -84,7 +84,7 @@ def _run_problems(op_dir: Path, m: Manifest) -> list[str]:
     """inputs.py and the reference on the test shapes, on CPU: shapes and the names they return."""
     import torch
 
-    from astra_sglang.harness.tensors import ArgSet
+    from astra_sglang.harness.shared.tensors import ArgSet
     from astra_sglang.loader.launch import load_inputs, load_reference
 
     try:

@@ -28,8 +28,8 @@ from astra_sglang.contract.eval_config import EvalConfig
 from astra_sglang.contract.op import Manifest, ManifestError, TritonRecipe, load_manifest
 from astra_sglang.contract.result import BaselineShape, SweepBaseline, SweepConfig, TuneValue
 from astra_sglang.errors import AstraError
-from astra_sglang.harness.launch_params import LaunchParam, find_launch_params, launch_variant
-from astra_sglang.harness.sweep import CPU_NOTE, choose, sweep_method, sweep_variants
+from astra_sglang.harness.parent.launch_params import LaunchParam, find_launch_params, launch_variant
+from astra_sglang.harness.parent.sweep import CPU_NOTE, choose, sweep_method, sweep_variants
 
 BASELINE_NAME = "tune_baseline.json"
 CHUNK = 16  # configs per worker: short enough to keep progress inside a device call, long enough to amortise it
@@ -104,7 +104,7 @@ def sweep_baseline(op_dir: Path, config: EvalConfig,
     """The sweep; with ``config.timing`` off (the CPU interpreter) only the checks of every config run, and
     the result has no shapes: it says which configs are correct, never which is faster. ``partial``: where
     each finished chunk is kept and a cut sweep of the same key resumes from (removed once the sweep ends)."""
-    from astra_sglang.harness.evaluate import resolve_device
+    from astra_sglang.harness.parent.evaluate import resolve_device
 
     t0 = time.monotonic()
     op_dir = Path(op_dir).resolve()

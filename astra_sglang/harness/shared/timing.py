@@ -316,24 +316,34 @@ def clock_for(device: str) -> Clock:
     return CudaClock() if device == "cuda" else HostClock()
 
 
+def interleave(sides: list[Callable[[int], None]], rep: int, batch: int = 1) -> None:
+    """The one ABBA loop: ``rep`` replays per side in batches of ``batch``, each batch's sides in ``abba`` order,
+    so drift (clocks, temperature, a neighbour) hits every side alike. A side is called with its batch's size."""
+    for b in range(max(1, -(-rep // batch))):
+        k = min(batch, rep - b * batch)
+        for j in abba(b, len(sides)):
+            sides[j](k)
+
+
 def time_interleaved(clock: Clock, launches: list[Launch], warmup: int, rep: int,
                      launches_per_replay: int = 1) -> tuple[list[Samples], str]:
     """Time launch functions against each other in one process: each captured into a graph (all eager if any
     capture fails), warm-up, then ``rep`` ABBA-interleaved replays. Returns the samples and the method."""
     try:
         graphs = [clock.capture(f) for f in launches]
-        run = lambda g: clock.time_replays(g, 1, launches_per_replay)  # noqa: E731
+        run = lambda g, n: clock.time_replays(g, n, launches_per_replay)  # noqa: E731
         method = "cuda-graph replay" if isinstance(clock, CudaClock) else "host-timed calls (simulated)"
     except Exception:  # noqa: BLE001 - not capturable: plain calls, fully synchronised
         graphs = list(launches)
-        run, method = (lambda f: clock.time_eager(f, 1, launches_per_replay)), "eager, synchronised"
+        run, method = (lambda f, n: clock.time_eager(f, n, launches_per_replay)), "eager, synchronised"
     for _ in range(warmup):
         for g in graphs:
-            run(g)
+            run(g, 1)
     out: list[list[float]] = [[] for _ in graphs]
-    for i in range(rep):
-        for j in abba(i, len(graphs)):
-            out[j] += run(graphs[j])
+
+    def side(j: int) -> Callable[[int], None]:
+        return lambda k: out[j].extend(run(graphs[j], k))
+    interleave([side(j) for j in range(len(graphs))], rep)
     return [Samples(x) for x in out], method
 
 

@@ -2,7 +2,7 @@
 
 The parent never imports or runs candidate code: CUDA candidates are compiled here (nvcc in threads) and only
 loaded inside the candidate's worker; Triton candidates are only parsed here. Each candidate gets a trusted
-checker process (``judge.py``) that runs the candidate's worker and decides the verdict (docs/harness.md).
+checker process (``judge.process``) that runs the candidate's worker and decides the verdict (docs/harness.md).
 They run one after another on the GPU so their timings do not disturb each other. The copy ceiling is
 measured by the first checker and reused.
 """
@@ -30,11 +30,17 @@ from astra_sglang.contract.result import (
     TimingReport,
 )
 from astra_sglang.errors import AstraError
-from astra_sglang.harness.heldout import heldout_secret
-from astra_sglang.harness.isolation import WorkerOutcome, crash_lines, known_ceiling, remember_ceiling, run_checker
-from astra_sglang.harness.protocol import TIMING_BATCH, CheckJob, TimedShape
-from astra_sglang.harness.screen import screen_report
-from astra_sglang.harness.suite import build_suite, largest_numel, left_to_gpu_note, timed_shapes, timing_dtypes
+from astra_sglang.harness.parent.heldout import heldout_secret
+from astra_sglang.harness.parent.screen import screen_report
+from astra_sglang.harness.shared.isolation import (
+    WorkerOutcome,
+    crash_lines,
+    known_ceiling,
+    remember_ceiling,
+    run_checker,
+)
+from astra_sglang.harness.shared.protocol import TIMING_BATCH, CheckJob, TimedShape
+from astra_sglang.harness.shared.suite import build_suite, largest_numel, left_to_gpu_note, timed_shapes, timing_dtypes
 
 
 def resolve_device(config: EvalConfig) -> str:
@@ -76,7 +82,7 @@ def _build_cuda(op_dir: Path, manifest: Manifest, sources: list[Path | None], dt
     all its dtypes built, resources of the first dtype. A candidate's module that imports a symbol outside the
     allowlist (``module_imports``) is refused here, before any process loads it (with the screen: both are the
     static checks ``EvalConfig.screen`` switches off to test the defences behind them)."""
-    from astra_sglang.harness.module_imports import check_module
+    from astra_sglang.harness.parent.module_imports import check_module
     from astra_sglang.loader.cuda_build import BuildError, build_batch
 
     specs: list[Any] = []
@@ -274,8 +280,8 @@ def _tune(op_dir: Path, manifest: Manifest, cand: Path | None, config: EvalConfi
           seed: int) -> SweepReport | str | None:
     """The candidate's sweep (a Triton candidate declaring TUNE; ``frozen_path`` None when no config passed), the
     one line saying why its TUNE is malformed, or None (nothing to tune)."""
-    from astra_sglang.harness.sweep import declared_space, tune_candidate
-    from astra_sglang.harness.tune_space import TuneError
+    from astra_sglang.harness.parent.sweep import declared_space, tune_candidate
+    from astra_sglang.harness.parent.tune_space import TuneError
 
     if cand is None or manifest.source_kind != "triton" or cand.suffix != ".py":
         return None

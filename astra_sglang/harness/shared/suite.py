@@ -17,7 +17,7 @@ from astra_sglang.contract.base import fit_dim
 from astra_sglang.contract.eval_config import DISTRIBUTIONS, EvalConfig
 from astra_sglang.contract.op import Manifest, complete_dims, signature_names
 from astra_sglang.errors import AstraError
-from astra_sglang.harness.protocol import CaseSpec
+from astra_sglang.harness.shared.protocol import CaseSpec
 from astra_sglang.loader.launch import compile_call
 
 Case = CaseSpec  # one case of the suite, as it travels to the checker

@@ -7,7 +7,7 @@ fails one is dropped with that failure and never timed. Survivors are timed at e
 original exactly as ``time_shape`` times a candidate (ABBA batches, CUDA graphs, cold-L2 rotation, the
 after-timing re-check of the graph on new values), except the wall-clock cross-check: the chosen config is
 frozen and then evaluated again in full with it (``sweep.py``), so a forged sweep time can choose a config
-but never make a claim. For the same reason a sweep's timing (``Checker.screening``) also skips what only guards a
+but never make a claim. For the same reason a sweep's timing (``JudgeSession.screening``) also skips what only guards a
 claim and costs most per shape: the wait for NVML to see the stopped worker's GPU queue drained before each window
 of the original (one sample period and more, three times per shape), the check of a kept timed replay's outputs and
 the after-timing re-checks (new input values, the original and the float64 reference each time). A config that
@@ -20,10 +20,11 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from astra_sglang.contract.result import CorrectnessReport, FailedCase
-from astra_sglang.harness.arena import Arena
-from astra_sglang.harness.checks import CaseFailure, Checker, Skip
-from astra_sglang.harness.isolation import Child
-from astra_sglang.harness.protocol import (
+from astra_sglang.harness.judge.checker import Checker
+from astra_sglang.harness.judge.session import CaseFailure, Skip
+from astra_sglang.harness.shared.arena import Arena
+from astra_sglang.harness.shared.isolation import Child
+from astra_sglang.harness.shared.protocol import (
     CheckJob,
     CheckResult,
     Load,
@@ -41,26 +42,24 @@ class SweepChecker:
         self.progress = progress
         self.start_worker = start_worker
         self.checker = Checker(job, progress, worker, arena)
-        self.checker.screening = True
+        self.checker.s.screening = True
 
     def close(self) -> None:
-        if self.checker.worker is not None:
-            self.checker.worker.close()
+        if self.checker.s.worker is not None:
+            self.checker.s.worker.close()
 
     def _fresh_worker(self) -> None:
-        self.close()
-        self.checker.worker = self.start_worker()
-        self.checker._latency_us = None
+        self.checker.s.new_worker(self.start_worker)
 
     def _use(self, i: int, dtypes: list[str]) -> FailedCase | None:
         """Switch the worker to variant i and import it: its failure to load, or None."""
-        c = self.checker
+        c = self.checker.s
         c.candidate = self.job.variants[i]
-        c._ask(Use(index=i), None, "variant switch")
-        reply, _ = c._ask(Load(dtypes=dtypes), None, "candidate import")
+        c.ask(Use(index=i), None, "variant switch")
+        reply, _ = c.ask(Load(dtypes=dtypes), None, "candidate import")
         if not reply.ok:
             return FailedCase(reason="build failed", detail=reply.error[:2000])
-        c._tampered(reply.tampered, "right after the variant was imported")
+        c.tampered(reply.tampered, "right after the variant was imported")
         return None
 
     def _guarded(self, step: Callable[[], FailedCase | None]) -> FailedCase | None:
@@ -72,11 +71,11 @@ class SweepChecker:
             return f.failure
 
     def run(self) -> CheckResult:
-        c, job = self.checker, self.job
+        c, job = self.checker.s, self.job
         out = CheckResult(device="cpu (TRITON_INTERPRET=1)", notes=c.notes, sweep=[])
         dtypes = sorted({x.dtype for x in job.cases} | set(job.timing_dtypes))
         for dt in sorted({x.dtype for x in job.cases}):
-            c._orig_launcher(dt)
+            c.orig_launcher(dt)
         if c.timed:
             out.device = c.clock.device_name()
             self.progress(Progress(step="warm-up"))
@@ -93,11 +92,11 @@ class SweepChecker:
                     return failed
                 for case in job.cases:
                     try:
-                        c.check_case(case)
+                        c.correctness.check_case(case)
                     except Skip:
                         continue
-                reply, _ = c._ask(Verify(), None, "tripwire")
-                c._tampered(reply.tampered, "after the quick check")
+                reply, _ = c.ask(Verify(), None, "tripwire")
+                c.tampered(reply.tampered, "after the quick check")
                 return None
 
             outcomes.append(VariantOutcome(index=i, failure=self._guarded(quick)))
@@ -119,7 +118,7 @@ class SweepChecker:
                     for dt in job.timing_dtypes:
                         self.progress(Progress(step=f"time config {o.index + 1}/{n}", dims=dims, dtype=dt))
                         try:
-                            o.timing.append(c.time_shape(dims, dt, ceiling, l2, wall_check=False))
+                            o.timing.append(c.timer.time_shape(dims, dt, ceiling, l2, wall_check=False))
                         except Skip as s:
                             if len(c.notes) < 20:
                                 c.notes.append(f"not timed: {s}")

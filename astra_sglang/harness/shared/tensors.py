@@ -15,7 +15,7 @@ import torch
 
 from astra_sglang.checker import fill_poison, is_poison
 from astra_sglang.contract.op import Manifest, TensorArg
-from astra_sglang.harness.suite import shape_of, tensor_traffic
+from astra_sglang.harness.shared.suite import shape_of, tensor_traffic
 from astra_sglang.loader.launch import InputsFn, ScalarsFn
 
 OpInputs = tuple[InputsFn | None, ScalarsFn | None]
