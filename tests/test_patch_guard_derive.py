@@ -101,3 +101,37 @@ def test_patches_guard_rederives_a_shipped_patch_from_its_evidence(tmp_path: Pat
     assert after.check_shapes and all(after.guard.accepts_dims(s) for s in after.check_shapes)
     assert after.files == before.files and after.op_manifest_sha256 == before.op_manifest_sha256
     assert "SERVED" in proc.stdout and "original serves" in proc.stdout
+
+
+def _contract(dtypes: list[str], h_max: int | None, h_mult: int):
+    from astra_sglang.contract.op import load_manifest
+
+    m = load_manifest(REPO / "extracted" / "fused_add_rmsnorm")
+    dims = [d.model_copy(update={"max": h_max, "multiple_of": h_mult}) if d.name == "H" else d
+            for d in m.signature.dims]
+    return m.model_copy(update={"signature": m.signature.model_copy(update={"dtypes": dtypes, "dims": dims})})
+
+
+def test_a_guard_never_serves_a_call_its_contract_cannot_check():
+    """The adapter's ranges are typed by hand; the contract's are what the harness draws cases from. A contract
+    that checks H only up to 8192, in multiples of 16, and only bf16 cuts the adapter's guard to that."""
+    from astra_sglang.patches.tooling.guard import within_contract
+
+    base = get_adapter("fused_add_rmsnorm").default_guard()
+    cut = within_contract(base, _contract(["bfloat16"], 8192, 16))
+    assert cut.dtypes == ["bfloat16"]
+    assert cut.dims["H"].max == 8192 and cut.dims["H"].multiple_of == 16
+    assert _accepts(cut, 4, 8192) and not _accepts(cut, 4, 8200) and not _accepts(cut, 4, 4104)
+    assert not _accepts(cut, 4, 4096, "float16")
+
+
+def test_a_guard_outside_its_contract_is_one_clear_error():
+    from astra_sglang.errors import AstraError
+    from astra_sglang.patches.tooling.guard import within_contract
+
+    base = get_adapter("fused_add_rmsnorm").default_guard()
+    with pytest.raises(AstraError, match="contract checks only"):
+        within_contract(base.model_copy(update={"dtypes": ["float32"]}), _contract(["bfloat16"], None, 8))
+    low = base.model_copy(update={"dims": {**base.dims, "H": base.dims["H"].model_copy(update={"min": 9000})}})
+    with pytest.raises(AstraError, match="nothing of it lies inside"):
+        within_contract(low, _contract(["bfloat16"], 8192, 8))

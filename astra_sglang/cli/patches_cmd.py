@@ -356,13 +356,11 @@ def cmd_add(args: argparse.Namespace) -> int:
 
 
 def cmd_add_run(args: argparse.Namespace) -> int:
-    from astra_sglang.patches.adapters import get_adapter
-    from astra_sglang.patches.tooling.add import add_from_run, narrowed_guard
+    from astra_sglang.patches.tooling.add import add_from_run, default_guard, narrowed_guard
 
     guard = None
     if args.guard_dim:
-        op = args.run_dir.parent.name
-        guard = narrowed_guard(get_adapter(op).default_guard(), args.guard_dim)
+        guard = narrowed_guard(default_guard(args.run_dir.parent.name), args.guard_dim)
     dest = add_from_run(args.run_dir, patch_id=args.patch_id, model=args.model, rounds=args.rounds, force=args.force,
                         sglang_versions=args.sglang_version, archs=args.arch, guard=guard,
                         evidence_paths=args.evidence)

@@ -37,7 +37,7 @@ from astra_sglang.contract.restore import materialize
 from astra_sglang.data_paths import user_cache
 from astra_sglang.errors import AstraError
 from astra_sglang.patches.registry import op_folder, patches_root
-from astra_sglang.patches.tooling.guard import derive_guard, describe, measured_rows
+from astra_sglang.patches.tooling.guard import derive_guard, describe, measured_rows, within_contract
 from astra_sglang.platform_info import arch_of_text
 
 if TYPE_CHECKING:
@@ -103,7 +103,7 @@ def add_patch(
     if missing:
         raise AstraError(f"validated_on would be empty: pass {' and '.join(missing)} (e.g. --sglang-version 0.5.23 "
                          "--arch sm_90) or --evidence with a harness result that names them")
-    guard = guard or ad.default_guard()
+    guard = within_contract(guard or ad.default_guard(), op_manifest)
     checked = check_source(op_manifest, folder, source, kind, guard.dtypes)
     evidence = evidence.model_copy(update={"notes": [*evidence.notes, f"patches add: {checked}"]})
     root = Path(root) if root is not None else patches_root()
@@ -140,7 +140,7 @@ def check_source(op: Manifest, op_dir: Path, source: Path, kind: str, dtypes: li
     rejects, or that does not build: a registered patch that cannot load would only fail in SGLang's servers.
     Returns what was checked. CUDA: compiled and linked (not loaded: no GPU needed) per dtype, where nvcc and
     ninja are here. Triton: imported under TRITON_INTERPRET=1 in a child process, the entry function present."""
-    from astra_sglang.harness.screen import cuda_search_dirs, screen_cuda, screen_python
+    from astra_sglang.harness.parent.screen import cuda_search_dirs, screen_cuda, screen_python
 
     text = source.read_text(errors="replace")
     name = source.name
@@ -180,7 +180,7 @@ def _import_triton(source: Path, entry: str) -> None:
 
 
 def _build_cuda(op_dir: Path, op: Manifest, source: Path, dtypes: list[str]) -> str:
-    from astra_sglang.harness.module_imports import check_module
+    from astra_sglang.harness.parent.module_imports import check_module
     from astra_sglang.loader import toolchain
     from astra_sglang.loader.cuda_build import BuildError, CudaBuildSpec, build_batch
 
@@ -202,14 +202,21 @@ def _build_cuda(op_dir: Path, op: Manifest, source: Path, dtypes: list[str]) -> 
     return f"screen passed; built for {', '.join(dtypes)} ({specs[0].arch}, not loaded)"
 
 
+def default_guard(op: str) -> GuardSpec:
+    """Where a patch of ``op`` may serve before anything is measured: the op adapter's ranges inside the op
+    contract's (``within_contract``). Every guard a command derives starts here."""
+    from astra_sglang.patches.adapters import get_adapter
+
+    return within_contract(get_adapter(op).default_guard(), load_manifest(op_folder(op)))
+
+
 def guard_from_evidence(op: str, results: list[EvalResult]) -> tuple[GuardSpec | None, list[GuardRow], str]:
     """The guard a patch gets from its measurements, whichever command registers it: where it won, never the
     adapter's widest. A decode_attention patch added with `patches add --evidence` once got B 1..4096, G 1..16,
     D 64..256 (none of G 1, D 64 or D 256 measured) while `add-run` derived its guard. (None, [], why) when the
     evidence times no shape of the op's dims: the adapter's default guard then, said in the note."""
-    from astra_sglang.patches.adapters import get_adapter
 
-    base = get_adapter(op).default_guard()
+    base = default_guard(op)
     rows = [r for r in measured_rows(results) if set(base.dims) <= set(r.dims)]
     if not rows:
         return None, [], ("guard: the op adapter's default; the evidence times no shape of this op's dims (measure "
@@ -326,7 +333,7 @@ def rederive_guard(patch_id: str, evidence_paths: list[Path], *, root: Path | No
     known = {r.model_dump_json() for r in m.evidence.results}
     results = [*m.evidence.results, *(r for r in new if r.model_dump_json() not in known)]
     ad = get_adapter(m.op)
-    guard, table = derive_guard(ad.default_guard(), measured_rows(results))
+    guard, table = derive_guard(default_guard(m.op), measured_rows(results))
     note = f"guard derived from {len(table)} measured shape(s) (`patches guard`): {describe(guard)}"
     notes = [n for n in m.evidence.notes if not n.startswith("guard derived from")] + [note]
     updated = m.model_copy(update={

@@ -17,13 +17,39 @@ held-out shapes) decide instead:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 
+from astra_sglang.contract.op import Manifest
 from astra_sglang.contract.patch import DimRange, GuardRow, GuardSpec
 from astra_sglang.contract.result import EvalResult
 from astra_sglang.errors import AstraError
 
 Point = tuple[int, ...]
+
+
+def within_contract(guard: GuardSpec, manifest: Manifest) -> GuardSpec:
+    """``guard`` cut to what the op contract declares: its dtypes, and for every dim the contract names, its
+    min, max and multiple. A patch then never serves a call its contract could not check (the adapter's ranges
+    are written by hand, the contract's are what the harness draws cases from). Nothing left is one error."""
+    dtypes = [d for d in guard.dtypes if d in manifest.signature.dtypes]
+    if not dtypes:
+        raise AstraError(f"guard dtypes {guard.dtypes}: the {manifest.short_name} contract checks only "
+                         f"{manifest.signature.dtypes}")
+    declared = {d.name: d for d in manifest.signature.dims}
+    dims = dict(guard.dims)
+    for name, r in guard.dims.items():
+        d = declared.get(name)
+        if d is None:
+            continue
+        hi = r.max if d.max is None else d.max if r.max is None else min(r.max, d.max)
+        mult = math.lcm(r.multiple_of, d.multiple_of)
+        cut = DimRange(min=max(r.min, d.min), max=hi, multiple_of=mult)
+        if cut.max is not None and -(-cut.min // mult) * mult > cut.max:
+            raise AstraError(f"guard {name} [{r.min}, {r.max}] x{r.multiple_of}: nothing of it lies inside the "
+                             f"{manifest.short_name} contract's {name} [{d.min}, {d.max}] x{d.multiple_of}")
+        dims[name] = cut
+    return guard.model_copy(update={"dtypes": dtypes, "dims": dims})
 
 
 def measured_rows(results: Iterable[EvalResult]) -> list[GuardRow]:
