@@ -171,3 +171,21 @@ def test_a_tunable_cheat_may_be_chosen_by_the_sweep_but_its_frozen_source_fails_
     f = r.correctness.first_failure
     assert not r.ok and f is not None and f.reason == "timed run wrong", r.model_dump_json(indent=1)[:3000]
     assert "skipped" in _ran(marker, "skips_work_in_timed_replays")
+
+
+def test_a_kernel_that_memoises_by_input_fingerprint_is_caught_on_a_perturbed_replay(merge_op, marker):
+    """Issue 22 class 2: every timed replay saw the same inputs, so outputs kept by a fingerprint of a few input
+    elements were right on every replay the judge checked, and the work was skipped while timed. The kept
+    replay's inputs are now perturbed where no sparse fingerprint looks: the memo's outputs are the old ones."""
+    r = evaluate(merge_op, CHEATS / "memoises_by_fingerprint.py", SIM)
+    f = r.correctness.first_failure
+    assert not r.ok and f is not None and f.reason == "timed run wrong", r.model_dump_json(indent=1)[:3000]
+    assert "timed replay" in f.detail, f.detail
+    assert "memo hit" in _ran(marker, "memoises_by_fingerprint")
+
+
+@pytest.mark.parametrize("path", [MS / "h_correct.py", MS / "scripted" / "r4.py"])
+def test_a_correct_kernel_passes_the_perturbed_replay_checks(merge_op, path):
+    """No false reject: the judge checks the kept replay on the same perturbed values the worker ran."""
+    r = evaluate(merge_op, path, SIM)
+    assert r.ok and r.timing is not None, r.model_dump_json(indent=1)[:3000]

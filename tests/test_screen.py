@@ -317,6 +317,7 @@ SCREENED = {
     "merge_state/cheats/loads_machine_while_original_is_timed.py": "forbidden-import",
     "merge_state/cheats/queues_gpu_work_while_original_is_timed.py": "forbidden-import",
     "merge_state/cheats/skips_work_in_timed_replays.py": "forbidden-import",
+    "merge_state/cheats/memoises_by_fingerprint.py": "forbidden-import",
     "fused_add_rmsnorm/cheats/static_ctor_python.cuh": "symbol-interposition",
 }
 

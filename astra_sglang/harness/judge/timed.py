@@ -43,7 +43,7 @@ from astra_sglang.harness.shared.protocol import (
 from astra_sglang.harness.shared.protocol import (
     TIMING_BATCH as BATCH,
 )
-from astra_sglang.harness.shared.replay_guard import ReplayGuard
+from astra_sglang.harness.shared.replay_guard import ReplayGuard, perturb, perturbable
 from astra_sglang.harness.shared.tensors import ArgSet
 
 _SECRET = random.SystemRandom()  # which timed replay and set are checked: never derived from a seed the worker sees
@@ -236,7 +236,9 @@ class ShapeTimer:
         clock = self.s.clock
         if arms.eager:
             return clock.time_eager(g, n, self._per_replay)
-        return clock.time_replays(g, n, self._per_replay, arms.guards[label].between(n))
+        # the same perturbed replay as the candidate's batches get (replay_guard.py), so neither side is favoured
+        keep, seed = (_SECRET.randrange(n), _SECRET.randrange(1 << 62)) if self._kept_check is not None else (None, None)
+        return clock.time_replays(g, n, self._per_replay, arms.guards[label].between(n, keep, seed))
 
     def _interleaved(self, case: CaseSpec, arms: _Arms) -> dict[str, list[float]]:
         """Warm-up, then the job's replays ABBA-interleaved in batches (``timing.interleave``): this process's
@@ -323,16 +325,17 @@ class ShapeTimer:
         this process saw the request take."""
         s = self.s
         keep = _SECRET.randrange(k) if self._kept_check is not None else None
+        seed = _SECRET.randrange(1 << 62) if keep is not None else None  # that replay's inputs perturbed by it
         t0 = time.perf_counter()
-        reply, _ = s.ask(Time(replays=k, keep=keep), case, "timing")
+        reply, _ = s.ask(Time(replays=k, keep=keep, seed=seed), case, "timing")
         wall = (time.perf_counter() - t0) * 1e6
         if not reply.ok:
             raise s.launch_error(case, reply, "timed replay")
         if len(reply.us) != k or not all(math.isfinite(u) and u > 0 for u in reply.us):
             raise s.fail(case, "protocol violation", f"the worker reported {len(reply.us)} times for {k} "
                              "replays, or times that are not positive numbers")
-        if keep is not None:
-            self._check_kept(keep, k)
+        if keep is not None and seed is not None:
+            self._check_kept(keep, k, seed)
         return reply.us, sum(reply.us) * self._per_replay, wall
 
     def _kept_outputs(self) -> list[str]:
@@ -347,20 +350,22 @@ class ShapeTimer:
             return []
         return [t.name for t in tensors if t.role == "output"]
 
-    def _check_kept(self, keep: int, k: int) -> None:
+    def _check_kept(self, keep: int, k: int, seed: int) -> None:
         """Timed replay ``keep`` of the batch, on timing sets chosen now (all of up to four, else two at random):
         their outputs as the worker kept them, against the original's and the reference on each set's
         arguments (same seed), guard bands intact."""
         assert self._kept_check is not None
         case, n_used = self._kept_check
         for index in range(n_used) if n_used <= 4 else _SECRET.sample(range(n_used), 2):
-            self._check_kept_set(case, keep, k, index, n_used)
+            self._check_kept_set(case, keep, k, index, n_used, seed)
 
-    def _check_kept_set(self, case: CaseSpec, keep: int, k: int, index: int, n_used: int) -> None:
+    def _check_kept_set(self, case: CaseSpec, keep: int, k: int, index: int, n_used: int, seed: int) -> None:
+        """One timing set's outputs as kept after replay ``keep``, against the original and the reference on that
+        set's values with the replay's perturbation (``replay_guard.perturb``) applied, as the worker ran it."""
         s = self.s
         assert s.arena is not None
-        vals = s.values(case, case.seed + index)
         a = ArgSet(s.manifest, case.dims, case.dtype, s.device, s.op_inputs)
+        vals = perturb(s.values(case, case.seed + index), perturbable(a), seed, index)
         a.fill("normal", None, vals)  # type: ignore[arg-type]
         layout = put(s.arena, a, 0)
         label = f"timed replay {keep + 1} of {k}, timing set {index + 1} of {n_used}"

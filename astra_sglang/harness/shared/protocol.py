@@ -197,11 +197,12 @@ class Prepare(Model):
 
 class Time(Model):
     """``replays`` timed replays, the timing sets' outputs poisoned before each; with ``keep``, that replay's
-    outputs kept for a ``Collect`` (replay_guard.py)."""
+    outputs kept for a ``Collect``, and with ``seed`` that replay's inputs perturbed (replay_guard.py)."""
 
     op: Literal["time"] = "time"
     replays: int
     keep: int | None = None
+    seed: int | None = None
 
 
 class Collect(Model):

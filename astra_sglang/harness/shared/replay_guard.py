@@ -13,10 +13,19 @@ sides of the timing alike so that neither is favoured:
 
 The choice of replay is sent with the batch, but only the kernel's behaviour matters here: a kernel sees its
 replay run and cannot know whether the copy after it will be kept, and the set is named after the batch ended.
-Memoisation (identical inputs on every replay) is not closed by this: see docs/harness.md.
+
+Memoisation by value (issue 22, class 2: a kernel that fingerprints a few input elements and, on a match, copies
+outputs it kept instead of computing) would pass both, since every replay sees the same inputs. So before the
+kept replay the worker's trusted code moves a window of every perturbable input (floating, not made by the op's
+inputs.py, contiguous) to another place of the same tensor, from a seed the judge chose and the kernel never
+sees, and puts it back right after: the inputs of that one replay differ from every other's where no sparse
+fingerprint is likely to look, and the judge checks it on the same moved values (``perturb``). Moving values
+inside a tensor keeps them in its distribution; one window per batch of 25 replays leaves the timing alone.
 """
 
 from __future__ import annotations
+
+import random
 
 import torch
 
@@ -24,14 +33,51 @@ from astra_sglang.checker import fill_poison
 from astra_sglang.harness.shared.tensors import ArgSet
 from astra_sglang.harness.shared.timing import Between, _Graph, _graph_ctx, _replay, _sync
 
+WINDOW = 64  # a moved window holds 1/WINDOW of a tensor's elements
+
+
+def perturbable(arg_set: ArgSet) -> list[str]:
+    """The inputs a replay's perturbation may move values in: floating, filled by the harness (a tensor made
+    by the op's inputs.py may carry structure, e.g. sorted indices or a layout, that moving values would break)."""
+    return [t.name for t in arg_set.manifest.signature.tensors
+            if t.role == "input" and not t.generated and arg_set.tensors[t.name].view.is_floating_point()
+            and arg_set.tensors[t.name].view.is_contiguous() and arg_set.tensors[t.name].view.numel() >= 2]
+
+
+def _windows(seed: int, set_index: int, name: str, numel: int) -> tuple[int, int, int]:
+    """(destination, source, length) of the window moved in one tensor of one timing set."""
+    rng = random.Random(f"{seed}:{set_index}:{name}")
+    length = max(1, numel // WINDOW)
+    dst = rng.randrange(numel - length + 1)
+    src = rng.randrange(numel - length + 1)
+    if src == dst:
+        src = (dst + length) % (numel - length + 1)
+    return dst, src, length
+
+
+def perturb(values: dict[str, torch.Tensor], names: list[str], seed: int, set_index: int) -> dict[str, torch.Tensor]:
+    """The judge's copy of what the worker's perturbation makes of timing set ``set_index`` (new tensors)."""
+    out = dict(values)
+    for name in names:
+        x = values[name].clone()
+        flat = x.view(-1)
+        dst, src, n = _windows(seed, set_index, name, flat.numel())
+        flat[dst:dst + n] = flat[src:src + n].clone()
+        out[name] = x
+    return out
+
 
 class ReplayGuard:
-    """The timing sets' output buffers: poisoned before each timed replay, one replay's kept on request."""
+    """The timing sets' output buffers: poisoned before each timed replay, one replay's kept on request, its
+    perturbable inputs moved for that replay only."""
 
     def __init__(self, sets: list[ArgSet], outputs: list[str]) -> None:
         self.views = [[s.tensors[n].view for n in outputs] for s in sets]
         self.bufs = [[s.tensors[n].buf for n in outputs] for s in sets]
         self.outputs = outputs
+        names = perturbable(sets[0]) if sets else []
+        self.inputs = [[(n, s.tensors[n].view.view(-1)) for n in names] for s in sets]
+        self._saved: list[tuple[torch.Tensor, int, torch.Tensor]] = []
         self.kept: list[list[torch.Tensor]] | None = None
         self._graph = None
         if any(v.is_cuda for views in self.views for v in views):  # one graph: hundreds of fills, one launch
@@ -47,14 +93,30 @@ class ReplayGuard:
             for v in views:
                 fill_poison(v)
 
-    def between(self, replays: int, keep: int | None = None) -> Between:
+    def _move(self, seed: int) -> None:
+        for index, tensors in enumerate(self.inputs):
+            for name, flat in tensors:
+                dst, src, n = _windows(seed, index, name, flat.numel())
+                self._saved.append((flat, dst, flat[dst:dst + n].clone()))
+                flat[dst:dst + n] = flat[src:src + n].clone()
+
+    def _restore(self) -> None:
+        for flat, dst, saved in reversed(self._saved):
+            flat[dst:dst + saved.numel()] = saved
+        self._saved = []
+
+    def between(self, replays: int, keep: int | None = None, seed: int | None = None) -> Between:
         """For one batch of ``replays``: poison before each (never after the last: the outputs stay readable),
-        and copy every set's buffers (guards included) after replay ``keep``."""
+        and copy every set's buffers (guards included) after replay ``keep``; with ``seed``, replay ``keep``
+        alone runs on inputs with a window moved (``perturb``), put back before the next replay."""
         self.kept = None
 
         def step(i: int) -> None:
             if keep is not None and i == keep + 1:
                 self.kept = [[b.clone() for b in bufs] for bufs in self.bufs]
+                self._restore()
+            if keep is not None and seed is not None and i == keep:
+                self._move(seed)
             if i < replays:
                 if self._graph is not None:
                     _replay(self._graph)

@@ -153,7 +153,7 @@ class Worker:
             graph, _, per_replay, eager, _ = self._timed()
             if eager:
                 return Reply(ok=True, us=self.clock.time_eager(graph, req.replays, per_replay)), []
-            between = self.guard.between(req.replays, req.keep) if self.guard is not None else None
+            between = self.guard.between(req.replays, req.keep, req.seed) if self.guard is not None else None
             return Reply(ok=True, us=self.clock.time_replays(graph, req.replays, per_replay, between)), []
         if isinstance(req, Collect):
             return self._collect(req), []
