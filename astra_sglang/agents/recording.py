@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from agents.agent_output import AgentOutputSchemaBase
+from agents.exceptions import AgentsException
 from agents.handoffs import Handoff
 from agents.items import ModelResponse, TResponseInputItem, TResponseStreamEvent
 from agents.model_settings import ModelSettings
@@ -58,11 +59,12 @@ class CallSink(Protocol):
     def scope(self) -> tuple[int | None, str, str]: ...
 
 
-class ModelCallFailed(Exception):
-    """The model could not be reached or kept failing after all retries: the step fails, not the run."""
+class ModelCallFailed(AgentsException):
+    """The model could not be reached or kept failing after all retries: the step fails, not the run. An SDK
+    exception, so the run it ends hands back its context (``run_data``): what the calls before it cost."""
 
 
-class ModelAuthFailed(Exception):
+class ModelAuthFailed(AgentsException):
     """The server rejected the credentials mid-run: no point in continuing."""
 
 

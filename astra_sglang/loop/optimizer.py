@@ -41,6 +41,7 @@ from astra_sglang.agents.schemas import (
 )
 from astra_sglang.agents.team import make_team
 from astra_sglang.agents.tools import make_tools
+from astra_sglang.agents.usage import failed_run_tokens, token_count
 from astra_sglang.contract.base import sha256_text
 from astra_sglang.contract.op import Manifest
 from astra_sglang.contract.result import EvalResult
@@ -558,12 +559,13 @@ class Optimizer:
         except BaseException as e:
             self.folder.append_step(StepRecord(round=rnd, step=step, agent=agent.name, attempt=attempt,
                                                started=started, wall_s=time.monotonic() - t0,
-                                               tokens=self.folder.scope_tokens(), status="failed",
+                                               tokens=failed_run_tokens(e), status="failed",
                                                error=short_error(e), candidate=cand))
             raise
         source = getattr(result.final_output, "source", None)
         self.folder.append_step(StepRecord(round=rnd, step=step, agent=agent.name, attempt=attempt, started=started,
-                                           wall_s=time.monotonic() - t0, tokens=self.folder.scope_tokens(),
+                                           wall_s=time.monotonic() - t0,
+                                           tokens=token_count(result.context_wrapper.usage),
                                            status="ok", candidate=cand,
                                            candidate_sha256=sha256_text(source) if isinstance(source, str) else None))
         return result
