@@ -16,6 +16,7 @@ from loop_support import answer_files
 from astra_sglang.agents.config import RetryPolicy, TokenCount
 from astra_sglang.agents.file_provider import FileModel
 from astra_sglang.agents.recording import ModelCallFailed, ModelCallRecord, RecordingModel
+from astra_sglang.agents.run_context import AgentContext
 from astra_sglang.agents.schemas import CandidateSource
 from astra_sglang.agents.usage import failed_run_tokens, token_count
 from astra_sglang.loop.records import StepRecord
@@ -45,9 +46,6 @@ class _Calls:
 
     def record_call(self, record: ModelCallRecord) -> None:
         self.records.append(record)
-
-    def scope(self) -> tuple[int | None, str, str]:
-        return 1, "coding", "coding"
 
 
 def _run(directory: Path, answers: list[dict[str, Any]], model: Any) -> Any:
@@ -85,12 +83,13 @@ def test_a_provider_reporting_no_usage_still_counts_its_requests(tmp_path: Path)
 
 def test_a_run_that_fails_mid_way_says_what_its_earlier_calls_cost(tmp_path: Path):
     calls = _Calls()
-    model = RecordingModel(FileModel(tmp_path, timeout_s=0.5, poll_s=0.05), calls, RetryPolicy(retries=0))
+    recorder = RecordingModel(FileModel(tmp_path, timeout_s=0.5, poll_s=0.05), calls, RetryPolicy(retries=0))
+    model = recorder.scoped(AgentContext(round=1, step="coding", agent="coding"))
     with pytest.raises(ModelCallFailed) as failed:
         _run(tmp_path, [TOOL_TURN], model)  # the second request is never answered: timed out, no retry left
     assert failed_run_tokens(failed.value) == TokenCount(requests=1, input_tokens=10, output_tokens=3)
     assert failed_run_tokens(ValueError("not the SDK's")) == TokenCount()
-    assert [r.error is None for r in calls.records] == [True, False]
+    assert [(r.round, r.step, r.error is None) for r in calls.records] == [(1, "coding", True), (1, "coding", False)]
 
 
 def test_step_records_written_before_the_change_still_load_and_report():

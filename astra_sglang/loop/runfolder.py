@@ -11,7 +11,6 @@ A finished step's file is its checkpoint: ``--resume`` loads it instead of runni
 
 from __future__ import annotations
 
-import contextvars
 import json
 import os
 import socket
@@ -38,18 +37,9 @@ def new_run_id() -> str:
     return datetime.now().strftime("%Y%m%d-%H%M%S") + f"-{os.getpid() % 10000:04d}"
 
 
-class _Scope:
-    """Who is calling the model now (one per agent step)."""
-
-    def __init__(self, rnd: int | None, step: str, agent: str) -> None:
-        self.key = (rnd, step, agent)
-
-
 class RunFolder:
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
-        # Per asyncio task: K coding agents run at once, each must see and count its own calls.
-        self._scope: contextvars.ContextVar[_Scope] = contextvars.ContextVar(f"scope:{self.path}")
 
     # ------------------------------------------------------------------------------------------ layout
     @property
@@ -177,19 +167,6 @@ class RunFolder:
         self._append("steps.jsonl", step.model_dump_json())
 
     # ---------------------------------------------------------------------------- model call records
-    def set_scope(self, rnd: int | None, step: str, agent: str) -> None:
-        self._scope.set(_Scope(rnd, step, agent))
-
-    def _current(self) -> _Scope:
-        scope = self._scope.get(None)
-        if scope is None:
-            scope = _Scope(None, "", "")
-            self._scope.set(scope)
-        return scope
-
-    def scope(self) -> tuple[int | None, str, str]:
-        return self._current().key
-
     def record_call(self, record) -> None:  # record: agents.recording.ModelCallRecord
         calls = self.path / "calls"
         calls.mkdir(exist_ok=True)
