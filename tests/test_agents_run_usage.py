@@ -18,7 +18,7 @@ from astra_sglang.agents.file_provider import FileModel
 from astra_sglang.agents.recording import ModelCallFailed, ModelCallRecord, RecordingModel
 from astra_sglang.agents.run_context import AgentContext
 from astra_sglang.agents.schemas import CandidateSource
-from astra_sglang.agents.usage import failed_run_tokens, token_count
+from astra_sglang.agents.usage import RunUsage, token_count
 from astra_sglang.loop.records import StepRecord
 from astra_sglang.loop.report import _tokens
 
@@ -48,7 +48,7 @@ class _Calls:
         self.records.append(record)
 
 
-def _run(directory: Path, answers: list[dict[str, Any]], model: Any) -> Any:
+def _run(directory: Path, answers: list[dict[str, Any]], model: Any, hooks: RunUsage | None = None) -> Any:
     stop = threading.Event()
 
     def answer(body: dict) -> dict:
@@ -61,7 +61,7 @@ def _run(directory: Path, answers: list[dict[str, Any]], model: Any) -> Any:
     agent = Agent(name="coding", instructions="# Role: coding agent", model=model, tools=[check_candidate],
                   output_type=CandidateSource)
     try:
-        return asyncio.run(Runner.run(agent, "improve it", run_config=RunConfig(tracing_disabled=True)))
+        return asyncio.run(Runner.run(agent, "improve it", run_config=RunConfig(tracing_disabled=True), hooks=hooks))
     finally:
         stop.set()
         t.join(timeout=5)
@@ -85,10 +85,11 @@ def test_a_run_that_fails_mid_way_says_what_its_earlier_calls_cost(tmp_path: Pat
     calls = _Calls()
     recorder = RecordingModel(FileModel(tmp_path, timeout_s=0.5, poll_s=0.05), calls, RetryPolicy(retries=0))
     model = recorder.scoped(AgentContext(round=1, step="coding", agent="coding"))
-    with pytest.raises(ModelCallFailed) as failed:
-        _run(tmp_path, [TOOL_TURN], model)  # the second request is never answered: timed out, no retry left
-    assert failed_run_tokens(failed.value) == TokenCount(requests=1, input_tokens=10, output_tokens=3)
-    assert failed_run_tokens(ValueError("not the SDK's")) == TokenCount()
+    spent = RunUsage()
+    assert spent.tokens() == TokenCount()  # no model call yet: nothing spent
+    with pytest.raises(ModelCallFailed):  # not an SDK exception: it carries no run context of its own
+        _run(tmp_path, [TOOL_TURN], model, spent)  # the second request is never answered: timed out, no retry left
+    assert spent.tokens() == TokenCount(requests=1, input_tokens=10, output_tokens=3)
     assert [(r.round, r.step, r.error is None) for r in calls.records] == [(1, "coding", True), (1, "coding", False)]
 
 

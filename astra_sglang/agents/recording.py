@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from agents.agent_output import AgentOutputSchemaBase
-from agents.exceptions import AgentsException
 from agents.handoffs import Handoff
 from agents.items import ModelResponse, TResponseInputItem, TResponseStreamEvent
 from agents.model_settings import ModelSettings
@@ -60,12 +59,11 @@ class CallSink(Protocol):
     def record_call(self, record: ModelCallRecord) -> None: ...
 
 
-class ModelCallFailed(AgentsException):
-    """The model could not be reached or kept failing after all retries: the step fails, not the run. An SDK
-    exception, so the run it ends hands back its context (``run_data``): what the calls before it cost."""
+class ModelCallFailed(Exception):
+    """The model could not be reached or kept failing after all retries: the step fails, not the run."""
 
 
-class ModelAuthFailed(AgentsException):
+class ModelAuthFailed(Exception):
     """The server rejected the credentials mid-run: no point in continuing."""
 
 

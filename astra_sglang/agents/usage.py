@@ -4,7 +4,10 @@ beside it from our call records."""
 
 from __future__ import annotations
 
-from agents.exceptions import AgentsException
+from typing import Any
+
+from agents import Agent, RunContextWrapper, RunHooks
+from agents.items import TResponseInputItem
 from agents.usage import Usage
 
 from astra_sglang.agents.config import TokenCount
@@ -15,8 +18,16 @@ def token_count(usage: Usage) -> TokenCount:
     return TokenCount(requests=usage.requests, input_tokens=usage.input_tokens, output_tokens=usage.output_tokens)
 
 
-def failed_run_tokens(error: BaseException) -> TokenCount:
-    """What a run that raised had spent before it did: the SDK hands its run context back on its own exceptions
-    (ours from the model, ModelCallFailed and ModelAuthFailed, are such); anything else carries none."""
-    run = error.run_data if isinstance(error, AgentsException) else None
-    return token_count(run.context_wrapper.usage) if run is not None else TokenCount()
+class RunUsage(RunHooks[Any]):
+    """The run's usage as the SDK keeps it, held from its first model call (``Runner.run(hooks=...)``): a run that
+    raises (an unreadable reply, a model error) returns no RunResult, yet the calls before it were paid for."""
+
+    def __init__(self) -> None:
+        self._run: RunContextWrapper[Any] | None = None
+
+    async def on_llm_start(self, context: RunContextWrapper[Any], agent: Agent[Any], system_prompt: str | None,
+                           input_items: list[TResponseInputItem]) -> None:
+        self._run = context
+
+    def tokens(self) -> TokenCount:
+        return TokenCount() if self._run is None else token_count(self._run.usage)

@@ -41,7 +41,7 @@ from astra_sglang.agents.schemas import (
 )
 from astra_sglang.agents.team import make_team
 from astra_sglang.agents.tools import make_tools
-from astra_sglang.agents.usage import failed_run_tokens, token_count
+from astra_sglang.agents.usage import RunUsage, token_count
 from astra_sglang.contract.base import sha256_text
 from astra_sglang.contract.op import Manifest
 from astra_sglang.contract.result import EvalResult
@@ -551,12 +551,14 @@ class Optimizer:
         self.view.update(rnd, agent.name, step + (f" c{cand}" if cand is not None else "")
                          + (f" (fix {attempt})" if attempt else ""))
         started, t0 = now_iso(), time.monotonic()
+        spent = RunUsage()
         try:
-            result = await Runner.run(agent, input, context=run, max_turns=self.opts.max_turns, run_config=config)
+            result = await Runner.run(agent, input, context=run, max_turns=self.opts.max_turns, run_config=config,
+                                      hooks=spent)
         except BaseException as e:
             self.folder.append_step(StepRecord(round=rnd, step=step, agent=agent.name, attempt=attempt,
                                                started=started, wall_s=time.monotonic() - t0,
-                                               tokens=failed_run_tokens(e), status="failed",
+                                               tokens=spent.tokens(), status="failed",
                                                error=short_error(e), candidate=cand))
             raise
         source = getattr(result.final_output, "source", None)
