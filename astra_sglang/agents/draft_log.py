@@ -63,7 +63,6 @@ class DraftLog:
     def __init__(self, path: Path, status: DraftStatus) -> None:
         self.path = path
         self.status = status
-        self._attempt = 0
 
     @classmethod
     def create(cls, root: Path, op_id: str, model: str) -> DraftLog:
@@ -110,17 +109,12 @@ class DraftLog:
         self.save()
 
     # CallSink --------------------------------------------------------------------------------------
-    def set_attempt(self, attempt: int) -> None:
-        self._attempt = attempt
-
-    def scope(self) -> tuple[int | None, str, str]:
-        return self._attempt, "draft", "contract"
-
     def record_call(self, record: ModelCallRecord) -> None:
+        """``record.round`` is the attempt: each attempt's run is recorded under its own (drafting.py)."""
         calls = self.path / "calls"
         calls.mkdir(exist_ok=True)
         n = len(list(calls.glob("*.json"))) + 1
-        write_atomic(calls / f"{n:05d}-attempt-{self._attempt:02d}.json", record.model_dump_json(indent=1))
+        write_atomic(calls / f"{n:05d}-attempt-{record.round or 0:02d}.json", record.model_dump_json(indent=1))
         self.status.tokens = self.status.tokens + record.tokens
         self.save()
 
@@ -148,10 +142,9 @@ class ReplayModel(Model):
         self._live = not recorded
         self._items = TypeAdapter(list[ResponseOutputItem])
 
-    async def close(self) -> None:
-        close = getattr(self.inner, "close", None)
-        if close is not None:
-            await close()
+    def unreplayed(self) -> list[ModelCallRecord]:
+        """What the next attempt's replay starts from: nothing once this one went past (or off) the record."""
+        return [] if self._live else self.recorded[self.replayed:]
 
     async def get_response(
         self,

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -131,19 +131,22 @@ class _Session:
         from astra_sglang.agents.draft_log import ReplayModel
         from astra_sglang.agents.models import build_model
         from astra_sglang.agents.recording import ModelAuthFailed, ModelCallFailed, RecordingModel, short_error
+        from astra_sglang.agents.run_context import AgentContext
 
         recorded = self.log.answered_calls() if self.req.resume else []
-        model = ReplayModel(RecordingModel(build_model(self.req.model), self.log, self.req.retry), recorded)
-        agent = make_contract_agent(model)
+        recorder = RecordingModel(build_model(self.req.model), self.log, self.req.retry)
+        agent = make_contract_agent(recorder)
         config = RunConfig(tracing_disabled=True, workflow_name=f"astra draft {self.target.op_id}")
         conversation: list[Any] = [{"role": "user", "content": context}]
         last = _Judged("no_draft", "no attempt was made")
         try:
             for attempt in range(1, self.req.attempts + 1):
-                self.log.set_attempt(attempt)
                 self.progress(f"attempt {attempt}/{self.req.attempts}: asking {self.req.model.describe()}")
+                run = AgentContext(round=attempt, step="draft", agent="contract")  # calls/ records per attempt
+                model = ReplayModel(recorder.scoped(run), recorded)
                 try:
-                    result = await Runner.run(agent, conversation, max_turns=self.req.max_turns, run_config=config)
+                    result = await Runner.run(agent, conversation, context=run, max_turns=self.req.max_turns,
+                                              run_config=replace(config, model=model))
                 except (ModelBehaviorError, MaxTurnsExceeded) as e:
                     last = _Judged("no_draft", short_error(e))
                     self.log.note(attempt, last.verdict, last.detail)
@@ -153,6 +156,8 @@ class _Session:
                     raise AstraError(str(e)) from None
                 except ModelCallFailed as e:
                     raise AstraError(f"{e}; the session so far is in {self.log.path} (--resume continues)") from None
+                finally:
+                    recorded = model.unreplayed()
                 draft: DraftContract = result.final_output
                 self.log.write(f"attempt-{attempt:02d}/draft.json", draft.model_dump_json(indent=2) + "\n")
                 last = self.judge(draft, attempt)
@@ -162,7 +167,7 @@ class _Session:
                     return last, attempt
                 conversation = result.to_input_list() + [{"role": "user", "content": _feedback(last)}]
         finally:
-            await model.close()
+            await recorder.close()
         return last, self.req.attempts
 
 

@@ -12,6 +12,8 @@ in flight at a kill (a coding agent with K-1 of its turns done) so repeats no fi
 from __future__ import annotations
 
 import asyncio
+import copy
+import itertools
 import json
 import time
 from collections.abc import AsyncIterator, Callable
@@ -30,6 +32,7 @@ from openai.types.responses import ResponseOutputItem
 from pydantic import Field, TypeAdapter
 
 from astra_sglang.agents.config import RetryPolicy, TokenCount
+from astra_sglang.agents.run_context import AgentContext
 from astra_sglang.contract.base import Model as Record
 
 
@@ -51,11 +54,9 @@ class ModelCallRecord(Record):
 
 
 class CallSink(Protocol):
-    """Where records go; ``scope`` says which round/step/agent is calling (set by the loop before each step)."""
+    """Where records go."""
 
     def record_call(self, record: ModelCallRecord) -> None: ...
-
-    def scope(self) -> tuple[int | None, str, str]: ...
 
 
 class ModelCallFailed(Exception):
@@ -145,17 +146,28 @@ _OUTPUT_ITEM: TypeAdapter[Any] = TypeAdapter(ResponseOutputItem)
 
 
 class RecordingModel(Model):
+    """``scope``: the agent run whose calls these are; each run gets its own view (``scoped``), so K runs at once
+    never record under, or replay, each other's."""
+
     def __init__(self, inner: Model, sink: CallSink, policy: RetryPolicy,
                  sleep: Callable[[float], Any] = asyncio.sleep, replay: list[ModelCallRecord] | None = None) -> None:
         self.inner = inner
         self.sink = sink
         self.policy = policy
+        self.scope: AgentContext | None = None
         self._sleep = sleep
-        self._seq = 0
+        self._seq = itertools.count(1)
         self._replay: dict[str, list[ModelCallRecord]] = {}
         for record in replay or []:
             key = _replay_key(record.round, record.step, record.agent, record.request)
             self._replay.setdefault(key, []).append(record)
+
+    def scoped(self, scope: AgentContext) -> RecordingModel:
+        """This recorder for one agent run (``RunConfig.model``): the same transport, sink, call numbering and
+        replayable answers, its records under the run's own round/step/agent, however many runs are in flight."""
+        view = copy.copy(self)
+        view.scope = scope
+        return view
 
     def _replayed(self, rnd: int | None, step: str, agent: str, request: dict[str, Any]) -> ModelResponse | None:
         answers = self._replay.get(_replay_key(rnd, step, agent, request))
@@ -189,13 +201,14 @@ class RecordingModel(Model):
         prompt: Any = None,
     ) -> ModelResponse:
         request = describe_request(system_instructions, input, tools, output_schema)
-        rnd, step, agent = self.sink.scope()
+        rnd, step, agent = (None, "", "") if self.scope is None else (
+            self.scope.round, self.scope.call_step, self.scope.agent)
         replayed = self._replayed(rnd, step, agent, request)
         if replayed is not None:  # answered before a kill: the same answer, no new call, no new tokens
             return replayed
         last: BaseException | None = None
         for attempt in range(self.policy.retries + 1):
-            self._seq += 1
+            seq = next(self._seq)
             started = datetime.now(timezone.utc).isoformat(timespec="seconds")
             t0 = time.monotonic()
             try:
@@ -205,7 +218,7 @@ class RecordingModel(Model):
             except Exception as e:  # classified below; nothing is swallowed silently
                 kind = classify(e)
                 self.sink.record_call(ModelCallRecord(
-                    seq=self._seq, round=rnd, step=step, agent=agent, attempt=attempt, started=started,
+                    seq=seq, round=rnd, step=step, agent=agent, attempt=attempt, started=started,
                     wall_s=time.monotonic() - t0, request=request, error=short_error(e)))
                 if kind == "auth":
                     raise ModelAuthFailed(f"the model server rejected the credentials: {short_error(e)}") from e
@@ -217,7 +230,7 @@ class RecordingModel(Model):
                 continue
             usage = response.usage
             self.sink.record_call(ModelCallRecord(
-                seq=self._seq, round=rnd, step=step, agent=agent, attempt=attempt, started=started,
+                seq=seq, round=rnd, step=step, agent=agent, attempt=attempt, started=started,
                 wall_s=time.monotonic() - t0, request=request, response=jsonable(response.output),
                 tokens=TokenCount(requests=1, input_tokens=usage.input_tokens, output_tokens=usage.output_tokens)))
             return response

@@ -1,18 +1,21 @@
 """Function tools the agents call. Each is a thin shim over a backend the loop provides.
 
 The loop owns the state (current kernel, evaluator, run folder); tools only expose it, so a tool call is
-recorded, cached and checkpointed the same way as everything else the loop does.
+recorded, cached and checkpointed the same way as everything else the loop does. A tool that writes beside a
+candidate learns which one from the run context the SDK hands it, never from state shared between the K agents.
 """
 
 from __future__ import annotations
 
 from typing import Protocol
 
-from agents import FunctionTool, function_tool
+from agents import FunctionTool, RunContextWrapper, function_tool
+
+from astra_sglang.agents.run_context import AgentContext
 
 
 class ToolBackend(Protocol):
-    def check_candidate(self, source: str) -> str: ...
+    def check_candidate(self, source: str, run: AgentContext) -> str: ...
 
     def run_timing(self) -> str: ...
 
@@ -23,14 +26,14 @@ class ToolBackend(Protocol):
 
 def make_tools(backend: ToolBackend, ncu: bool) -> dict[str, FunctionTool]:
     @function_tool(name_override="check_candidate")
-    def check_candidate(source: str) -> str:
+    def check_candidate(ctx: RunContextWrapper[AgentContext], source: str) -> str:
         """Build a candidate and run the correctness checks on the test shapes; returns the compiler
         output on a build failure, else the correctness verdict with the first failing case.
 
         Args:
             source: the complete candidate source file (not a diff).
         """
-        return backend.check_candidate(source)
+        return backend.check_candidate(source, ctx.context)
 
     @function_tool(name_override="run_timing")
     def run_timing() -> str:

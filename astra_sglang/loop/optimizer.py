@@ -13,16 +13,16 @@ import json
 import threading
 import time
 import traceback
-from contextvars import ContextVar
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from agents import RunConfig, Runner
 from agents.exceptions import ModelBehaviorError
-from agents.models.interface import Model
 
 from astra_sglang.agents.config import TokenCount
-from astra_sglang.agents.recording import ModelAuthFailed, jsonable, short_error
+from astra_sglang.agents.recording import ModelAuthFailed, RecordingModel, jsonable, short_error
+from astra_sglang.agents.run_context import AgentContext
 from astra_sglang.agents.schemas import (
     CandidateSource,
     CodingInput,
@@ -41,6 +41,7 @@ from astra_sglang.agents.schemas import (
 )
 from astra_sglang.agents.team import make_team
 from astra_sglang.agents.tools import make_tools
+from astra_sglang.agents.usage import RunUsage, token_count
 from astra_sglang.contract.base import sha256_text
 from astra_sglang.contract.op import Manifest
 from astra_sglang.contract.result import EvalResult
@@ -70,19 +71,17 @@ from astra_sglang.loop.stopping import stop_reason
 from astra_sglang.loop.view import LiveView
 from astra_sglang.loop.winner import flat, pick_base, ranked, round_best
 
-# The round and candidate an agent task works for: tools called from inside it (in threads) read it here.
-SLOT: ContextVar[tuple[int, int | None]] = ContextVar("astra_slot")
-
 
 class Optimizer:
     def __init__(self, folder: RunFolder, meta: RunMeta, manifest: Manifest, op_dir: Path, evaluator: Evaluator,
-                 model: Model, view: LiveView) -> None:
+                 model: RecordingModel, view: LiveView) -> None:
         self.folder = folder
         self.meta = meta
         self.opts = meta.options
         self.manifest = manifest
         self.op_dir = Path(op_dir)
         self.evaluator = evaluator
+        self.model = model
         self.view = view
         self.k = self.opts.candidates
         self.team = make_team(model, make_tools(self, ncu=self.opts.ncu), self.opts.single_agent, self.k)
@@ -92,7 +91,6 @@ class Optimizer:
         self.run_config = RunConfig(tracing_disabled=not self.opts.model.trace,
                                     workflow_name=f"astra optimize {manifest.short_name}")
         self.spec: EvalSpec = self.opts.eval
-        self.round_idx = 0
         self.base: RoundRecord | None = None
         self._checks = 0
         self._checks_lock = threading.Lock()
@@ -203,7 +201,6 @@ class Optimizer:
     # ----------------------------------------------------------------------------------- round 1..R
     async def one_round(self, i: int) -> RoundRecord:
         """Round i from the best correct kernel so far: one candidate (the paper's loop) or K at once."""
-        self.round_idx = i
         records = [r for r in self.folder.records() if r.round < i]
         base = pick_base(flat(records))
         self.base = base
@@ -446,7 +443,6 @@ class Optimizer:
         cached = self.folder.load_step(i, f"{prefix}code", CodeOutcome)
         if cached is not None:
             return cached
-        SLOT.set((i, cand))  # this task's tool calls (check_candidate) write beside this candidate
         agent = self.team.coding
         items: list[Any] = [{"role": "user", "content": first_input}]
         outcome = CodeOutcome(source=None, source_file=None, changes=None, built=False, attempts=[])
@@ -548,22 +544,27 @@ class Optimizer:
     # =========================================================================== plumbing and tools
     async def run_agent(self, rnd: int, step: str, agent: Any, input: Any, attempt: int = 0,
                         cand: int | None = None) -> Any:
-        # calls/ names each record by its scope: K coding agents of a round get one each
-        self.folder.set_scope(rnd, step if cand is None else f"{step}.c{cand}", agent.name)
+        """One agent run with its own run context: its tools and its model's call records name this round, step
+        and candidate, whichever of the round's K agents runs beside it."""
+        run = AgentContext(round=rnd, step=step, agent=agent.name, candidate=cand)
+        config = replace(self.run_config, model=self.model.scoped(run))
         self.view.update(rnd, agent.name, step + (f" c{cand}" if cand is not None else "")
                          + (f" (fix {attempt})" if attempt else ""))
         started, t0 = now_iso(), time.monotonic()
+        spent = RunUsage()
         try:
-            result = await Runner.run(agent, input, max_turns=self.opts.max_turns, run_config=self.run_config)
+            result = await Runner.run(agent, input, context=run, max_turns=self.opts.max_turns, run_config=config,
+                                      hooks=spent)
         except BaseException as e:
             self.folder.append_step(StepRecord(round=rnd, step=step, agent=agent.name, attempt=attempt,
                                                started=started, wall_s=time.monotonic() - t0,
-                                               tokens=self.folder.scope_tokens(), status="failed",
+                                               tokens=spent.tokens(), status="failed",
                                                error=short_error(e), candidate=cand))
             raise
         source = getattr(result.final_output, "source", None)
         self.folder.append_step(StepRecord(round=rnd, step=step, agent=agent.name, attempt=attempt, started=started,
-                                           wall_s=time.monotonic() - t0, tokens=self.folder.scope_tokens(),
+                                           wall_s=time.monotonic() - t0,
+                                           tokens=token_count(result.context_wrapper.usage),
                                            status="ok", candidate=cand,
                                            candidate_sha256=sha256_text(source) if isinstance(source, str) else None))
         return result
@@ -650,8 +651,8 @@ class Optimizer:
         self.view.event(f"round {i}{' candidate ' + str(cand) if where else ''} failed: {short_error(e)}")
 
     # ToolBackend ------------------------------------------------------------------------------------
-    def check_candidate(self, source: str) -> str:
-        rnd, cand = SLOT.get((self.round_idx, None))  # K agents call this at once, each from its own thread
+    def check_candidate(self, source: str, run: AgentContext) -> str:
+        rnd, cand = run.round, run.candidate  # the calling agent's own run: K of them check at once
         with self._checks_lock:
             self._checks += 1
             n = self._checks

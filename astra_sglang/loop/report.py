@@ -1,10 +1,11 @@
 """``astra-sglang report RUN [RUN ...]``: one markdown page (and its PNGs) for the people who judge the runs.
 
-Everything on the page is read from the run folders as they were recorded: the label (a scripted run says so,
-a model run says which model), the per-step costs from ``steps.jsonl``, the per-round verdicts from the round
-records and the winner's per-shape times from ``best/result.json``. A number the run did not measure is shown
-as "not measured", never filled in. The sweep baseline is round 0's ``tune`` step (``rounds/r000/tune.json``, the
-original's own tunables swept), when the run has one; the page says whether the winner beats it on every shape.
+Everything on the page is read from the run folders as they were recorded: the label (a scripted run says so, a
+model run says which model), the per-step costs from ``steps.jsonl`` (tokens as the SDK summed each agent run),
+the per-round verdicts from the round records and the winner's per-shape times from ``best/result.json``. A number
+the run did not measure is shown as "not measured", never filled in. The sweep baseline is round 0's ``tune`` step
+(``rounds/r000/tune.json``, the original's own tunables swept), when the run has one; the page says whether the
+winner beats it on every shape.
 """
 
 from __future__ import annotations

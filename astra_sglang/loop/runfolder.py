@@ -2,8 +2,8 @@
 
 Layout of ``runs/<op>/<run-id>/``:
 - ``run.json``: RunMeta (options, status, winner); ``log.jsonl``: one RoundRecord per finished round;
-  ``steps.jsonl``: one StepRecord per agent step (tokens, wall time); ``calls/``: every model request and
-  response; ``rounds/rNNN/``: each finished step's output (``suite.json``, ``diagnosis.json``,
+  ``steps.jsonl``: one StepRecord per agent step (the SDK's token usage of its run, wall time); ``calls/``:
+  every model request and response; ``rounds/rNNN/``: each finished step's output (``suite.json``, ``diagnosis.json``,
   ``plan.json``, ``code.json``, ``result.json``, ``record.json``) and every candidate source;
   ``evals/``: evaluation cache; ``best/``: the winner and its evidence.
 A finished step's file is its checkpoint: ``--resume`` loads it instead of running the step again.
@@ -11,7 +11,6 @@ A finished step's file is its checkpoint: ``--resume`` loads it instead of runni
 
 from __future__ import annotations
 
-import contextvars
 import json
 import os
 import socket
@@ -21,7 +20,6 @@ from typing import TypeVar
 
 from pydantic import BaseModel
 
-from astra_sglang.agents.config import TokenCount
 from astra_sglang.contract.base import pid_alive
 from astra_sglang.contract.base import write_atomic as atomic_write
 from astra_sglang.errors import AstraError
@@ -39,19 +37,9 @@ def new_run_id() -> str:
     return datetime.now().strftime("%Y%m%d-%H%M%S") + f"-{os.getpid() % 10000:04d}"
 
 
-class _Scope:
-    """Who is calling the model now, and what its calls have cost so far (one per agent step)."""
-
-    def __init__(self, rnd: int | None, step: str, agent: str) -> None:
-        self.key = (rnd, step, agent)
-        self.tokens = TokenCount()
-
-
 class RunFolder:
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
-        # Per asyncio task: K coding agents run at once, each must see and count its own calls.
-        self._scope: contextvars.ContextVar[_Scope] = contextvars.ContextVar(f"scope:{self.path}")
 
     # ------------------------------------------------------------------------------------------ layout
     @property
@@ -179,28 +167,10 @@ class RunFolder:
         self._append("steps.jsonl", step.model_dump_json())
 
     # ---------------------------------------------------------------------------- model call records
-    def set_scope(self, rnd: int | None, step: str, agent: str) -> None:
-        self._scope.set(_Scope(rnd, step, agent))
-
-    def _current(self) -> _Scope:
-        scope = self._scope.get(None)
-        if scope is None:
-            scope = _Scope(None, "", "")
-            self._scope.set(scope)
-        return scope
-
-    def scope(self) -> tuple[int | None, str, str]:
-        return self._current().key
-
-    def scope_tokens(self) -> TokenCount:
-        return self._current().tokens
-
     def record_call(self, record) -> None:  # record: agents.recording.ModelCallRecord
         calls = self.path / "calls"
         calls.mkdir(exist_ok=True)
         n = len(list(calls.glob("*.json"))) + 1
         rnd = "r---" if record.round is None else f"r{record.round:03d}"
         atomic_write(calls / f"{n:05d}-{rnd}-{record.agent}-{record.step}.json", record.model_dump_json(indent=1))
-        scope = self._current()
-        scope.tokens = scope.tokens + record.tokens
 
