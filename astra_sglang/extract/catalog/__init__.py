@@ -1,4 +1,4 @@
-"""The op catalog: one small module per op family with what extraction cannot derive from SGLang's code.
+"""The op catalog: one module per op under ``ops/`` with what extraction cannot derive from SGLang's code.
 
 An op without an entry is listed by ``extract --list`` with its sources but refused by ``extract`` with the
 reason: without a signature and a reference a folder could not be checked, so it would be worse than none.
@@ -10,8 +10,11 @@ from functools import cache
 
 from astra_sglang.extract.catalog.base import CatalogEntry
 
+# In catalog order (``entries()``); 'ops.NAME' is one op's module (its ENTRY), any other name a family module
+# not yet split into ops (its ENTRIES).
 _MODULES = (
-    "activation", "fused_add_rmsnorm", "merge_state", "softcap", "row_scale", "norm",
+    "ops.silu_and_mul", "ops.gelu_and_mul", "ops.gelu_tanh_and_mul", "ops.relu2",
+    "ops.silu_and_mul_with_activation_rounding", "fused_add_rmsnorm", "merge_state", "softcap", "row_scale", "norm",
     # serving-path helpers (KV-slot lookups, ragged layouts, samplers, speculative and MoE routing, copies)
     "last_loc", "row_argmax", "ragged_layout", "fill_padded_rows", "pack_verify_mask", "spec_decode",
     "lora_moe_align", "gather_spec_extras", "gemma_routing", "mla_k_concat", "dp_memcpy", "dsa_topk_length",
@@ -29,7 +32,8 @@ def entries() -> tuple[CatalogEntry, ...]:
 
     found: list[CatalogEntry] = []
     for name in _MODULES:
-        found += importlib.import_module(f"astra_sglang.extract.catalog.{name}").ENTRIES
+        module = importlib.import_module(f"astra_sglang.extract.catalog.{name}")
+        found += [module.ENTRY] if name.startswith("ops.") else module.ENTRIES
     return tuple(found)
 
 
