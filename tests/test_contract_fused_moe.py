@@ -21,7 +21,7 @@ pytest.importorskip("triton")
 
 from astra_sglang.contract.op import TritonRecipe, load_manifest  # noqa: E402
 from astra_sglang.extract import catalog  # noqa: E402
-from astra_sglang.extract.catalog.moe import moe_config  # noqa: E402
+from astra_sglang.extract.catalog._moe_configs import moe_config  # noqa: E402
 from astra_sglang.extract.extractor import write_op  # noqa: E402
 from astra_sglang.harness.contract_validation import validate_contract, validation_config  # noqa: E402
 from astra_sglang.loader.launch import load_inputs  # noqa: E402

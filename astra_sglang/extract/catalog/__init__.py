@@ -14,15 +14,16 @@ from astra_sglang.extract.catalog.base import CatalogEntry
 # not yet split into ops (its ENTRIES).
 _MODULES = (
     "ops.silu_and_mul", "ops.gelu_and_mul", "ops.gelu_tanh_and_mul", "ops.relu2",
-    "ops.silu_and_mul_with_activation_rounding", "fused_add_rmsnorm", "merge_state", "softcap", "row_scale", "norm",
+    "ops.silu_and_mul_with_activation_rounding", "ops.fused_add_rmsnorm", "ops.merge_state", "softcap",
+    "ops.row_scale_bf16", "norm",
     # serving-path helpers (KV-slot lookups, ragged layouts, samplers, speculative and MoE routing, copies)
-    "last_loc", "row_argmax", "ragged_layout", "fill_padded_rows", "pack_verify_mask", "spec_decode",
-    "lora_moe_align", "gather_spec_extras", "gemma_routing", "mla_k_concat", "dp_memcpy", "dsa_topk_length",
-    "moe_shuffle_rows",
+    "last_loc", "row_argmax", "ragged_layout", "ops.fill_padded_rows", "ops.pack_verify_mask_into", "spec_decode",
+    "lora_moe_align", "ops.gather_spec_extras", "ops.gemma_routing_post_topk", "ops.concat_and_cast_mha_k_triton",
+    "ops.memcpy_triton", "ops.q8kv8_topk_length_from_indices", "ops.shuffle_rows_with_scales",
     # MoE routing and FP8 quantization on the serving hot path
-    "moe", "fused_moe", "quant",
+    "ops.moe_align_block_size", "ops.fused_moe_kernel", "quant",
     # the attention hot path: KV-cache store, RoPE, decode/extend attention
-    "kvcache", "rope", "attention",
+    "ops.reshape_and_cache_flash", "rope", "attention",
 )
 
 

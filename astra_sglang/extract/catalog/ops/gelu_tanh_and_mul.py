@@ -17,8 +17,7 @@ def reference(**args):
 
 REFERENCE = FileText(
     doc=(
-        "Reference for gelu_tanh_and_mul (astra-sglang, written): float32, out = gelu_tanh(x[..., :H]) * "
-        "x[..., H:]."
+        "Reference for gelu_tanh_and_mul (astra-sglang, written): float32, out = gelu_tanh(x[..., :H]) * x[..., H:]."
     ),
     imports=("import torch",),
     functions=(reference,),

@@ -7,8 +7,11 @@ no-rope part and the one rope part shared by every head; head counts that are no
 
 from __future__ import annotations
 
+import torch
+
 from astra_sglang.contract.op import Dim, ShapeCase, Signature, TensorArg
 from astra_sglang.extract.catalog.base import CatalogEntry, exact_tolerances
+from astra_sglang.extract.catalog.source_text import FileText
 from astra_sglang.extract.shapes import DECODE_T, PREFILL_T, case, dedup
 
 _MODULE = "sglang.kernels.ops.attention.mla_qk_prep"
@@ -30,7 +33,23 @@ def _shapes() -> list[ShapeCase]:
     return dedup(cases)
 
 
-CONCAT_AND_CAST_MHA_K = CatalogEntry(
+def reference(**args):
+    nope, rope = args["k_nope"], args["k_rope"]
+    k = args["k"]
+    return {"k": torch.cat([nope, rope.expand(-1, nope.shape[1], -1)], dim=-1).to(k.dtype)}
+
+
+REFERENCE = FileText(
+    doc=(
+        "Reference for concat_and_cast_mha_k_triton (astra-sglang, written): torch.cat of the per-head\n"
+        "no-rope part and the rope part broadcast over heads."
+    ),
+    imports=("import torch",),
+    functions=(reference,),
+)
+
+
+ENTRY = CatalogEntry(
     short_name="concat_and_cast_mha_k_triton",
     op_id="attention.concat_and_cast_mha_k_triton",
     entry_point=f"{_MODULE}:concat_and_cast_mha_k_triton",
@@ -48,17 +67,7 @@ CONCAT_AND_CAST_MHA_K = CatalogEntry(
         relations=["k[t, h, :N] = k_nope[t, h]; k[t, h, N:] = k_rope[t, 0] for every head h"],
         returns=[],
     ),
-    reference='''"""Reference for concat_and_cast_mha_k_triton (astra-sglang, written): torch.cat of the per-head
-no-rope part and the rope part broadcast over heads."""
-
-import torch
-
-
-def reference(**args):
-    nope, rope = args["k_nope"], args["k_rope"]
-    k = args["k"]
-    return {"k": torch.cat([nope, rope.expand(-1, nope.shape[1], -1)], dim=-1).to(k.dtype)}
-''',
+    reference=REFERENCE,
     shapes=_shapes,
     call=["k", "k_nope", "k_rope"],
     wrapper=f"{_MODULE}:concat_and_cast_mha_k_triton",
@@ -74,4 +83,3 @@ def reference(**args):
            "MLA model uses these; SGLang passes a strided k_nope view, the contract a contiguous one."],
 )
 
-ENTRIES = [CONCAT_AND_CAST_MHA_K]

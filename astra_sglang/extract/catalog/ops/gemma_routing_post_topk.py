@@ -6,8 +6,11 @@ learned per-expert scale, as float32 weights and int32 ids.
 
 from __future__ import annotations
 
+import torch
+
 from astra_sglang.contract.op import Dim, ShapeCase, Signature, TensorArg, Tolerance
 from astra_sglang.extract.catalog.base import CatalogEntry
+from astra_sglang.extract.catalog.source_text import FileText
 from astra_sglang.extract.shapes import DECODE_T, PREFILL_T, case, dedup
 
 _MODULE = "sglang.kernels.ops.moe.gemma4_routing"
@@ -23,7 +26,38 @@ def _shapes() -> list[ShapeCase]:
     return dedup(cases)
 
 
-GEMMA_ROUTING_POST_TOPK = CatalogEntry(
+def reference(**args):
+    p = torch.softmax(args["topk_logits"].double(), dim=-1)
+    ids = args["topk_ids"]
+    scale = args["per_expert_scale"].double()[ids]
+    return {"weights": (p * scale).float(), "ids": ids.to(torch.int32)}
+
+
+def make_inputs(dims, dtype, gen, device):
+    logits = torch.randn(dims["T"], dims["K"] + dims["X"], generator=gen, device=device)
+    return {"topk_ids": logits.topk(dims["K"], dim=-1).indices}
+
+
+REFERENCE = FileText(
+    doc=(
+        "Reference for gemma_routing_post_topk (astra-sglang, written): float64 softmax of the top-k\n"
+        "logits times the gathered per-expert scale (SGLang's unfused torch expression)."
+    ),
+    imports=("import torch",),
+    functions=(reference,),
+)
+
+INPUTS = FileText(
+    doc=(
+        "Inputs for gemma_routing_post_topk (astra-sglang, written): the top-k expert ids of random\n"
+        "router logits over E = K + X experts (distinct per token, int64 as torch.topk returns them)."
+    ),
+    imports=("import torch",),
+    functions=(make_inputs,),
+)
+
+
+ENTRY = CatalogEntry(
     short_name="gemma_routing_post_topk",
     op_id="moe.gemma_routing_post_topk",
     entry_point=f"{_MODULE}:gemma_routing_post_topk",
@@ -43,18 +77,7 @@ GEMMA_ROUTING_POST_TOPK = CatalogEntry(
                    "ids = int32(topk_ids); topk_ids distinct experts per row in [0, K+X)"],
         returns=["weights", "ids"],
     ),
-    reference='''"""Reference for gemma_routing_post_topk (astra-sglang, written): float64 softmax of the top-k
-logits times the gathered per-expert scale (SGLang's unfused torch expression)."""
-
-import torch
-
-
-def reference(**args):
-    p = torch.softmax(args["topk_logits"].double(), dim=-1)
-    ids = args["topk_ids"]
-    scale = args["per_expert_scale"].double()[ids]
-    return {"weights": (p * scale).float(), "ids": ids.to(torch.int32)}
-''',
+    reference=REFERENCE,
     shapes=_shapes,
     call=["topk_logits", "topk_ids", "per_expert_scale"],
     wrapper=f"{_MODULE}:gemma_routing_post_topk",
@@ -64,17 +87,7 @@ def reference(**args):
     callsite_modules=(_MODULE,),
     serving_sites={"sglang.srt.models.gemma4_causal:gemma_routing_post_topk": "Gemma-4 MoE routing after torch."
                    "topk (CUDA/XPU) when gemma4_fused_routing does not apply"},
-    inputs='''"""Inputs for gemma_routing_post_topk (astra-sglang, written): the top-k expert ids of random
-router logits over E = K + X experts (distinct per token, int64 as torch.topk returns them)."""
-
-import torch
-
-
-def make_inputs(dims, dtype, gen, device):
-    logits = torch.randn(dims["T"], dims["K"] + dims["X"], generator=gen, device=device)
-    return {"topk_ids": logits.topk(dims["K"], dim=-1).indices}
-''',
+    inputs=INPUTS,
     notes=["ids are compared exactly; weights with the float32 tolerance (the output dtype)."],
 )
 
-ENTRIES = [GEMMA_ROUTING_POST_TOPK]

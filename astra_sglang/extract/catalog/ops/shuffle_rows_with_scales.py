@@ -8,8 +8,11 @@ scales alike.
 
 from __future__ import annotations
 
+import torch
+
 from astra_sglang.contract.op import Dim, ScalarArg, ShapeCase, Signature, TensorArg
 from astra_sglang.extract.catalog.base import CatalogEntry, exact_tolerances
+from astra_sglang.extract.catalog.source_text import FileText
 from astra_sglang.extract.shapes import DECODE_T, PREFILL_T, case, dedup
 
 _MODULE = "sglang.kernels.ops.moe.shuffle_rows_with_scales"
@@ -27,7 +30,39 @@ def _shapes() -> list[ShapeCase]:
     return dedup(cases)
 
 
-SHUFFLE_ROWS_WITH_SCALES = CatalogEntry(
+def reference(**args):
+    m = args["dst2src_map"][:args["num_dst_rows"]].long()
+    return {"q_out": args["q"][m], "scale_out": args["scale"][m]}
+
+
+def make_inputs(dims, dtype, gen, device):
+    t, k = dims["T"], dims["K"]
+    experts = torch.randint(0, 256, (t * k,), generator=gen, device=device)
+    order = torch.argsort(experts * (t * k) + torch.arange(t * k, device=device))
+    return {"dst2src_map": (order // k).to(torch.int32)}
+
+
+def scalars(dims, dtype):
+    return {"num_dst_rows": dims["T"] * dims["K"]}
+
+
+REFERENCE = FileText(
+    doc="Reference for shuffle_rows_with_scales (astra-sglang, written): two row gathers by one map.",
+    functions=(reference,),
+)
+
+INPUTS = FileText(
+    doc=(
+        "Inputs for shuffle_rows_with_scales (astra-sglang, written): the expert-order expansion map of a\n"
+        "top-k routing: every token appears K times (once per routed expert), in an order given by sorting the\n"
+        "(token, k) pairs by a random expert id, as cutlass_moe's a_map."
+    ),
+    imports=("import torch",),
+    functions=(make_inputs, scalars),
+)
+
+
+ENTRY = CatalogEntry(
     short_name="shuffle_rows_with_scales",
     op_id="moe.shuffle_rows_with_scales",
     entry_point=f"{_MODULE}:shuffle_rows_with_scales",
@@ -48,13 +83,7 @@ SHUFFLE_ROWS_WITH_SCALES = CatalogEntry(
         relations=["q_out[i] = q[dst2src_map[i]]; scale_out[i] = scale[dst2src_map[i]]"],
         returns=["q_out", "scale_out"],
     ),
-    reference='''"""Reference for shuffle_rows_with_scales (astra-sglang, written): two row gathers by one map."""
-
-
-def reference(**args):
-    m = args["dst2src_map"][:args["num_dst_rows"]].long()
-    return {"q_out": args["q"][m], "scale_out": args["scale"][m]}
-''',
+    reference=REFERENCE,
     shapes=_shapes,
     call=["q", "scale", "dst2src_map", "num_dst_rows"],
     wrapper=f"{_MODULE}:shuffle_rows_with_scales",
@@ -62,26 +91,9 @@ def reference(**args):
     callsite_modules=(_MODULE,),
     serving_sites={"sglang.srt.layers.moe.cutlass_moe:shuffle_rows_with_scales": "CUTLASS FP8 MoE: expanding "
                    "the quantized activations into expert order (read from source: CUDA-only module)"},
-    inputs='''"""Inputs for shuffle_rows_with_scales (astra-sglang, written): the expert-order expansion map of a
-top-k routing: every token appears K times (once per routed expert), in an order given by sorting the
-(token, k) pairs by a random expert id, as cutlass_moe's a_map."""
-
-import torch
-
-
-def make_inputs(dims, dtype, gen, device):
-    t, k = dims["T"], dims["K"]
-    experts = torch.randint(0, 256, (t * k,), generator=gen, device=device)
-    order = torch.argsort(experts * (t * k) + torch.arange(t * k, device=device))
-    return {"dst2src_map": (order // k).to(torch.int32)}
-
-
-def scalars(dims, dtype):
-    return {"num_dst_rows": dims["T"] * dims["K"]}
-''',
+    inputs=INPUTS,
     inputs_scalars=True,
     notes=["Bytes moved, not interpreted: compared exactly. SGLang passes float8_e4m3fn values; the kernel "
            "views them as int8, so the 1-byte integer dtypes stand for them here."],
 )
 
-ENTRIES = [SHUFFLE_ROWS_WITH_SCALES]

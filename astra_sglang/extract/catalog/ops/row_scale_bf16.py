@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from astra_sglang.contract.op import Dim, ShapeCase, Signature, TensorArg, Tolerance
 from astra_sglang.extract.catalog.base import CatalogEntry
+from astra_sglang.extract.catalog.source_text import FileText
 from astra_sglang.extract.shapes import case, decode_prefill, dedup, model_widths
 
 _MODULE = "sglang.kernels.ops.elementwise.row_scale"
@@ -24,7 +25,17 @@ def _shapes() -> list[ShapeCase]:
     )
 
 
-ROW_SCALE_BF16 = CatalogEntry(
+def reference(**args):
+    return {"out": args["x"].float() * args["tau"].float().unsqueeze(-1)}
+
+
+REFERENCE = FileText(
+    doc="Reference for row_scale_bf16 (astra-sglang, written): float32 x * tau per row.",
+    functions=(reference,),
+)
+
+
+ENTRY = CatalogEntry(
     short_name="row_scale_bf16",
     op_id="elementwise.row_scale_bf16",
     entry_point=f"{_MODULE}:row_scale_bf16",
@@ -39,12 +50,7 @@ ROW_SCALE_BF16 = CatalogEntry(
         dtypes=["bfloat16"],
         relations=["out[r, :] = bf16(float32(x[r, :]) * tau[r])", "K % 8 == 0, rows 16-byte aligned"],
     ),
-    reference='''"""Reference for row_scale_bf16 (astra-sglang, written): float32 x * tau per row."""
-
-
-def reference(**args):
-    return {"out": args["x"].float() * args["tau"].float().unsqueeze(-1)}
-''',
+    reference=REFERENCE,
     shapes=_shapes,
     call=["x", "tau", "out"],
     builder=f"{_MODULE}:_jit_row_scale_module",
@@ -57,4 +63,3 @@ def reference(**args):
            "tolerance 8e-3 = one ulp.", "template args: row_scale<use_pdl=true> (dtype-independent, bf16 only)"],
 )
 
-ENTRIES = [ROW_SCALE_BF16]

@@ -7,8 +7,11 @@ _mask_topk_ids_padded_region / _zero_topk_weights_padded_region).
 
 from __future__ import annotations
 
+import torch
+
 from astra_sglang.contract.op import Dim, ScalarArg, ShapeCase, Signature, TensorArg
 from astra_sglang.extract.catalog.base import CatalogEntry, exact_tolerances
+from astra_sglang.extract.catalog.source_text import FileText
 from astra_sglang.extract.shapes import DECODE_T, case, dedup
 
 _MODULE = "sglang.kernels.ops.moe.fill_padded_rows"
@@ -25,7 +28,43 @@ def _shapes() -> list[ShapeCase]:
     return dedup(cases)
 
 
-FILL_PADDED_ROWS = CatalogEntry(
+def reference(**args):
+    x = args["x"].clone()
+    rows = torch.arange(x.shape[0], device=x.device)
+    x.masked_fill_((rows >= args["num_token_non_padded"])[:, None], args["fill_value"])
+    return {"x": x}
+
+
+def make_inputs(dims, dtype, gen, device):
+    n = torch.randint(0, dims["T"] + 1, (), generator=gen, device=device)
+    return {"num_token_non_padded": n.to(torch.int32)}
+
+
+def scalars(dims, dtype):
+    return {"fill_value": -1 if dtype == "int32" else 0.0}
+
+
+REFERENCE = FileText(
+    doc=(
+        "Reference for fill_padded_rows (astra-sglang, written; restates topk.py's CPU branch:\n"
+        "x.masked_fill_((arange(T) >= n)[:, None], fill_value))."
+    ),
+    imports=("import torch",),
+    functions=(reference,),
+)
+
+INPUTS = FileText(
+    doc=(
+        "Inputs for fill_padded_rows (astra-sglang, written): the real token count of a padded CUDA-graph\n"
+        "batch, a 0-dim int32 device tensor in [0, T] (0 and T included: all-padding and no-padding batches), and the\n"
+        "fill value SGLang uses per dtype (-1 for int32 top-k ids, 0.0 for float32 weights)."
+    ),
+    imports=("import torch",),
+    functions=(make_inputs, scalars),
+)
+
+
+ENTRY = CatalogEntry(
     short_name="fill_padded_rows",
     op_id="moe.fill_padded_rows",
     entry_point=f"{_MODULE}:_fill_padded_rows",
@@ -44,18 +83,7 @@ FILL_PADDED_ROWS = CatalogEntry(
                    "0 <= num_token_non_padded <= T"],
         returns=[],
     ),
-    reference='''"""Reference for fill_padded_rows (astra-sglang, written; restates topk.py's CPU branch:
-x.masked_fill_((arange(T) >= n)[:, None], fill_value))."""
-
-import torch
-
-
-def reference(**args):
-    x = args["x"].clone()
-    rows = torch.arange(x.shape[0], device=x.device)
-    x.masked_fill_((rows >= args["num_token_non_padded"])[:, None], args["fill_value"])
-    return {"x": x}
-''',
+    reference=REFERENCE,
     shapes=_shapes,
     call=["x", "num_token_non_padded", "fill_value"],
     wrapper=f"{_MODULE}:_fill_padded_rows",
@@ -63,23 +91,8 @@ def reference(**args):
     callsite_modules=(_MODULE, _TOPK),
     serving_sites={f"{_TOPK}:_fill_padded_rows": "top-k id masking (non-int32 ids or fill != -1) and top-k weight "
                    "zeroing of padded CUDA-graph rows"},
-    inputs='''"""Inputs for fill_padded_rows (astra-sglang, written): the real token count of a padded CUDA-graph
-batch, a 0-dim int32 device tensor in [0, T] (0 and T included: all-padding and no-padding batches), and the
-fill value SGLang uses per dtype (-1 for int32 top-k ids, 0.0 for float32 weights)."""
-
-import torch
-
-
-def make_inputs(dims, dtype, gen, device):
-    n = torch.randint(0, dims["T"] + 1, (), generator=gen, device=device)
-    return {"num_token_non_padded": n.to(torch.int32)}
-
-
-def scalars(dims, dtype):
-    return {"fill_value": -1 if dtype == "int32" else 0.0}
-''',
+    inputs=INPUTS,
     inputs_scalars=True,
     notes=["Values are copied or filled: compared exactly."],
 )
 
-ENTRIES = [FILL_PADDED_ROWS]

@@ -7,6 +7,8 @@ with cast_x_before_out_mul=True and otherwise serves with sgl_kernel.fused_add_r
 
 from __future__ import annotations
 
+import torch
+
 from astra_sglang.contract.op import (
     CallSite,
     Dim,
@@ -18,6 +20,7 @@ from astra_sglang.contract.op import (
     hook_target,
 )
 from astra_sglang.extract.catalog.base import CatalogEntry, FlashInferBaseline
+from astra_sglang.extract.catalog.source_text import FileText
 from astra_sglang.extract.shapes import DECODE_T, MODELS, PREFILL_T, case, dedup
 
 _ENTRY = "sglang.kernels.ops.layernorm.norm:fused_add_rmsnorm"
@@ -25,21 +28,6 @@ _JIT_MAX_H = 8192
 # sglang 0.5.23, RMSNorm.forward_cuda: `elif residual is not None:` / `if self.cast_x_before_out_mul:` ... `else:`
 # `fused_add_rmsnorm(x, residual, self.weight.data, self.variance_epsilon)` (the sgl_kernel import at line 102)
 _SERVED_AT = "sglang/srt/layers/layernorm.py:628"
-
-_REFERENCE = '''"""Reference for fused_add_rmsnorm (astra-sglang, written; restates RMSNorm.forward_native with a
-residual in float32): residual <- input + residual; input <- (residual * rsqrt(mean(residual^2) + eps)) * weight.
-Both results are returned in float32; the kernel stores them in the case dtype (one rounding each)."""
-
-import torch
-
-
-def reference(**args):
-    eps = float(args.get("eps", 1e-6))
-    s = args["input"].float() + args["residual"].float()
-    variance = s.pow(2).mean(dim=-1, keepdim=True)
-    normed = s * torch.rsqrt(variance + eps) * args["weight"].float()
-    return {"input": normed, "residual": s}
-'''
 
 
 def _shapes() -> list[ShapeCase]:
@@ -75,7 +63,27 @@ def _trace(tensors: list[tuple[str, list[int]]]) -> dict[str, int] | None:
     return {"T": t, "H": h}
 
 
-FUSED_ADD_RMSNORM = CatalogEntry(
+def reference(**args):
+    eps = float(args.get("eps", 1e-6))
+    s = args["input"].float() + args["residual"].float()
+    variance = s.pow(2).mean(dim=-1, keepdim=True)
+    normed = s * torch.rsqrt(variance + eps) * args["weight"].float()
+    return {"input": normed, "residual": s}
+
+
+REFERENCE = FileText(
+    doc=(
+        "Reference for fused_add_rmsnorm (astra-sglang, written; restates RMSNorm.forward_native with a\n"
+        "residual in float32): residual <- input + residual; input <- (residual * rsqrt(mean(residual^2) + eps)) * "
+        "weight.\n"
+        "Both results are returned in float32; the kernel stores them in the case dtype (one rounding each)."
+    ),
+    imports=("import torch",),
+    functions=(reference,),
+)
+
+
+ENTRY = CatalogEntry(
     short_name="fused_add_rmsnorm",
     op_id=_ENTRY,
     entry_point=_ENTRY,
@@ -99,7 +107,7 @@ FUSED_ADD_RMSNORM = CatalogEntry(
             "are not supported'); shapes tagged unsupported_by_sglang_jit exceed it and are served by FlashInfer",
         ],
     ),
-    reference=_REFERENCE,
+    reference=REFERENCE,
     shapes=_shapes,
     call=["input", "residual", "weight", "eps"],
     builder="sglang.kernels.ops.layernorm.norm:_jit_fused_add_rmsnorm_module",
@@ -152,4 +160,3 @@ FUSED_ADD_RMSNORM = CatalogEntry(
     ],
 )
 
-ENTRIES = [FUSED_ADD_RMSNORM]

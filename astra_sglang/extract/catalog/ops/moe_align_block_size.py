@@ -13,75 +13,19 @@ more than 63 experts a Triton single-CTA kernel. This folder pins the GGUF varia
 
 from __future__ import annotations
 
-import json
-from functools import cache
-from pathlib import Path
-from typing import Any
+import torch
 
 from astra_sglang.contract.op import CallSite, Dim, ScalarArg, ShapeCase, Signature, TensorArg, Tolerance
+from astra_sglang.extract.catalog._moe_configs import moe_config, moe_splits, served_dtype
 from astra_sglang.extract.catalog.base import CatalogEntry
-from astra_sglang.extract.shapes import DECODE_T, MOE_MODELS, PREFILL_T, TP_SIZES, MoeConfig, case, dedup
+from astra_sglang.extract.catalog.source_text import FileText
+from astra_sglang.extract.shapes import DECODE_T, PREFILL_T, case, dedup
 
 _MODULE = "sglang.kernels.ops.moe.moe_align"
 _SRT_ALIGN = "sglang.srt.layers.moe.moe_runner.triton_utils.moe_align_block_size"
-_CONFIG_DIR = "srt/layers/moe/moe_runner/triton_utils/configs"
-_DEVICE = "NVIDIA_H200"
 
 # P: sorted_token_ids capacity = SGLang's bound T*K + (E+1)*(BS-1), rounded up to whole int4 stores
 _CAPACITY = "(T*K+(E+1)*(BS-1)+3)//4*4"
-
-
-def served_dtype(model: MoeConfig) -> tuple[str | None, list[int] | None]:
-    """The expert-weight format a model is served in on the H200 (DeepSeek-V3 ships block-wise FP8)."""
-    return ("fp8_w8a8", [128, 128]) if model.name.startswith("DeepSeek") else (None, None)
-
-
-@cache
-def _tuned(e: int, n: int, dtype: str | None, block: tuple[int, ...] | None) -> dict[int, dict[str, Any]] | None:
-    """SGLang's tuned fused-MoE configs for the H200 (get_moe_configs: this Triton's folder, else newest first)."""
-    import triton
-
-    from astra_sglang.extract.sglang_env import sglang_root
-
-    name = f"E={e},N={n},device_name={_DEVICE}" + (f",dtype={dtype}" if dtype else "") + (
-        f",block_shape={list(block)}" if block else "") + ".json"
-    root = sglang_root() / _CONFIG_DIR
-    own = f"triton_{triton.__version__.replace('.', '_')}"
-    versions = sorted((d.name for d in root.iterdir() if d.name.startswith("triton_")),
-                      key=lambda v: tuple(int(x) for x in v.removeprefix("triton_").split("_")), reverse=True)
-    for folder in [own, *[v for v in versions if v != own]]:
-        path: Path = root / folder / name
-        if path.is_file():
-            return {int(k): v for k, v in json.loads(path.read_text()).items()}
-    return None
-
-
-def moe_config(e: int, n: int, m: int, dtype: str | None, block: list[int] | None) -> dict[str, Any]:
-    """The fused_moe_kernel config SGLang picks on an H200 for M tokens (try_get_optimal_moe_config): the tuned
-    entry nearest M, else get_default_config's bf16 / block-FP8 default."""
-    tuned = _tuned(e, n, dtype, tuple(block) if block else None)
-    if tuned:
-        return dict(tuned[min(tuned, key=lambda x: abs(x - m))])
-    if dtype == "fp8_w8a8" and block:
-        return {"BLOCK_SIZE_M": 64, "BLOCK_SIZE_N": block[0], "BLOCK_SIZE_K": block[1], "GROUP_SIZE_M": 32,
-                "num_warps": 4, "num_stages": 3}
-    if m <= e:
-        return {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 32, "BLOCK_SIZE_K": 64, "GROUP_SIZE_M": 1}
-    return {"BLOCK_SIZE_M": 64, "BLOCK_SIZE_N": 64, "BLOCK_SIZE_K": 32, "GROUP_SIZE_M": 8}
-
-
-def moe_splits() -> list[tuple[MoeConfig, int, int, int, str]]:
-    """(model, local experts, expert-parallel size, intermediate per expert after TP, source) for every split
-    SGLang serves the model with: TP only (experts whole, intermediate split) and EP (experts split)."""
-    out: list[tuple[MoeConfig, int, int, int, str]] = []
-    for m in MOE_MODELS:
-        for tp in TP_SIZES:
-            if m.intermediate % tp == 0 and m.intermediate // tp >= 128 and (m.name != "DeepSeek-V3" or tp == 8):
-                out.append((m, m.experts, 1, m.intermediate // tp, f"{m.name} TP{tp}"))
-        for ep in m.ep_sizes:
-            if ep > 1:
-                out.append((m, m.experts // ep, ep, m.intermediate, f"{m.name} EP{ep}"))
-    return out
 
 
 def _align_shapes() -> list[ShapeCase]:
@@ -106,49 +50,6 @@ def _align_shapes() -> list[ShapeCase]:
         case(["edge"], "edge: Qwen3 EP8, most ids belong to other ranks (-1)", T=64, K=8, E=16, EP=8, BS=16),
     ]
     return dedup(cases)
-
-
-_ALIGN_INPUTS = '''"""Inputs for moe_align_block_size (astra-sglang, written): top-k expert ids from a reference routing.
-
-Router logits are normal with a per-expert bias (some experts hot, some without a token, as in real batches);
-each token takes the top-K experts of softmax(logits) over the E*EP global experts. With expert parallelism
-this rank (drawn) keeps its E local experts and every other id becomes -1, SGLang's EP convention (bucket 0 of
-the +1 offset). Where K exceeds the global expert count (only in invented shapes) the surplus slots are -1.
-"""
-
-import torch
-
-
-def make_inputs(dims, dtype, gen, device):
-    t, k, e, ep = dims["T"], dims["K"], dims["E"], dims["EP"]
-    g = e * ep
-    bias = 2.0 * torch.randn(1, g, generator=gen, device=device)
-    logits = torch.randn(t, g, generator=gen, device=device) + bias
-    picked = min(k, g)
-    ids = torch.topk(torch.softmax(logits, dim=-1), picked, dim=-1).indices
-    rank = int(torch.randint(0, ep, (1,), generator=gen, device=device).item())
-    local = ids - rank * e
-    local = torch.where((local >= 0) & (local < e), local, torch.full_like(local, -1))
-    if picked < k:
-        local = torch.cat([local, torch.full((t, k - picked), -1, dtype=local.dtype, device=device)], dim=1)
-    return {"topk_ids": local.to(getattr(torch, dtype)).contiguous()}
-
-
-def scalars(dims, dtype):
-    return {"num_experts": dims["E"] + 1, "block_size": dims["BS"]}
-'''
-
-_ALIGN_REFERENCE = '''"""Reference for moe_align_block_size (astra-sglang, written; the GGUF variant: pad_expert_ids, padded ids).
-
-Bucket b = id + 1 (bucket 0 = expert -1). Each bucket's (token, slot) indices i (into topk_ids.flatten()) fill
-a run of ceil(count_b / BS) * BS slots starting at the padded prefix sum; the rest of the run and everything past
-the total is numel. expert_ids[j] = bucket - 1 of block j, -1 past the last block. The kernel writes a bucket's
-indices with atomics, so their order within the bucket is not defined: 'sorted_token_ids:segments' gives every
-slot its bucket and the checker compares each bucket as a sorted multiset (this reference writes them
-ascending). cumsum_buffer is the kernel's scratch (the single-CTA path does not touch it): segments -1, never
-compared."""
-
-import torch
 
 
 def reference(**args):
@@ -179,9 +80,59 @@ def reference(**args):
             "cumsum_buffer": torch.zeros_like(scratch),
             "sorted_token_ids:segments": segments,
             "cumsum_buffer:segments": torch.full(scratch.shape, -1, dtype=torch.int64, device=dev)}
-'''
 
-MOE_ALIGN_BLOCK_SIZE = CatalogEntry(
+
+def make_inputs(dims, dtype, gen, device):
+    t, k, e, ep = dims["T"], dims["K"], dims["E"], dims["EP"]
+    g = e * ep
+    bias = 2.0 * torch.randn(1, g, generator=gen, device=device)
+    logits = torch.randn(t, g, generator=gen, device=device) + bias
+    picked = min(k, g)
+    ids = torch.topk(torch.softmax(logits, dim=-1), picked, dim=-1).indices
+    rank = int(torch.randint(0, ep, (1,), generator=gen, device=device).item())
+    local = ids - rank * e
+    local = torch.where((local >= 0) & (local < e), local, torch.full_like(local, -1))
+    if picked < k:
+        local = torch.cat([local, torch.full((t, k - picked), -1, dtype=local.dtype, device=device)], dim=1)
+    return {"topk_ids": local.to(getattr(torch, dtype)).contiguous()}
+
+
+def scalars(dims, dtype):
+    return {"num_experts": dims["E"] + 1, "block_size": dims["BS"]}
+
+
+REFERENCE = FileText(
+    doc=(
+        "Reference for moe_align_block_size (astra-sglang, written; the GGUF variant: pad_expert_ids, padded ids).\n"
+        "\n"
+        "Bucket b = id + 1 (bucket 0 = expert -1). Each bucket's (token, slot) indices i (into topk_ids.flatten()) fill\n"
+        "a run of ceil(count_b / BS) * BS slots starting at the padded prefix sum; the rest of the run and "
+        "everything past\n"
+        "the total is numel. expert_ids[j] = bucket - 1 of block j, -1 past the last block. The kernel writes a bucket's\n"
+        "indices with atomics, so their order within the bucket is not defined: 'sorted_token_ids:segments' gives every\n"
+        "slot its bucket and the checker compares each bucket as a sorted multiset (this reference writes them\n"
+        "ascending). cumsum_buffer is the kernel's scratch (the single-CTA path does not touch it): segments -1, never\n"
+        "compared."
+    ),
+    imports=("import torch",),
+    functions=(reference,),
+)
+
+INPUTS = FileText(
+    doc=(
+        "Inputs for moe_align_block_size (astra-sglang, written): top-k expert ids from a reference routing.\n"
+        "\n"
+        "Router logits are normal with a per-expert bias (some experts hot, some without a token, as in real batches);\n"
+        "each token takes the top-K experts of softmax(logits) over the E*EP global experts. With expert parallelism\n"
+        "this rank (drawn) keeps its E local experts and every other id becomes -1, SGLang's EP convention (bucket 0 of\n"
+        "the +1 offset). Where K exceeds the global expert count (only in invented shapes) the surplus slots are -1.\n"
+    ),
+    imports=("import torch",),
+    functions=(make_inputs, scalars),
+)
+
+
+ENTRY = CatalogEntry(
     short_name="moe_align_block_size",
     op_id="moe.moe_align_block_size",
     entry_point=f"{_MODULE}:moe_align_block_size",
@@ -219,7 +170,7 @@ MOE_ALIGN_BLOCK_SIZE = CatalogEntry(
         ],
         returns=[],
     ),
-    reference=_ALIGN_REFERENCE,
+    reference=REFERENCE,
     shapes=_align_shapes,
     call=["topk_ids", "num_experts", "block_size", "sorted_token_ids", "expert_ids", "num_tokens_post_pad",
           "cumsum_buffer", "True"],
@@ -227,7 +178,7 @@ MOE_ALIGN_BLOCK_SIZE = CatalogEntry(
     builder_args={"int32": ("torch.int32", False, False, True)},
     entry_export="moe_align_block_size",
     tolerances={"int32": Tolerance(atol=0.0, rtol=0.0)},
-    inputs=_ALIGN_INPUTS,
+    inputs=INPUTS,
     inputs_scalars=True,
     callsite_modules=(_MODULE, "sglang.kernels.ops.lora.moe.virtual_experts"),
     serving_sites={
@@ -264,4 +215,3 @@ MOE_ALIGN_BLOCK_SIZE = CatalogEntry(
     ],
 )
 
-ENTRIES = [MOE_ALIGN_BLOCK_SIZE]

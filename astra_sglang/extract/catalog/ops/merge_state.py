@@ -6,6 +6,8 @@ out = (a*v_a + b*v_b)/(a+b), lse = log(a+b). An LSE of +inf marks an empty parti
 
 from __future__ import annotations
 
+import torch
+
 from astra_sglang.contract.op import (
     CallSite,
     Dim,
@@ -15,38 +17,10 @@ from astra_sglang.contract.op import (
     hook_target,
 )
 from astra_sglang.extract.catalog.base import CatalogEntry, FlashInferBaseline
+from astra_sglang.extract.catalog.source_text import FileText
 from astra_sglang.extract.shapes import case, decode_prefill, dedup, model_widths
 
 _ENTRY = "sglang.kernels.ops.attention.merge_state:merge_state_triton"
-
-_REFERENCE = '''"""Reference for merge_state_triton (astra-sglang, written; base-e LSE like SGLang's Triton kernel).
-
-lse = +inf is read as -inf (an empty partial). When both LSEs are -inf the kernel computes -inf - (-inf)
-= NaN and so does this reference: compare with equal_nan there."""
-
-import torch
-
-
-def reference(**args):
-    inf = float("inf")
-    p_lse = args["prefix_lse"].float()
-    s_lse = args["suffix_lse"].float()
-    p_lse = torch.where(p_lse == inf, torch.full_like(p_lse, -inf), p_lse)
-    s_lse = torch.where(s_lse == inf, torch.full_like(s_lse, -inf), s_lse)
-    m = torch.maximum(p_lse, s_lse)
-    p = torch.exp(p_lse - m)
-    s = torch.exp(s_lse - m)
-    total = p + s
-    out = args["prefix_output"].float() * (p / total).unsqueeze(-1) + args["suffix_output"].float() * (
-        s / total
-    ).unsqueeze(-1)
-    # The size of the terms each result is mixed from: the rounding error of any valid arithmetic order
-    # scales with these, not with the (possibly cancelled) result (see astra_sglang.checker.scale_key).
-    out_scale = torch.maximum(args["prefix_output"].float().abs(), args["suffix_output"].float().abs())
-    lse_scale = torch.maximum(p_lse.abs(), s_lse.abs()).nan_to_num(0.0, posinf=0.0, neginf=0.0)
-    return {"output": out, "output_lse": torch.log(total) + m,
-            "output:scale": out_scale, "output_lse:scale": lse_scale}
-'''
 
 
 def _shapes() -> list[ShapeCase]:
@@ -73,7 +47,40 @@ def _trace(tensors: list[tuple[str, list[int]]]) -> dict[str, int] | None:
     return {"T": t, "NH": nh, "D": d}
 
 
-MERGE_STATE = CatalogEntry(
+def reference(**args):
+    inf = float("inf")
+    p_lse = args["prefix_lse"].float()
+    s_lse = args["suffix_lse"].float()
+    p_lse = torch.where(p_lse == inf, torch.full_like(p_lse, -inf), p_lse)
+    s_lse = torch.where(s_lse == inf, torch.full_like(s_lse, -inf), s_lse)
+    m = torch.maximum(p_lse, s_lse)
+    p = torch.exp(p_lse - m)
+    s = torch.exp(s_lse - m)
+    total = p + s
+    out = args["prefix_output"].float() * (p / total).unsqueeze(-1) + args["suffix_output"].float() * (
+        s / total
+    ).unsqueeze(-1)
+    # The size of the terms each result is mixed from: the rounding error of any valid arithmetic order
+    # scales with these, not with the (possibly cancelled) result (see astra_sglang.checker.scale_key).
+    out_scale = torch.maximum(args["prefix_output"].float().abs(), args["suffix_output"].float().abs())
+    lse_scale = torch.maximum(p_lse.abs(), s_lse.abs()).nan_to_num(0.0, posinf=0.0, neginf=0.0)
+    return {"output": out, "output_lse": torch.log(total) + m,
+            "output:scale": out_scale, "output_lse:scale": lse_scale}
+
+
+REFERENCE = FileText(
+    doc=(
+        "Reference for merge_state_triton (astra-sglang, written; base-e LSE like SGLang's Triton kernel).\n"
+        "\n"
+        "lse = +inf is read as -inf (an empty partial). When both LSEs are -inf the kernel computes -inf - (-inf)\n"
+        "= NaN and so does this reference: compare with equal_nan there."
+    ),
+    imports=("import torch",),
+    functions=(reference,),
+)
+
+
+ENTRY = CatalogEntry(
     short_name="merge_state",
     op_id="attention.merge_state_triton",
     entry_point=_ENTRY,
@@ -104,7 +111,7 @@ MERGE_STATE = CatalogEntry(
         # callers unpack it (`o, _ = _safe_merge_state(...)` in flashinfer_backend.py)
         returns=["output", "output_lse"],
     ),
-    reference=_REFERENCE,
+    reference=REFERENCE,
     shapes=_shapes,
     call=["prefix_output", "prefix_lse", "suffix_output", "suffix_lse", "output", "output_lse"],
     wrapper=_ENTRY,
@@ -157,4 +164,3 @@ MERGE_STATE = CatalogEntry(
     notes=["Triton kernel: merge_state_kernel, launched on grid (T, NH) with PADDED_HEAD_SIZE = next_pow2(D)."],
 )
 
-ENTRIES = [MERGE_STATE]

@@ -7,19 +7,38 @@ ceil(Q * kv_len_b / 8) bytes at packed_indptr[b] (``srt/layers/attention/flashin
 
 from __future__ import annotations
 
+import torch
+
 from astra_sglang.contract.op import Dim, ScalarArg, ShapeCase, Signature, TensorArg
+from astra_sglang.extract.catalog._ragged_batch import _lengths
 from astra_sglang.extract.catalog.base import CatalogEntry, exact_tolerances
-from astra_sglang.extract.catalog.ragged_layout import LENGTHS_HELPER
+from astra_sglang.extract.catalog.source_text import FileText
 from astra_sglang.extract.shapes import case, dedup
 
 _MODULE = "sglang.kernels.ops.speculative.pack_verify_mask"
 
-_INPUTS = '''"""Inputs for pack_verify_mask_into (astra-sglang, written): B requests whose KV lengths (prefix + Q draft
-tokens) lie in [1, K+E] and sum to B*K, their kv_indptr, the byte offsets packed_indptr = [0, cumsum(ceil(Q *
-kv_len / 8))] that SGLang computes on the host, and a random tree mask (each bit 1 with probability 1/2)."""
 
-import torch
-''' + LENGTHS_HELPER + '''
+def _shapes() -> list[ShapeCase]:
+    # EAGLE verify: Q = draft tokens per request (uniform width), K ~ context lengths
+    cases = [case(["decode"], f"EAGLE verify: {b} requests, {q} draft tokens, ~{k} KV tokens", B=b, K=k, E=k, Q=q)
+             for b, k, q in ((1, 1024, 4), (8, 2048, 4), (32, 512, 8), (64, 4096, 6), (16, 8192, 8))]
+    cases += [case(["edge"], "edge: one request, one KV token", B=1, K=1, E=0, Q=1),
+              case(["edge"], "edge: Q*kv_len not a multiple of 8", B=7, K=13, E=5, Q=3)]
+    return dedup(cases)
+
+
+def reference(**args):
+    out = args["output"].clone()
+    mask, q = args["mask"].reshape(-1), args["q_width"]
+    kv, packed = args["kv_indptr"].tolist(), args["packed_indptr"].tolist()
+    weights = 2 ** torch.arange(8, device=mask.device)
+    for b in range(args["n_requests"]):
+        bits = mask[kv[b] * q:kv[b + 1] * q].long()
+        n = (bits.numel() + 7) // 8
+        bits = torch.cat([bits, bits.new_zeros(8 * n - bits.numel())]).view(n, 8)
+        out[packed[b]:packed[b] + n] = (bits * weights).sum(1).to(out.dtype)
+    return {"output": out}
+
 
 def make_inputs(dims, dtype, gen, device):
     b, k, q = dims["B"], dims["K"], dims["Q"]
@@ -34,39 +53,30 @@ def make_inputs(dims, dtype, gen, device):
 
 def scalars(dims, dtype):
     return {"n_requests": dims["B"], "q_width": dims["Q"], "kv_len_bound": dims["K"] + dims["E"]}
-'''
-
-_REFERENCE = '''"""Reference for pack_verify_mask_into (astra-sglang, written): byte j of request b holds bits
-8j..8j+7 of its mask block, bit i of the byte = element 8j+i (little bit order); bytes past the packed
-stream are left as they were."""
-
-import torch
 
 
-def reference(**args):
-    out = args["output"].clone()
-    mask, q = args["mask"].reshape(-1), args["q_width"]
-    kv, packed = args["kv_indptr"].tolist(), args["packed_indptr"].tolist()
-    weights = 2 ** torch.arange(8, device=mask.device)
-    for b in range(args["n_requests"]):
-        bits = mask[kv[b] * q:kv[b + 1] * q].long()
-        n = (bits.numel() + 7) // 8
-        bits = torch.cat([bits, bits.new_zeros(8 * n - bits.numel())]).view(n, 8)
-        out[packed[b]:packed[b] + n] = (bits * weights).sum(1).to(out.dtype)
-    return {"output": out}
-'''
+REFERENCE = FileText(
+    doc=(
+        "Reference for pack_verify_mask_into (astra-sglang, written): byte j of request b holds bits\n"
+        "8j..8j+7 of its mask block, bit i of the byte = element 8j+i (little bit order); bytes past the packed\n"
+        "stream are left as they were."
+    ),
+    imports=("import torch",),
+    functions=(reference,),
+)
+
+INPUTS = FileText(
+    doc=(
+        "Inputs for pack_verify_mask_into (astra-sglang, written): B requests whose KV lengths (prefix + Q draft\n"
+        "tokens) lie in [1, K+E] and sum to B*K, their kv_indptr, the byte offsets packed_indptr = [0, cumsum(ceil(Q *\n"
+        "kv_len / 8))] that SGLang computes on the host, and a random tree mask (each bit 1 with probability 1/2)."
+    ),
+    imports=("import torch",),
+    functions=(_lengths, make_inputs, scalars),
+)
 
 
-def _shapes() -> list[ShapeCase]:
-    # EAGLE verify: Q = draft tokens per request (uniform width), K ~ context lengths
-    cases = [case(["decode"], f"EAGLE verify: {b} requests, {q} draft tokens, ~{k} KV tokens", B=b, K=k, E=k, Q=q)
-             for b, k, q in ((1, 1024, 4), (8, 2048, 4), (32, 512, 8), (64, 4096, 6), (16, 8192, 8))]
-    cases += [case(["edge"], "edge: one request, one KV token", B=1, K=1, E=0, Q=1),
-              case(["edge"], "edge: Q*kv_len not a multiple of 8", B=7, K=13, E=5, Q=3)]
-    return dedup(cases)
-
-
-PACK_VERIFY_MASK = CatalogEntry(
+ENTRY = CatalogEntry(
     short_name="pack_verify_mask_into",
     op_id="speculative.pack_verify_mask_into",
     entry_point=f"{_MODULE}:pack_verify_mask_into",
@@ -90,7 +100,7 @@ PACK_VERIFY_MASK = CatalogEntry(
                    "bytes past packed_indptr[B] are untouched (the buffer is SGLang's preallocated one)"],
         returns=[],
     ),
-    reference=_REFERENCE,
+    reference=REFERENCE,
     shapes=_shapes,
     call=["mask", "kv_indptr", "packed_indptr", "output", "batch_size=n_requests", "query_width=q_width",
           "max_kv_len=kv_len_bound"],
@@ -99,9 +109,8 @@ PACK_VERIFY_MASK = CatalogEntry(
     callsite_modules=(_MODULE,),
     serving_sites={f"{_MODULE}:pack_verify_mask_into": "FlashInfer backend, EAGLE verify with a uniform verify "
                    "width and page_size 1 (imported inside the prefill-metadata update)"},
-    inputs=_INPUTS,
+    inputs=INPUTS,
     inputs_scalars=True,
     notes=["Packed bits: compared exactly."],
 )
 
-ENTRIES = [PACK_VERIFY_MASK]

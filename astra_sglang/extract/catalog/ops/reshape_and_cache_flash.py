@@ -7,6 +7,8 @@ result is exact in every dtype.
 
 from __future__ import annotations
 
+import torch
+
 from astra_sglang.contract.op import (
     CallSite,
     Dim,
@@ -16,47 +18,12 @@ from astra_sglang.contract.op import (
     hook_target,
 )
 from astra_sglang.extract.catalog.base import CatalogEntry
+from astra_sglang.extract.catalog.source_text import FileText
 from astra_sglang.extract.shapes import DECODE_T, MODELS, PREFILL_T, TP_SIZES, case, dedup
 
 _MODULE = "sglang.kernels.ops.kvcache.cache_ops"
 _ENTRY = f"{_MODULE}:launch_reshape_and_cache_flash"
 MAX_ELEMS = 1 << 26  # EvalConfig.check_max_elems: the largest cache a case may allocate
-
-_REFERENCE = '''"""Reference for reshape_and_cache_flash (astra-sglang, written): a scatter of K/V rows into the paged cache.
-
-slot s < 0 is padding and writes nothing; slot s >= 0 is page s // page_size, row s % page_size."""
-
-
-def reference(**args):
-    key_cache = args["key_cache"].clone()
-    value_cache = args["value_cache"].clone()
-    pages, page_size, heads, dim = key_cache.shape
-    slots = args["slot_mapping"].long()
-    keep = slots >= 0
-    key_cache.view(pages * page_size, heads, dim)[slots[keep]] = args["key"][keep]
-    value_cache.view(pages * page_size, heads, dim)[slots[keep]] = args["value"][keep]
-    return {"key_cache": key_cache, "value_cache": value_cache}
-'''
-
-# A simulated batch's out_cache_loc. The pool has T//BS + X pages of BS slots; page 0 is SGLang's padded page
-# (it absorbs dummy writes, never holds a request's KV), so real slots are drawn from pages 1.. . With X >= 2
-# there are more than T of them for every legal T, BS. The trailing T//4 tokens are padding (-1): the kernel
-# skips negative slots (``if slot_idx < 0: return``), and a candidate must too.
-_INPUTS = '''"""Structured inputs for reshape_and_cache_flash (astra-sglang, written): the slot mapping of a batch."""
-
-import torch
-
-
-def make_inputs(dims, dtype, gen, device):
-    t, bs, x = dims["T"], dims["BS"], dims["X"]
-    pool = (t // bs + x) * bs
-    free = torch.randperm(pool - bs, generator=gen, device=device) + bs  # page 0 is the padded page
-    slots = free[:t].to(torch.int64)
-    pad = t // 4
-    if pad:
-        slots[t - pad:] = -1
-    return {"slot_mapping": slots}
-'''
 
 
 def _shapes() -> list[ShapeCase]:
@@ -85,7 +52,45 @@ def _shapes() -> list[ShapeCase]:
     return dedup(cases)
 
 
-RESHAPE_AND_CACHE_FLASH = CatalogEntry(
+def reference(**args):
+    key_cache = args["key_cache"].clone()
+    value_cache = args["value_cache"].clone()
+    pages, page_size, heads, dim = key_cache.shape
+    slots = args["slot_mapping"].long()
+    keep = slots >= 0
+    key_cache.view(pages * page_size, heads, dim)[slots[keep]] = args["key"][keep]
+    value_cache.view(pages * page_size, heads, dim)[slots[keep]] = args["value"][keep]
+    return {"key_cache": key_cache, "value_cache": value_cache}
+
+
+def make_inputs(dims, dtype, gen, device):
+    t, bs, x = dims["T"], dims["BS"], dims["X"]
+    pool = (t // bs + x) * bs
+    free = torch.randperm(pool - bs, generator=gen, device=device) + bs  # page 0 is the padded page
+    slots = free[:t].to(torch.int64)
+    pad = t // 4
+    if pad:
+        slots[t - pad:] = -1
+    return {"slot_mapping": slots}
+
+
+REFERENCE = FileText(
+    doc=(
+        "Reference for reshape_and_cache_flash (astra-sglang, written): a scatter of K/V rows into the paged cache.\n"
+        "\n"
+        "slot s < 0 is padding and writes nothing; slot s >= 0 is page s // page_size, row s % page_size."
+    ),
+    functions=(reference,),
+)
+
+INPUTS = FileText(
+    doc="Structured inputs for reshape_and_cache_flash (astra-sglang, written): the slot mapping of a batch.",
+    imports=("import torch",),
+    functions=(make_inputs,),
+)
+
+
+ENTRY = CatalogEntry(
     short_name="reshape_and_cache_flash",
     op_id="kvcache.reshape_and_cache_flash",
     entry_point=_ENTRY,
@@ -114,8 +119,8 @@ RESHAPE_AND_CACHE_FLASH = CatalogEntry(
         ],
         returns=[],
     ),
-    reference=_REFERENCE,
-    inputs=_INPUTS,
+    reference=REFERENCE,
+    inputs=INPUTS,
     shapes=_shapes,
     call=["key", "value", "key_cache", "value_cache", "slot_mapping"],
     wrapper=_ENTRY,
@@ -150,4 +155,3 @@ RESHAPE_AND_CACHE_FLASH = CatalogEntry(
     ],
 )
 
-ENTRIES = [RESHAPE_AND_CACHE_FLASH]

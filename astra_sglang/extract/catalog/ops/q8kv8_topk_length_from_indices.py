@@ -7,8 +7,11 @@ kernel so rows shorter than index_topk stop early; the indexer's top-k pads miss
 
 from __future__ import annotations
 
+import torch
+
 from astra_sglang.contract.op import Dim, ShapeCase, Signature, TensorArg
 from astra_sglang.extract.catalog.base import CatalogEntry, exact_tolerances
+from astra_sglang.extract.catalog.source_text import FileText
 from astra_sglang.extract.shapes import DECODE_T, case, dedup
 
 _MODULE = "sglang.kernels.ops.attention.metadata"
@@ -23,7 +26,45 @@ def _shapes() -> list[ShapeCase]:
     return dedup(cases)
 
 
-Q8KV8_TOPK_LENGTH = CatalogEntry(
+def reference(**args):
+    idx = args["indices"]
+    ramp = torch.arange(1, idx.shape[1] + 1, device=idx.device, dtype=torch.int32)
+    return {"length": ((idx >= 0).to(torch.int32) * ramp).amax(dim=1).clamp(min=1)}
+
+
+def make_inputs(dims, dtype, gen, device):
+    s, k = dims["S"], dims["K"]
+    count = torch.randint(0, k + 1, (s,), generator=gen, device=device)
+    kind = torch.rand(s, generator=gen, device=device)
+    count = torch.where(kind < 0.33, torch.full_like(count, k), count)
+    count = torch.where(kind > 0.9, torch.zeros_like(count), count)
+    slots = torch.randint(0, 1 << 20, (s, k), generator=gen, device=device)
+    pos = torch.arange(k, device=device)
+    return {"indices": torch.where(pos[None, :] < count[:, None], slots, torch.full_like(slots, -1))
+            .to(torch.int32)}
+
+
+REFERENCE = FileText(
+    doc=(
+        "Reference for q8kv8_topk_length_from_indices (astra-sglang, written; the unfused derivation\n"
+        "the kernel replaces: amax((indices >= 0) * ramp) with ramp = 1..K, clamped to 1)."
+    ),
+    imports=("import torch",),
+    functions=(reference,),
+)
+
+INPUTS = FileText(
+    doc=(
+        "Inputs for q8kv8_topk_length_from_indices (astra-sglang, written): the indexer's top-k page table\n"
+        "of S query rows: row s holds c_s valid KV slots (random slots of a 1M-token pool) then -1 padding; about a\n"
+        "third of the rows are full (long context), a few empty (all padding), the rest cut anywhere."
+    ),
+    imports=("import torch",),
+    functions=(make_inputs,),
+)
+
+
+ENTRY = CatalogEntry(
     short_name="q8kv8_topk_length_from_indices",
     op_id="attention.q8kv8_topk_length_from_indices",
     entry_point=f"{_MODULE}:q8kv8_topk_length_from_indices",
@@ -39,17 +80,7 @@ Q8KV8_TOPK_LENGTH = CatalogEntry(
         relations=["length[s] = max(1, 1 + last k with indices[s, k] >= 0)"],
         returns=["length"],
     ),
-    reference='''"""Reference for q8kv8_topk_length_from_indices (astra-sglang, written; the unfused derivation
-the kernel replaces: amax((indices >= 0) * ramp) with ramp = 1..K, clamped to 1)."""
-
-import torch
-
-
-def reference(**args):
-    idx = args["indices"]
-    ramp = torch.arange(1, idx.shape[1] + 1, device=idx.device, dtype=torch.int32)
-    return {"length": ((idx >= 0).to(torch.int32) * ramp).amax(dim=1).clamp(min=1)}
-''',
+    reference=REFERENCE,
     shapes=_shapes,
     call=["indices"],
     wrapper=f"{_MODULE}:q8kv8_topk_length_from_indices",
@@ -57,25 +88,7 @@ def reference(**args):
     callsite_modules=(_MODULE,),
     serving_sites={"sglang.srt.layers.attention.dsa_backend:q8kv8_topk_length_from_indices": "DSA backend, "
                    "q8kv8 sparse decode (read from source: the backend imports only on CUDA)"},
-    inputs='''"""Inputs for q8kv8_topk_length_from_indices (astra-sglang, written): the indexer's top-k page table
-of S query rows: row s holds c_s valid KV slots (random slots of a 1M-token pool) then -1 padding; about a
-third of the rows are full (long context), a few empty (all padding), the rest cut anywhere."""
-
-import torch
-
-
-def make_inputs(dims, dtype, gen, device):
-    s, k = dims["S"], dims["K"]
-    count = torch.randint(0, k + 1, (s,), generator=gen, device=device)
-    kind = torch.rand(s, generator=gen, device=device)
-    count = torch.where(kind < 0.33, torch.full_like(count, k), count)
-    count = torch.where(kind > 0.9, torch.zeros_like(count), count)
-    slots = torch.randint(0, 1 << 20, (s, k), generator=gen, device=device)
-    pos = torch.arange(k, device=device)
-    return {"indices": torch.where(pos[None, :] < count[:, None], slots, torch.full_like(slots, -1))
-            .to(torch.int32)}
-''',
+    inputs=INPUTS,
     notes=["Lengths: compared exactly."],
 )
 
-ENTRIES = [Q8KV8_TOPK_LENGTH]

@@ -8,8 +8,11 @@ scatter back) is the same kernel with the offset on the source side.
 
 from __future__ import annotations
 
+import torch
+
 from astra_sglang.contract.op import Dim, ShapeCase, Signature, TensorArg
 from astra_sglang.extract.catalog.base import CatalogEntry, exact_tolerances
+from astra_sglang.extract.catalog.source_text import FileText
 from astra_sglang.extract.shapes import DECODE_T, MODELS, PREFILL_T, case, dedup
 
 _MODULE = "sglang.kernels.ops.memory.memcpy_triton"
@@ -28,7 +31,38 @@ def _shapes() -> list[ShapeCase]:
     return dedup(cases)
 
 
-MEMCPY_TRITON = CatalogEntry(
+def reference(**args):
+    dst = args["dst"].clone()
+    o, n = int(args["offset"]), int(args["sz"])
+    dst[o:o + n] = args["src"][:n]
+    return {"dst": dst}
+
+
+def make_inputs(dims, dtype, gen, device):
+    offset = torch.randint(0, dims["X"] + 1, (), generator=gen, device=device)
+    return {"offset": offset, "sz": torch.tensor(dims["L"], dtype=torch.int64, device=device)}
+
+
+REFERENCE = FileText(
+    doc=(
+        "Reference for memcpy_triton (astra-sglang, written; restates dp_attention.memcpy_cpu with\n"
+        "offset_src=False): rows [offset, offset + sz) of dst get src's first sz rows."
+    ),
+    functions=(reference,),
+)
+
+INPUTS = FileText(
+    doc=(
+        "Inputs for memcpy_triton (astra-sglang, written): this rank's start row in the global buffer\n"
+        "(the sum of the earlier ranks' tokens, anywhere in [0, X]) and its token count L, as the 0-dim int64 device\n"
+        "tensors SGLang's cumsum gives."
+    ),
+    imports=("import torch",),
+    functions=(make_inputs,),
+)
+
+
+ENTRY = CatalogEntry(
     short_name="memcpy_triton",
     op_id="memory.memcpy_triton",
     entry_point=f"{_MODULE}:memcpy_triton",
@@ -48,16 +82,7 @@ MEMCPY_TRITON = CatalogEntry(
                    "0 <= offset <= X; sz = L (local_num_tokens)"],
         returns=[],
     ),
-    reference='''"""Reference for memcpy_triton (astra-sglang, written; restates dp_attention.memcpy_cpu with
-offset_src=False): rows [offset, offset + sz) of dst get src's first sz rows."""
-
-
-def reference(**args):
-    dst = args["dst"].clone()
-    o, n = int(args["offset"]), int(args["sz"])
-    dst[o:o + n] = args["src"][:n]
-    return {"dst": dst}
-''',
+    reference=REFERENCE,
     shapes=_shapes,
     call=["dst", "src", "0", "offset", "sz", "False"],
     wrapper=f"{_MODULE}:memcpy_triton",
@@ -66,18 +91,7 @@ def reference(**args):
     callsite_modules=(_MODULE,),
     serving_sites={"sglang.srt.layers.dp_attention:memcpy_triton": "dp_attention.memcpy on GPU: _dp_gather "
                    "(offset on the destination, the direction this contract states) and dp_scatter"},
-    inputs='''"""Inputs for memcpy_triton (astra-sglang, written): this rank's start row in the global buffer
-(the sum of the earlier ranks' tokens, anywhere in [0, X]) and its token count L, as the 0-dim int64 device
-tensors SGLang's cumsum gives."""
-
-import torch
-
-
-def make_inputs(dims, dtype, gen, device):
-    offset = torch.randint(0, dims["X"] + 1, (), generator=gen, device=device)
-    return {"offset": offset, "sz": torch.tensor(dims["L"], dtype=torch.int64, device=device)}
-''',
+    inputs=INPUTS,
     notes=["A copy: tolerance 0."],
 )
 
-ENTRIES = [MEMCPY_TRITON]

@@ -12,9 +12,13 @@ The wrapper takes a config dict and a Triton compute dtype, which no call list c
 
 from __future__ import annotations
 
+import torch
+import triton.language as tl
+
 from astra_sglang.contract.op import CallSite, Dim, ScalarArg, ShapeCase, Signature, TensorArg
+from astra_sglang.extract.catalog._moe_configs import moe_config
 from astra_sglang.extract.catalog.base import CatalogEntry
-from astra_sglang.extract.catalog.moe import moe_config
+from astra_sglang.extract.catalog.source_text import FileText
 from astra_sglang.extract.shapes import case, dedup
 
 _MODULE = "sglang.kernels.ops.moe.fused_moe_triton_kernels"
@@ -55,16 +59,22 @@ def _shapes() -> list[ShapeCase]:
     return dedup(cases)
 
 
-_INPUTS = '''"""Inputs for fused_moe_kernel (astra-sglang, written): a reference routing, then moe_align.
+_COMPUTE = {torch.bfloat16: tl.bfloat16, torch.float16: tl.float16, torch.float32: tl.float32}
 
-Router logits are normal with a per-expert bias (hot experts and idle ones, as in real batches); each token
-takes the top-TK experts of softmax(logits) with renormalized weights (float32). sorted_token_ids /
-expert_ids / num_tokens_post_padded are what moe_align_block_size gives for BLOCK_SIZE_M = BM: per expert, its
-flat (token, slot) indices ascending, padded with the sentinel T*TK to a multiple of BM; expert_ids[j] is the
-expert of block j (-1 past the last block, which the kernel never reads).
-"""
-
-import torch
+def reference(**args):
+    a, b, ids = args["A"].float(), args["B"], args["topk_ids"].long()
+    t, tk = ids.shape
+    out = torch.zeros(t * tk, b.shape[1], dtype=torch.float32, device=a.device)
+    scale = torch.zeros_like(out)
+    rows = torch.arange(t * tk, device=a.device)
+    flat = ids.reshape(-1)
+    for e in torch.unique(flat).tolist():
+        pick = rows[flat == e]
+        w = b[e].float()
+        x = a[pick // tk]
+        out[pick] = x @ w.T
+        scale[pick] = x.abs() @ w.abs().T
+    return {"C": out.reshape(t, tk, -1), "C:scale": scale.reshape(t, tk, -1)}
 
 
 def make_inputs(dims, dtype, gen, device):
@@ -94,17 +104,6 @@ def make_inputs(dims, dtype, gen, device):
 def scalars(dims, dtype):
     return {"BLOCK_SIZE_M": dims["BM"], "BLOCK_SIZE_N": dims["BN"], "BLOCK_SIZE_K": dims["BK"],
             "GROUP_SIZE_M": dims["GM"], "num_warps": dims["NW"], "num_stages": dims["NS"]}
-'''
-
-_ADAPTER = '''"""How SGLang's Triton MoE runner calls invoke_fused_moe_kernel for unquantized w1 (astra-sglang, written):
-the config dict SGLang picked for this shape and the Triton compute dtype of the activations, which a call
-list cannot hold (fused_experts_impl: no bias or scales, apply_router_weight_on_input=False, top_k = TK,
-c_sorted / b_use_tma False, filter_expert False: every expert is local)."""
-
-import torch
-import triton.language as tl
-
-_COMPUTE = {torch.bfloat16: tl.bfloat16, torch.float16: tl.float16, torch.float32: tl.float32}
 
 
 def call(invoke, A, B, C, topk_weights, topk_ids, sorted_token_ids, expert_ids, num_tokens_post_padded,
@@ -115,32 +114,46 @@ def call(invoke, A, B, C, topk_weights, topk_ids, sorted_token_ids, expert_ids, 
            num_tokens_post_padded, False, topk_ids.shape[1], config, compute_type=_COMPUTE[A.dtype],
            use_fp8_w8a8=False, use_int8_w8a8=False, use_int8_w8a16=False, use_int4_w4a16=False,
            per_channel_quant=False, block_shape=None, c_sorted=False, b_use_tma=False, filter_expert=False)
-'''
-
-_REFERENCE = '''"""Reference for fused_moe_kernel (astra-sglang, written; unquantized up-projection, no router weight):
-C[t, s, :] = A[t] @ B[topk_ids[t, s]].T in float32, one expert at a time. 'C:scale' is |A| @ |B_e|^T, the size
-of the terms each output sums: the checker's relative bound uses it where the dot product cancels."""
-
-import torch
 
 
-def reference(**args):
-    a, b, ids = args["A"].float(), args["B"], args["topk_ids"].long()
-    t, tk = ids.shape
-    out = torch.zeros(t * tk, b.shape[1], dtype=torch.float32, device=a.device)
-    scale = torch.zeros_like(out)
-    rows = torch.arange(t * tk, device=a.device)
-    flat = ids.reshape(-1)
-    for e in torch.unique(flat).tolist():
-        pick = rows[flat == e]
-        w = b[e].float()
-        x = a[pick // tk]
-        out[pick] = x @ w.T
-        scale[pick] = x.abs() @ w.abs().T
-    return {"C": out.reshape(t, tk, -1), "C:scale": scale.reshape(t, tk, -1)}
-'''
+REFERENCE = FileText(
+    doc=(
+        "Reference for fused_moe_kernel (astra-sglang, written; unquantized up-projection, no router weight):\n"
+        "C[t, s, :] = A[t] @ B[topk_ids[t, s]].T in float32, one expert at a time. 'C:scale' is |A| @ |B_e|^T, the size\n"
+        "of the terms each output sums: the checker's relative bound uses it where the dot product cancels."
+    ),
+    imports=("import torch",),
+    functions=(reference,),
+)
 
-FUSED_MOE_KERNEL = CatalogEntry(
+INPUTS = FileText(
+    doc=(
+        "Inputs for fused_moe_kernel (astra-sglang, written): a reference routing, then moe_align.\n"
+        "\n"
+        "Router logits are normal with a per-expert bias (hot experts and idle ones, as in real batches); each token\n"
+        "takes the top-TK experts of softmax(logits) with renormalized weights (float32). sorted_token_ids /\n"
+        "expert_ids / num_tokens_post_padded are what moe_align_block_size gives for BLOCK_SIZE_M = BM: per expert, its\n"
+        "flat (token, slot) indices ascending, padded with the sentinel T*TK to a multiple of BM; expert_ids[j] is the\n"
+        "expert of block j (-1 past the last block, which the kernel never reads).\n"
+    ),
+    imports=("import torch",),
+    functions=(make_inputs, scalars),
+)
+
+ADAPTER = FileText(
+    doc=(
+        "How SGLang's Triton MoE runner calls invoke_fused_moe_kernel for unquantized w1 (astra-sglang, written):\n"
+        "the config dict SGLang picked for this shape and the Triton compute dtype of the activations, which a call\n"
+        "list cannot hold (fused_experts_impl: no bias or scales, apply_router_weight_on_input=False, top_k = TK,\n"
+        "c_sorted / b_use_tma False, filter_expert False: every expert is local)."
+    ),
+    imports=("import torch", "import triton.language as tl"),
+    constants=("_COMPUTE",),
+    functions=(call,),
+)
+
+
+ENTRY = CatalogEntry(
     short_name="fused_moe_kernel",
     op_id="moe.fused_moe_kernel",
     entry_point=f"{_MODULE}:invoke_fused_moe_kernel",
@@ -192,10 +205,10 @@ FUSED_MOE_KERNEL = CatalogEntry(
         ],
         returns=[],
     ),
-    reference=_REFERENCE,
-    inputs=_INPUTS,
+    reference=REFERENCE,
+    inputs=INPUTS,
     inputs_scalars=True,
-    adapter=_ADAPTER,
+    adapter=ADAPTER,
     shapes=_shapes,
     call=["A", "B", "C", "topk_weights", "topk_ids", "sorted_token_ids", "expert_ids", "num_tokens_post_padded",
           "BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M", "num_warps", "num_stages"],
@@ -220,4 +233,3 @@ FUSED_MOE_KERNEL = CatalogEntry(
     ],
 )
 
-ENTRIES = [FUSED_MOE_KERNEL]

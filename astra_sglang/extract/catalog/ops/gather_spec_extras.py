@@ -7,8 +7,11 @@ EAGLE) its last hidden state in buffers of req_pool_size rows; the next batch ga
 
 from __future__ import annotations
 
+import torch
+
 from astra_sglang.contract.op import Dim, ShapeCase, Signature, TensorArg
 from astra_sglang.extract.catalog.base import CatalogEntry, exact_tolerances
+from astra_sglang.extract.catalog.source_text import FileText
 from astra_sglang.extract.shapes import DECODE_T, MODELS, case, dedup
 
 _MODULE = "sglang.kernels.ops.speculative.gather_spec_extras"
@@ -26,7 +29,37 @@ def _shapes() -> list[ShapeCase]:
     return dedup(cases)
 
 
-GATHER_SPEC_EXTRAS = CatalogEntry(
+def reference(**args):
+    i = args["indices"]
+    return {"topk_p": args["topk_p_buf"][i], "topk_index": args["topk_index_buf"][i],
+            "bonus_tokens": args["output_tokens_buf"][i], "hidden_states": args["hidden_states_buf"][i]}
+
+
+def make_inputs(dims, dtype, gen, device):
+    m, p = dims["M"], dims["P"]
+    if m <= p:
+        idx = torch.randperm(p, generator=gen, device=device)[:m]
+    else:
+        idx = torch.randint(0, p, (m,), generator=gen, device=device)
+    return {"indices": idx.to(torch.int64)}
+
+
+REFERENCE = FileText(
+    doc="Reference for gather_spec_extras (astra-sglang, written): advanced-index gathers by slot.",
+    functions=(reference,),
+)
+
+INPUTS = FileText(
+    doc=(
+        "Inputs for gather_spec_extras (astra-sglang, written): the batch's request slots, distinct rows\n"
+        "of the pool when the pool is large enough (a random permutation), else drawn with repeats."
+    ),
+    imports=("import torch",),
+    functions=(make_inputs,),
+)
+
+
+ENTRY = CatalogEntry(
     short_name="gather_spec_extras",
     op_id="speculative.gather_spec_extras",
     entry_point=f"{_MODULE}:gather_spec_extras",
@@ -49,14 +82,7 @@ GATHER_SPEC_EXTRAS = CatalogEntry(
         relations=["every output row m = the source buffer's row indices[m]"],
         returns=["topk_p", "topk_index", "bonus_tokens", "hidden_states"],
     ),
-    reference='''"""Reference for gather_spec_extras (astra-sglang, written): advanced-index gathers by slot."""
-
-
-def reference(**args):
-    i = args["indices"]
-    return {"topk_p": args["topk_p_buf"][i], "topk_index": args["topk_index_buf"][i],
-            "bonus_tokens": args["output_tokens_buf"][i], "hidden_states": args["hidden_states_buf"][i]}
-''',
+    reference=REFERENCE,
     shapes=_shapes,
     call=["indices", "topk_p_buf", "topk_index_buf", "output_tokens_buf", "hidden_states_buf"],
     wrapper=f"{_MODULE}:gather_spec_extras",
@@ -64,22 +90,8 @@ def reference(**args):
     callsite_modules=(_MODULE, "sglang.srt.managers.overlap_utils"),
     serving_sites={"sglang.srt.managers.overlap_utils:gather_spec_extras": "overlap scheduler: a batch's "
                    "draft extras (EAGLE with hidden states: the 4-buffer launch)"},
-    inputs='''"""Inputs for gather_spec_extras (astra-sglang, written): the batch's request slots, distinct rows
-of the pool when the pool is large enough (a random permutation), else drawn with repeats."""
-
-import torch
-
-
-def make_inputs(dims, dtype, gen, device):
-    m, p = dims["M"], dims["P"]
-    if m <= p:
-        idx = torch.randperm(p, generator=gen, device=device)[:m]
-    else:
-        idx = torch.randint(0, p, (m,), generator=gen, device=device)
-    return {"indices": idx.to(torch.int64)}
-''',
+    inputs=INPUTS,
     notes=["A gather copies: tolerance 0.", "The contract covers the hidden-states variant (HAS3); without "
            "hidden states the last result is None."],
 )
 
-ENTRIES = [GATHER_SPEC_EXTRAS]
