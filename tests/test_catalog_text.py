@@ -6,12 +6,14 @@ catalog edit that changes one character of them must fail here, not in a re-extr
 
 from __future__ import annotations
 
+import pkgutil
 from pathlib import Path
 
 import pytest
 
 from astra_sglang.extract import catalog
-from astra_sglang.extract.catalog.source_text import FileText, text_of
+from astra_sglang.extract.catalog import ops
+from astra_sglang.extract.catalog.source_text import FileText
 
 EXTRACTED = Path(__file__).resolve().parent.parent / "extracted"
 _COMMITTED = [e for e in catalog.entries() if (EXTRACTED / e.short_name).is_dir()]
@@ -30,7 +32,7 @@ def test_written_files_equal_the_committed_bytes(entry):
         if source is None:
             assert not path.exists(), f"{path} is committed but the entry has no {name}"
             continue
-        assert text_of(source).encode() == path.read_bytes(), f"{entry.short_name}/{name}.py"
+        assert source.text().encode() == path.read_bytes(), f"{entry.short_name}/{name}.py"
 
 
 def _reference() -> None:
@@ -45,4 +47,10 @@ def test_a_changed_character_is_caught():
 
 def test_a_drafted_text_is_written_as_the_model_wrote_it():
     text = "def reference(**args):\n    return {}\n"
-    assert FileText.of_draft(text).text() == text
+    assert FileText.verbatim(text).text() == text
+
+
+def test_every_op_module_is_in_the_catalog_under_its_own_name():
+    modules = {m.name for m in pkgutil.iter_modules(ops.__path__)}
+    assert modules == set(catalog.OPS)
+    assert [e.short_name for e in catalog.entries()] == list(catalog.OPS)

@@ -20,7 +20,6 @@ from astra_sglang.checker import compare_outputs  # noqa: E402
 from astra_sglang.contract.op import Tolerance, load_manifest  # noqa: E402
 from astra_sglang.extract import catalog  # noqa: E402
 from astra_sglang.extract.catalog.base import CatalogEntry  # noqa: E402
-from astra_sglang.extract.catalog.source_text import text_of  # noqa: E402
 from astra_sglang.harness.suite import contract_bytes, shape_of  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -36,8 +35,8 @@ def _ns(text: str) -> dict[str, Any]:
     return ns
 
 
-INPUTS = _ns(text_of(_FOUND.inputs))
-REFERENCE = _ns(text_of(ENTRY.reference))["reference"]
+INPUTS = _ns(_FOUND.inputs.text())
+REFERENCE = _ns(ENTRY.reference.text())["reference"]
 
 
 def _dims(**over: int) -> dict[str, int]:

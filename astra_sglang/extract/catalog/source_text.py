@@ -19,24 +19,24 @@ from typing import Any
 
 @dataclass(frozen=True)
 class FileText:
-    """One written module: a docstring, import lines, constants and functions, or a drafted text as it came."""
+    """One written module: a docstring, import lines, constants and functions, or a text taken verbatim."""
 
     doc: str | None = None  # the text between the docstring's triple quotes
     imports: tuple[str, ...] = ()  # lines; "" separates isort's groups
     constants: tuple[str, ...] = ()  # names of assignments in the functions' module, copied with their comments
     functions: tuple[Callable[..., Any], ...] = ()  # helpers first: the order they are written in
-    drafted: str | None = None  # a model's text (extract --draft): written verbatim
+    given: str | None = None  # a text written as it is: a drafted contract's, as the model wrote it
     # blank lines between the imports and the first function: 2, except where a pinned file has another count
     blank_lines_before_functions: int = 2
 
     @classmethod
-    def of_draft(cls, text: str) -> FileText:
-        return cls(drafted=text)
+    def verbatim(cls, text: str) -> FileText:
+        return cls(given=text)
 
     def text(self) -> str:
         """The module's text; for functions, byte for byte what the op folders pin by SHA-256."""
-        if self.drafted is not None:
-            return self.drafted
+        if self.given is not None:
+            return self.given
         sections: list[tuple[int, str]] = []  # (blank lines before, text ending in a newline)
         if self.doc is not None:
             sections.append((0, f'"""{self.doc}"""\n'))
@@ -67,7 +67,3 @@ def _constant_source(module_source: str, name: str) -> str:
             return "".join(lines[start:node.end_lineno])
     raise ValueError(f"no module-level assignment to {name}")
 
-
-def text_of(source: FileText | str) -> str:
-    """The text of a catalog module still held as a string (families not yet split into ``ops/``) or a FileText."""
-    return source if isinstance(source, str) else source.text()

@@ -61,6 +61,7 @@ def _shapes() -> list[ShapeCase]:
 
 _COMPUTE = {torch.bfloat16: tl.bfloat16, torch.float16: tl.float16, torch.float32: tl.float32}
 
+
 def reference(**args):
     a, b, ids = args["A"].float(), args["B"], args["topk_ids"].long()
     t, tk = ids.shape

@@ -1,25 +1,22 @@
 """The last KV slot of each request's prefix (Triton ``memory/common.py``): ``req_to_token[req, prefix_len - 1]``.
 
 SGLang's paged allocator asks for it before every extend (``mem_cache/allocation.py:get_last_loc``) to know
-where a request's last page ends; a request without a prefix gets -1. Two kernels: the legacy one stores the
-int32 table entry straight into a result of the prefix-length dtype, the "safe" one (HIP/NPU) keeps an int32
-result and promotes it in torch.
+where a request's last page ends; a request without a prefix gets -1. Two kernels (get_last_loc_triton and
+get_last_loc_triton_safe) share the signature, the shapes and the inputs; only their reference's docstring
+names them apart, so the reference function is shared too.
 """
 
 from __future__ import annotations
 
+import torch
+
 from astra_sglang.contract.op import Dim, ShapeCase, Signature, TensorArg
 from astra_sglang.extract.catalog.base import CatalogEntry, exact_tolerances
+from astra_sglang.extract.catalog.source_text import FileText
 from astra_sglang.extract.shapes import DECODE_T, PREFILL_T, case, dedup
 
-_MODULE = "sglang.kernels.ops.memory.common"
-_SERVING = "sglang.srt.mem_cache.allocation"
-
-_INPUTS = '''"""Inputs for get_last_loc (astra-sglang, written): a request pool whose rows hold the KV slots of their
-tokens (a random permutation of the pool's slots), a batch of distinct pool rows, and prefix lengths in
-[0, C] with about one request in five new (prefix 0 -> last loc -1)."""
-
-import torch
+MODULE = "sglang.kernels.ops.memory.common"
+SERVING = "sglang.srt.mem_cache.allocation"
 
 
 def make_inputs(dims, dtype, gen, device):
@@ -32,12 +29,6 @@ def make_inputs(dims, dtype, gen, device):
     prefix = torch.where(new, torch.zeros_like(prefix), prefix)
     return {"req_to_token": slots, "req_pool_indices": req_pool_indices,
             "prefix_lens": prefix.to(getattr(torch, dtype))}
-'''
-
-_REFERENCE = '''"""Reference for {name} (astra-sglang, written; restates SGLang's get_last_loc_torch):
-last_loc[i] = req_to_token[req_pool_indices[i], prefix_lens[i] - 1], or -1 where prefix_lens[i] == 0."""
-
-import torch
 
 
 def reference(**args):
@@ -47,8 +38,18 @@ def reference(**args):
     p = prefix.long()
     picked = table[req, (p - 1).clamp(min=0)]
     last = torch.where(p > 0, picked, torch.full_like(picked, -1))
-    return {{"last_loc": last.to(prefix.dtype)}}
-'''
+    return {"last_loc": last.to(prefix.dtype)}
+
+
+INPUTS = FileText(
+    doc=(
+        "Inputs for get_last_loc (astra-sglang, written): a request pool whose rows hold the KV slots of their\n"
+        "tokens (a random permutation of the pool's slots), a batch of distinct pool rows, and prefix lengths in\n"
+        "[0, C] with about one request in five new (prefix 0 -> last loc -1)."
+    ),
+    imports=("import torch",),
+    functions=(make_inputs,),
+)
 
 
 def _shapes() -> list[ShapeCase]:
@@ -88,32 +89,26 @@ def _signature(relations: list[str]) -> Signature:
     )
 
 
-def _entry(name: str, note: str) -> CatalogEntry:
+def last_loc_entry(name: str, note: str, reference: FileText) -> CatalogEntry:
+    """The entry of ``name``; the two kernels differ in their reference's docstring and serving note."""
     return CatalogEntry(
         short_name=name,
         op_id=f"memory.{name}",
-        entry_point=f"{_MODULE}:{name}",
+        entry_point=f"{MODULE}:{name}",
         kind="triton",
         signature=_signature([
             "last_loc[i] = req_to_token[req_pool_indices[i], prefix_lens[i] - 1] if prefix_lens[i] > 0 else -1",
             "0 <= prefix_lens[i] <= C; req_pool_indices distinct rows of req_to_token",
             "last_loc has the dtype of prefix_lens (int64 in SGLang's scheduler)",
         ]),
-        reference=_REFERENCE.format(name=name),
+        reference=reference,
         shapes=_shapes,
         call=["req_to_token", "req_pool_indices", "prefix_lens"],
-        wrapper=f"{_MODULE}:{name}",
+        wrapper=f"{MODULE}:{name}",
         tolerances=exact_tolerances(["int64", "int32"]),
-        forward_native=f"{_SERVING}:get_last_loc_torch",
-        callsite_modules=(_MODULE, _SERVING),
-        serving_sites={f"{_SERVING}:{name}": note},
-        inputs=_INPUTS,
+        forward_native=f"{SERVING}:get_last_loc_torch",
+        callsite_modules=(MODULE, SERVING),
+        serving_sites={f"{SERVING}:{name}": note},
+        inputs=INPUTS,
         notes=["Integer outputs: compared exactly."],
     )
-
-
-GET_LAST_LOC = _entry("get_last_loc_triton", "get_last_loc on CUDA with the Triton/FlashInfer attention "
-                      "backends (every extend of the paged allocator)")
-GET_LAST_LOC_SAFE = _entry("get_last_loc_triton_safe", "get_last_loc on HIP/NPU (int32 result, promoted after)")
-
-ENTRIES = [GET_LAST_LOC, GET_LAST_LOC_SAFE]
