@@ -48,6 +48,8 @@ def test_a_changed_character_is_caught():
 def test_a_drafted_text_is_written_as_the_model_wrote_it():
     text = "def reference(**args):\n    return {}\n"
     assert FileText.verbatim(text).text() == text
+    with pytest.raises(ValueError, match="not both"):
+        FileText(given=text, functions=(_reference,))
 
 
 def test_every_op_module_is_in_the_catalog_under_its_own_name():

@@ -29,6 +29,10 @@ class FileText:
     # blank lines between the imports and the first function: 2, except where a pinned file has another count
     blank_lines_before_functions: int = 2
 
+    def __post_init__(self) -> None:
+        if self.given is not None and (self.doc is not None or self.imports or self.constants or self.functions):
+            raise ValueError("a FileText is a given text or functions with what they need, not both")
+
     @classmethod
     def verbatim(cls, text: str) -> FileText:
         return cls(given=text)
