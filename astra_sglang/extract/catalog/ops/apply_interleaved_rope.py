@@ -14,6 +14,8 @@ from astra_sglang.extract.catalog.base import CatalogEntry
 from astra_sglang.extract.catalog.source_text import FileText
 from astra_sglang.extract.shapes import DECODE_T, PREFILL_T, case, dedup
 
+_MROPE_MODULE = "sglang.kernels.ops.attention.mrope"
+
 _MROPE_SECTION = [24, 20, 20]  # Qwen3-VL's rope_scaling.mrope_section (head_dim 128, rotary_dim 128)
 
 
@@ -28,9 +30,6 @@ def _mrope_shapes() -> list[ShapeCase]:
         case(["edge", "prefill"], "edge: long video prompt", S=65536, D=_MROPE_D),
     ]
     return dedup(cases)
-
-
-_MROPE_MODULE = "sglang.kernels.ops.attention.mrope"
 
 
 SECTION = [24, 20, 20]

@@ -12,6 +12,8 @@ from astra_sglang.extract.catalog.base import CatalogEntry, exact_tolerances
 from astra_sglang.extract.catalog.source_text import FileText
 from astra_sglang.extract.shapes import case, dedup
 
+_POS = "sglang.kernels.ops.attention.position"
+
 
 def _position_shapes() -> list[ShapeCase]:
     cases = [case(["prefill"], f"extend batch of {b} requests x {s} tokens", B=b, S=s)
@@ -21,9 +23,6 @@ def _position_shapes() -> list[ShapeCase]:
     cases += [case(["edge"], "edge: one token", B=1, S=1),
               case(["edge"], "edge: many requests (the kernel sums the lengths before it serially)", B=512, S=3)]
     return dedup(cases)
-
-
-_POS = "sglang.kernels.ops.attention.position"
 
 
 def reference(**args):

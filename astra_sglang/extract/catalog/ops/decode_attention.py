@@ -13,6 +13,8 @@ from astra_sglang.extract.catalog.base import CatalogEntry
 from astra_sglang.extract.catalog.source_text import FileText
 from astra_sglang.extract.shapes import case, dedup, head_pairs
 
+_MODULE = "sglang.kernels.ops.attention.decode_attention"
+
 # Under CUDA graphs (every decode batch up to --cuda-graph-max-bs) TritonAttnBackend passes kv_indices as its whole
 # cuda_graph_kv_indices buffer, max_num_tokens * context_len entries (triton_backend.py,
 # _build_cuda_graph_forward_metadata); eager decode passes exactly the batch's rows. A kernel that sizes its work
@@ -87,9 +89,6 @@ def _decode_shapes() -> list[ShapeCase]:
              R=u, X=2, KX=0, MS=MAX_KV_SPLITS),
     ]
     return dedup(cases)
-
-
-_MODULE = "sglang.kernels.ops.attention.decode_attention"
 
 
 # ServerArgs (arg_groups/fields/exec_.py) triton_attention_num_kv_splits default on CUDA, and the H200's SMs

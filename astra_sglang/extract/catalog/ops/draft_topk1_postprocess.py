@@ -11,6 +11,8 @@ from astra_sglang.extract.catalog.base import CatalogEntry, exact_tolerances
 from astra_sglang.extract.catalog.source_text import FileText
 from astra_sglang.extract.shapes import DECODE_T, case, dedup
 
+_TOPK1 = "sglang.kernels.ops.speculative.topk1"
+
 _VOCAB = {"LLaMA-3 (EAGLE-3 draft)": 128256, "Qwen2.5": 152064, "DeepSeek-V3 (MTP)": 129280, "GLM-4.5": 151552}
 
 
@@ -20,9 +22,6 @@ def _topk1_shapes() -> list[ShapeCase]:
     cases += [case(["edge", "decode"], "edge: one request", B=1, V=128256, W=1),
               case(["edge"], "edge: vocab not a multiple of the 8192 split", B=3, V=1000, W=8)]
     return dedup(cases)
-
-
-_TOPK1 = "sglang.kernels.ops.speculative.topk1"
 
 
 def reference(**args):

@@ -13,6 +13,8 @@ from astra_sglang.extract.catalog.base import CatalogEntry
 from astra_sglang.extract.catalog.source_text import FileText
 from astra_sglang.extract.shapes import case, dedup, head_pairs
 
+_EXTEND_MODULE = "sglang.kernels.ops.attention.extend_attention"
+
 
 def _extend_shapes() -> list[ShapeCase]:
     batches = ((1, 4096, 0), (2, 2048, 2048), (4, 1024, 3072), (8, 512, 512), (16, 256, 1024), (4, 2048, 8192))
@@ -30,9 +32,6 @@ def _extend_shapes() -> list[ShapeCase]:
         case(["test"], "CPU: one token, one request", B=1, L=1, R=1, NK=1, G=1, D=16, X=1),
     ]
     return dedup(cases)
-
-
-_EXTEND_MODULE = "sglang.kernels.ops.attention.extend_attention"
 
 
 def reference(**args):

@@ -18,6 +18,8 @@ from astra_sglang.extract.catalog.base import CatalogEntry
 from astra_sglang.extract.catalog.source_text import FileText
 from astra_sglang.extract.shapes import DECODE_T, PREFILL_T, case, dedup, head_pairs
 
+_FQR_MODULE = "sglang.kernels.ops.attention.fused_qk_rope_reshape_and_cache"
+
 _FQR_PAGE = 16
 
 
@@ -41,9 +43,6 @@ def _fqr_shapes() -> list[ShapeCase]:
         case(["test", "decode"], "CPU: one token", T=1, KH=1, G=1, D=HEAD_DIM, BS=_FQR_PAGE, X=2, C=1),
     ]
     return dedup(cases)
-
-
-_FQR_MODULE = "sglang.kernels.ops.attention.fused_qk_rope_reshape_and_cache"
 
 
 def reference(**args):

@@ -16,6 +16,8 @@ from astra_sglang.extract.catalog.base import CatalogEntry
 from astra_sglang.extract.catalog.source_text import FileText
 from astra_sglang.extract.shapes import DECODE_T, PREFILL_T, case, dedup, head_pairs
 
+_ROPE_MODULE = "sglang.kernels.ops.attention.rope"
+
 
 def _fused_rope_shapes() -> list[ShapeCase]:
     cases: list[ShapeCase] = []
@@ -31,9 +33,6 @@ def _fused_rope_shapes() -> list[ShapeCase]:
              C=130048),
     ]
     return dedup(cases)
-
-
-_ROPE_MODULE = "sglang.kernels.ops.attention.rope"
 
 
 def reference(**args):

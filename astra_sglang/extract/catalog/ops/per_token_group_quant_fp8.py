@@ -10,6 +10,10 @@ from astra_sglang.extract.catalog.base import CatalogEntry
 from astra_sglang.extract.catalog.source_text import FileText
 from astra_sglang.extract.shapes import case, decode_prefill, dedup
 
+_GROUP_MODULE = "sglang.kernels.ops.quantization.per_token_group_quant"
+# GROUP (below, written into reference.py with its comment-free line): DeepSeek-V3's weight_block_size
+# [128, 128], so activations are quantized per 1x128 group.
+
 
 def _group_shapes() -> list[ShapeCase]:
     """K of DeepSeek-V3's block-FP8 GEMMs (hidden 7168, q_lora 1536, kv_lora 512, MoE intermediate 2048 at
@@ -23,11 +27,6 @@ def _group_shapes() -> list[ShapeCase]:
         case(["edge"], "edge: one group per row", T=77, H=GROUP),
         case(["edge"], "edge: MoE down rows of a 1024-token batch at top-8, TP8", T=8192, H=256),
     ])
-
-
-# GROUP (written into reference.py): DeepSeek-V3 weight_block_size [128, 128], activations are quantized
-# per 1x128 group.
-_GROUP_MODULE = "sglang.kernels.ops.quantization.per_token_group_quant"
 
 
 FP8_MAX = 448.0

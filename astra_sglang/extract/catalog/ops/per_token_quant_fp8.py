@@ -12,6 +12,8 @@ from astra_sglang.extract.catalog.base import CatalogEntry
 from astra_sglang.extract.catalog.source_text import FileText
 from astra_sglang.extract.shapes import MODELS, MOE_MODELS, case, decode_prefill, dedup, model_widths
 
+_MODULE = "sglang.kernels.ops.quantization.per_token_quant_fp8"
+
 _DOWN_MODELS = ("LLaMA-3-8B", "LLaMA-3-70B", "Qwen2.5-7B", "Qwen2.5-72B", "Mixtral-8x7B")
 
 
@@ -39,9 +41,6 @@ def _shapes() -> list[ShapeCase]:
         case(["edge"], "edge: H a multiple of 4 but not of the 16-byte vector (4-wide path)", T=77, H=1004),
         case(["edge"], "edge: narrowest row", T=33, H=4),
     ])
-
-
-_MODULE = "sglang.kernels.ops.quantization.per_token_quant_fp8"
 
 
 FP8_MAX = 448.0
