@@ -181,7 +181,7 @@ def test_the_suite_writes_no_per_user_file_under_home() -> None:
 def test_extracted_op_folder_follows_the_umask(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mask: int) -> None:
     from astra_sglang.contract.op import load_manifest
     from astra_sglang.extract import extractor
-    from astra_sglang.extract.catalog.merge_state import MERGE_STATE
+    from astra_sglang.extract.catalog.ops.merge_state import ENTRY as MERGE_STATE
 
     def build(entry: object, root: Path, kept: object) -> object:  # the folder's files, without SGLang
         (root / "src").mkdir()

@@ -21,7 +21,8 @@ pytest.importorskip("triton")
 
 from astra_sglang.contract.op import TritonRecipe, load_manifest  # noqa: E402
 from astra_sglang.extract import catalog  # noqa: E402
-from astra_sglang.extract.catalog.moe import moe_config  # noqa: E402
+from astra_sglang.extract.catalog._moe_configs import moe_config  # noqa: E402
+from astra_sglang.extract.catalog.source_text import FileText  # noqa: E402
 from astra_sglang.extract.extractor import write_op  # noqa: E402
 from astra_sglang.harness.parent.contract_validation import validate_contract, validation_config  # noqa: E402
 from astra_sglang.loader.launch import load_inputs  # noqa: E402
@@ -30,7 +31,7 @@ from astra_sglang.loader.launch import load_inputs  # noqa: E402
 def _write(out: Path, reference: str | None = None) -> Path:
     entry = catalog.find("moe.fused_moe_kernel")
     assert entry is not None
-    return write_op(dataclasses.replace(entry, reference=reference) if reference else entry, out).path
+    return write_op(dataclasses.replace(entry, reference=FileText.verbatim(reference)) if reference else entry, out).path
 
 
 @pytest.fixture(scope="module")

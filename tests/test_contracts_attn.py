@@ -17,6 +17,7 @@ pytest.importorskip("triton")
 
 from astra_sglang.contract.op import load_manifest  # noqa: E402
 from astra_sglang.extract import catalog  # noqa: E402
+from astra_sglang.extract.catalog.source_text import FileText  # noqa: E402
 from astra_sglang.extract.extractor import write_op  # noqa: E402
 from astra_sglang.harness.parent.contract_validation import validate_contract, validation_config  # noqa: E402
 from astra_sglang.loader.launch import load_inputs, load_reference  # noqa: E402
@@ -26,7 +27,7 @@ def _write(name: str, out: Path, reference: str | None = None) -> Path:
     """The op's folder under ``out``; with ``reference``, the same contract but that reference."""
     entry = catalog.find(name)
     assert entry is not None
-    return write_op(dataclasses.replace(entry, reference=reference) if reference else entry, out).path
+    return write_op(dataclasses.replace(entry, reference=FileText.verbatim(reference)) if reference else entry, out).path
 
 
 def _validate(op: Path, dtypes: list[str] | None = None):
@@ -185,8 +186,8 @@ def test_decode_attention_contract_matches_torch_sdpa_on_a_mixed_batch() -> None
     batches its inputs.py generates: uniform and mixed lengths, single slots and pages."""
     entry = catalog.find("decode_attention")
     assert entry is not None and entry.inputs is not None
-    make = _namespace(entry.inputs)
-    reference = _namespace(entry.reference)["reference"]
+    make = _namespace(entry.inputs.text())
+    reference = _namespace(entry.reference.text())["reference"]
     for b, s, nk, g, d, p, r in ((1, 1, 1, 1, 16, 1, 1), (3, 9, 2, 1, 32, 1, 2), (5, 40, 2, 4, 64, 16, 2),
                                  (4, 13, 1, 8, 16, 4, 1)):
         dims = {"B": b, "S": s, "NK": nk, "G": g, "D": d, "P": p, "R": r, "X": 3, "MS": 8}
@@ -216,8 +217,8 @@ def test_extend_attention_contract_matches_torch_sdpa_on_a_mixed_batch() -> None
     the request's own new tokens causally; max_len_extend from scalars() is the batch's real maximum."""
     entry = catalog.find("extend_attention")
     assert entry is not None and entry.inputs is not None
-    make = _namespace(entry.inputs)
-    reference = _namespace(entry.reference)["reference"]
+    make = _namespace(entry.inputs.text())
+    reference = _namespace(entry.reference.text())["reference"]
     for b, l_, r, nk, g, d in ((1, 1, 1, 1, 1, 16), (3, 5, 4, 2, 1, 32), (4, 6, 7, 2, 4, 64)):
         dims = {"B": b, "L": l_, "R": r, "NK": nk, "G": g, "D": d, "X": 2}
         made = make["make_inputs"](dims, "float32", torch.Generator().manual_seed(b * 10 + l_), "cpu")

@@ -45,7 +45,7 @@ def test_compiled_only_op_is_refused_with_reason(capsys, tmp_path: Path) -> None
 def test_unparseable_triton_source_leaves_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import dataclasses
 
-    from astra_sglang.extract.catalog.merge_state import MERGE_STATE
+    from astra_sglang.extract.catalog.ops.merge_state import ENTRY as MERGE_STATE
     from astra_sglang.extract.extractor import write_op
 
     pkg = tmp_path / "pkg"
@@ -61,7 +61,7 @@ def test_unparseable_triton_source_leaves_nothing(tmp_path: Path, monkeypatch: p
 
 def test_failure_keeps_the_previous_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from astra_sglang.extract import extractor
-    from astra_sglang.extract.catalog.merge_state import MERGE_STATE
+    from astra_sglang.extract.catalog.ops.merge_state import ENTRY as MERGE_STATE
 
     out = tmp_path / "out"
     extractor.write_op(MERGE_STATE, out)

@@ -35,8 +35,8 @@ def _ns(text: str) -> dict[str, Any]:
     return ns
 
 
-INPUTS = _ns(_FOUND.inputs)
-REFERENCE = _ns(ENTRY.reference)["reference"]
+INPUTS = _ns(_FOUND.inputs.text())
+REFERENCE = _ns(ENTRY.reference.text())["reference"]
 
 
 def _dims(**over: int) -> dict[str, int]:

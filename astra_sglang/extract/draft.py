@@ -17,6 +17,7 @@ from astra_sglang.contract.base import Model
 from astra_sglang.contract.op import ContractProvenance, ShapeCase, Signature, Tolerance
 from astra_sglang.errors import AstraError
 from astra_sglang.extract.catalog.base import CatalogEntry
+from astra_sglang.extract.catalog.source_text import FileText
 
 
 class DraftContract(Model):
@@ -103,9 +104,10 @@ def to_entry(draft: DraftContract, target: DraftTarget, provenance: ContractProv
     shapes = list(draft.shapes)
     common: dict[str, Any] = dict(
         short_name=draft.short_name, op_id=target.op_id, entry_point=target.entry_point, kind=target.kind,
-        signature=draft.signature, reference=draft.reference, shapes=lambda: list(shapes), call=list(draft.call),
-        tolerances=dict(draft.tolerances), forward_native=draft.forward_native,
-        serving_sites=dict(draft.serving_sites), inputs=draft.inputs,
+        signature=draft.signature, reference=FileText.verbatim(draft.reference), shapes=lambda: list(shapes),
+        call=list(draft.call), tolerances=dict(draft.tolerances), forward_native=draft.forward_native,
+        serving_sites=dict(draft.serving_sites),
+        inputs=FileText.verbatim(draft.inputs) if draft.inputs is not None else None,
         # the call-site scan imports the callers' modules; what the draft says each passes stays in the notes
         callsite_modules=tuple(sorted({m for m in (s.partition(":")[0] for s in draft.serving_sites)
                                        if m.startswith("sglang.")})),
@@ -115,7 +117,8 @@ def to_entry(draft: DraftContract, target: DraftTarget, provenance: ContractProv
         if not draft.wrapper:
             raise AstraError("a Triton op's draft needs 'wrapper' (the launch wrapper's function name; for a kernel "
                              "SGLang launches directly, the kernel's name and 'adapter' launching it)")
-        return CatalogEntry(wrapper=f"{target.module}:{draft.wrapper.rpartition(':')[2]}", adapter=draft.adapter,
+        return CatalogEntry(wrapper=f"{target.module}:{draft.wrapper.rpartition(':')[2]}",
+                            adapter=FileText.verbatim(draft.adapter) if draft.adapter else None,
                             **common)
     if not draft.builder or not draft.entry_export or not draft.builder_args:
         raise AstraError("a CUDA JIT op's draft needs 'builder', 'builder_args' (per dtype) and 'entry_export'")

@@ -39,6 +39,7 @@ from astra_sglang.errors import AstraError
 from astra_sglang.extract import catalog
 from astra_sglang.extract.callsites import scan_call_sites
 from astra_sglang.extract.catalog.base import CatalogEntry, FlashInferBaseline
+from astra_sglang.extract.catalog.source_text import FileText
 from astra_sglang.extract.closure import include_closure
 from astra_sglang.extract.discovery import list_ops, resolve, triton_module
 from astra_sglang.extract.keep import carry, files_under, summarize
@@ -82,10 +83,10 @@ class _Folder:
         self.files.append(SourceFile(path=rel, origin=origin, sha256=sha256(dest), role=role, committed=committed))
         return rel
 
-    def write(self, rel: str, text: str, role: FileRole) -> str:
+    def write(self, rel: str, source: FileText, role: FileRole) -> str:
         dest = self.root / rel
         dest.parent.mkdir(parents=True, exist_ok=True)
-        dest.write_text(text)
+        dest.write_text(source.text())
         self.files.append(SourceFile(path=rel, origin="astra", sha256=sha256(dest), role=role, committed=True))
         return rel
 

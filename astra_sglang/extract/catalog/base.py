@@ -21,6 +21,7 @@ from astra_sglang.contract.op import (
     Signature,
     Tolerance,
 )
+from astra_sglang.extract.catalog.source_text import FileText
 
 # Justification of the default tolerances (relative, per dtype). A kernel and a float32 reference that
 # round at different points differ by about one unit in the last place of the stored dtype:
@@ -59,7 +60,7 @@ class CatalogEntry:
     entry_point: str  # 'module:attr' of the SGLang function the kernel is called through
     kind: Literal["cuda_jit", "triton"]
     signature: Signature
-    reference: str  # the text of reference.py (ours): def reference(**args) -> dict[str, Tensor]
+    reference: FileText  # reference.py (ours): def reference(**args) -> dict[str, Tensor]
     shapes: Callable[[], list[ShapeCase]]
     call: list[str]
     # cuda_jit: SGLang's module builder and the arguments that select each dtype's build
@@ -80,11 +81,11 @@ class CatalogEntry:
     flashinfer_baselines: list[FlashInferBaseline] = field(default_factory=list)
     trace_dims: Callable[[list[tuple[str, list[int]]]], dict[str, int] | None] | None = None
     notes: list[str] = field(default_factory=list)
-    # the text of inputs.py (ours) when the signature has generated tensors: make_inputs(dims, dtype, gen, device)
-    inputs: str | None = None
+    # inputs.py (ours) when the signature has generated tensors: make_inputs(dims, dtype, gen, device)
+    inputs: FileText | None = None
     inputs_scalars: bool = False  # inputs.py also defines scalars(dims, dtype)
     provenance: ContractProvenance = field(default_factory=ContractProvenance)
-    adapter: str | None = None  # text of adapter.py (ours), defining call(wrapper, *call): see TritonRecipe
+    adapter: FileText | None = None  # adapter.py (ours), defining call(wrapper, *call): see TritonRecipe
     tuned_kernels: tuple[str, ...] = ()  # triton: the kernels `tune` sweeps (default: all): see TritonRecipe.tuned
     findings: list[KernelFinding] = field(default_factory=list)  # SGLang kernel bugs the reference does not copy
 

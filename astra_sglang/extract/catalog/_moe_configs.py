@@ -1,0 +1,70 @@
+"""SGLang's fused-MoE launch configs on the H200 and the expert splits it serves MoE models with.
+
+Shared by the MoE ops (moe_align_block_size's BLOCK_SIZE_M, fused_moe_kernel's tiles): both must use the config
+SGLang would pick for a shape, or the folder pins a launch SGLang never makes.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from astra_sglang.extract.shapes import MOE_MODELS, TP_SIZES, MoeConfig
+
+_CONFIG_DIR = "srt/layers/moe/moe_runner/triton_utils/configs"
+_DEVICE = "NVIDIA_H200"
+
+
+def served_dtype(model: MoeConfig) -> tuple[str | None, list[int] | None]:
+    """The expert-weight format a model is served in on the H200 (DeepSeek-V3 ships block-wise FP8)."""
+    return ("fp8_w8a8", [128, 128]) if model.name.startswith("DeepSeek") else (None, None)
+
+
+@cache
+def _tuned(e: int, n: int, dtype: str | None, block: tuple[int, ...] | None) -> dict[int, dict[str, Any]] | None:
+    """SGLang's tuned fused-MoE configs for the H200 (get_moe_configs: this Triton's folder, else newest first)."""
+    import triton
+
+    from astra_sglang.extract.sglang_env import sglang_root
+
+    name = f"E={e},N={n},device_name={_DEVICE}" + (f",dtype={dtype}" if dtype else "") + (
+        f",block_shape={list(block)}" if block else "") + ".json"
+    root = sglang_root() / _CONFIG_DIR
+    own = f"triton_{triton.__version__.replace('.', '_')}"
+    versions = sorted((d.name for d in root.iterdir() if d.name.startswith("triton_")),
+                      key=lambda v: tuple(int(x) for x in v.removeprefix("triton_").split("_")), reverse=True)
+    for folder in [own, *[v for v in versions if v != own]]:
+        path: Path = root / folder / name
+        if path.is_file():
+            return {int(k): v for k, v in json.loads(path.read_text()).items()}
+    return None
+
+
+def moe_config(e: int, n: int, m: int, dtype: str | None, block: list[int] | None) -> dict[str, Any]:
+    """The fused_moe_kernel config SGLang picks on an H200 for M tokens (try_get_optimal_moe_config): the tuned
+    entry nearest M, else get_default_config's bf16 / block-FP8 default."""
+    tuned = _tuned(e, n, dtype, tuple(block) if block else None)
+    if tuned:
+        return dict(tuned[min(tuned, key=lambda x: abs(x - m))])
+    if dtype == "fp8_w8a8" and block:
+        return {"BLOCK_SIZE_M": 64, "BLOCK_SIZE_N": block[0], "BLOCK_SIZE_K": block[1], "GROUP_SIZE_M": 32,
+                "num_warps": 4, "num_stages": 3}
+    if m <= e:
+        return {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 32, "BLOCK_SIZE_K": 64, "GROUP_SIZE_M": 1}
+    return {"BLOCK_SIZE_M": 64, "BLOCK_SIZE_N": 64, "BLOCK_SIZE_K": 32, "GROUP_SIZE_M": 8}
+
+
+def moe_splits() -> list[tuple[MoeConfig, int, int, int, str]]:
+    """(model, local experts, expert-parallel size, intermediate per expert after TP, source) for every split
+    SGLang serves the model with: TP only (experts whole, intermediate split) and EP (experts split)."""
+    out: list[tuple[MoeConfig, int, int, int, str]] = []
+    for m in MOE_MODELS:
+        for tp in TP_SIZES:
+            if m.intermediate % tp == 0 and m.intermediate // tp >= 128 and (m.name != "DeepSeek-V3" or tp == 8):
+                out.append((m, m.experts, 1, m.intermediate // tp, f"{m.name} TP{tp}"))
+        for ep in m.ep_sizes:
+            if ep > 1:
+                out.append((m, m.experts // ep, ep, m.intermediate, f"{m.name} EP{ep}"))
+    return out
