@@ -234,22 +234,7 @@ def evaluate_many(op_dir: Path, candidates: list[Path | None], config: EvalConfi
                          device="cpu (TRITON_INTERPRET=1)" if device == "cpu" else "cuda",
                          sglang_version=manifest.sglang_version, build=build,
                          sweep=sweep if isinstance(sweep, SweepReport) else None)
-        if isinstance(sweep, str):  # a malformed TUNE: the candidate does not build
-            res.build, res.error = BuildReport(ok=False, log=sweep), f"build failed: {sweep}"
-            _done(results, res, on_result)
-            continue
-        if res.sweep is not None and res.sweep.frozen_path is None:
-            first = next((c.failure for c in res.sweep.configs if c.failure), "") or ""
-            res.error = f"tune: none of the {len(res.sweep.configs)} configs passed (first: {first[:300]})"
-            res.correctness = CorrectnessReport(ok=False, first_failure=FailedCase(reason="tune", detail=first))
-            res.wall_s = res.sweep.wall_s
-            _done(results, res, on_result)
-            continue
-        if res.sweep is not None:
-            res.wall_s += res.sweep.wall_s
-        if not build.ok:
-            res.error = "build failed: " + (build.log.strip().splitlines() or ["(no compiler output)"])[-1][:300]
-            res.wall_s = build.seconds
+        if _refused_before_the_judge(res, sweep, build):
             _done(results, res, on_result)
             continue
         job = CheckJob(op_dir=str(op_dir), manifest=manifest, candidate=str(cand) if cand else None,
@@ -265,6 +250,27 @@ def evaluate_many(op_dir: Path, candidates: list[Path | None], config: EvalConfi
                                                   else build_wall / len(candidates))
         _done(results, res, on_result, gpu_note)
     return results
+
+
+def _refused_before_the_judge(res: EvalResult, sweep: SweepReport | str | None, build: BuildReport) -> bool:
+    """Fill ``res`` for a candidate that never reaches the judge: a malformed TUNE (it does not build), a sweep
+    none of whose configs passed, or a failed build. False (and the sweep's time counted) for one that does."""
+    if isinstance(sweep, str):
+        res.build, res.error = BuildReport(ok=False, log=sweep), f"build failed: {sweep}"
+        return True
+    if res.sweep is not None and res.sweep.frozen_path is None:
+        first = next((c.failure for c in res.sweep.configs if c.failure), "") or ""
+        res.error = f"tune: none of the {len(res.sweep.configs)} configs passed (first: {first[:300]})"
+        res.correctness = CorrectnessReport(ok=False, first_failure=FailedCase(reason="tune", detail=first))
+        res.wall_s = res.sweep.wall_s
+        return True
+    if res.sweep is not None:
+        res.wall_s += res.sweep.wall_s
+    if not build.ok:
+        res.error = "build failed: " + (build.log.strip().splitlines() or ["(no compiler output)"])[-1][:300]
+        res.wall_s = build.seconds
+        return True
+    return False
 
 
 def _done(results: list[EvalResult], res: EvalResult, on_result: Callable[[int, EvalResult], None] | None,
