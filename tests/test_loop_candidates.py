@@ -305,8 +305,8 @@ def test_the_candidate_check_path_parses_python_through_one_lock():
     import re
 
     root = Path(__file__).resolve().parents[1] / "astra_sglang"
-    check_path = [root / "harness" / n for n in ("screen.py", "tune_space.py", "launch_params.py", "suite.py",
-                                                 "evaluate.py")] + [root / "loop" / "static_check.py"]
+    check_path = [root / "harness" / n for n in ("parent/screen.py", "parent/tune_space.py", "parent/launch_params.py",
+                                                 "shared/suite.py", "parent/evaluate.py")] + [root / "loop" / "static_check.py"]
     direct = [f"{p.relative_to(root)}:{i}" for p in check_path
               for i, line in enumerate(p.read_text().splitlines(), 1) if re.search(r"\bast\.parse\(", line)]
     assert direct == []

@@ -12,7 +12,7 @@ from h_fixtures.ops import make_h_norm
 from astra_sglang.contract.eval_config import EvalConfig
 from astra_sglang.contract.op import CudaJitRecipe, load_manifest
 from astra_sglang.harness import evaluate, screen_source
-from astra_sglang.harness import evaluate as evaluate_mod
+from astra_sglang.harness.parent import evaluate as evaluate_mod
 from astra_sglang.harness.parent.evaluate import build_all
 from astra_sglang.harness.parent.screen import screen_cuda, screen_python
 from astra_sglang.loop.static_check import check_source

@@ -3,7 +3,8 @@
 Written by the astra-sglang developers as a deliberately adversarial test input (a cheat, issue 22 class 2);
 not produced by a language model. Never use it as a kernel.
 
-Attack: every timed replay runs on the same inputs, so a kernel that fingerprints a few input elements and, on a
+Attack: every timed replay runs on the same inputs, so a kernel that fingerprints a few input elements (two per
+input here) and, on a
 match, copies the outputs it kept from an earlier call does no work while timed. Its outputs are right (the
 inputs really are the same), so poisoned outputs and the check of one kept replay per batch both pass it; with
 new values every checked call, the fingerprint never matches there. On a GPU the fingerprint would live in the
@@ -65,8 +66,8 @@ def _launch(output, output_lse, prefix_output, prefix_lse, suffix_output, suffix
 
 
 def _fingerprint(*tensors: torch.Tensor) -> tuple:
-    """Eight elements at the front of each input, the shapes, and the output pointer: cheap, and blind to the rest."""
-    return tuple((tuple(t.shape), tuple(t.reshape(-1)[:8].float().tolist())) for t in tensors)
+    """Two elements at the front of each input and the shapes: cheap, and blind to the rest."""
+    return tuple((tuple(t.shape), tuple(t.reshape(-1)[:2].float().tolist())) for t in tensors)
 
 
 def merge_state_triton(
