@@ -471,3 +471,28 @@ def test_status_records_of_two_server_processes_add_up_in_patches_status(tmp_pat
     line = next(ln for ln in table.splitlines() if PID in ln)
     assert "active x2" in line and " 4 " in line and " 6 " in line, table
     assert "counted once" in table
+
+
+OTHER_PLUGIN_FIRST = r'''
+from pathlib import Path
+from sglang.srt.plugins.hook_registry import HookSource, HookType
+manifest = json.loads((Path(os.environ["ASTRA_SGLANG_PATCHES_DIR"]) / "silu_and_mul" / PID / "manifest.json").read_text())
+def theirs(*args, **kwargs):
+    return "theirs"
+for target in manifest["targets"]:
+    HookRegistry.register(target, theirs, HookType.REPLACE, source=HookSource("someone_else", None))
+load_plugins()
+st = patches.statuses()[PID]
+emit(state=st.state, reason=st.reason, served_by_theirs=kact.silu_and_mul(torch.randn(2, 8)) == "theirs",
+     ours=is_hook(kact.silu_and_mul), warnings=records)
+'''
+
+
+def test_a_call_site_another_plugin_hooked_first_is_left_to_it_with_one_line(tmp_path):
+    """A REPLACE of ours would silently override the other plugin's hook (SGLang keeps the last REPLACE), and our
+    fallback would be SGLang's original, not what that plugin serves. The patch is refused whole instead."""
+    res = _run_child(tmp_path, OTHER_PLUGIN_FIRST, {"ASTRA_SGLANG_PATCHES": "all"}, _patch_root(tmp_path))
+    assert res["state"] == "failed" and "someone_else" in res["reason"], res
+    assert "never overrides another plugin's hook" in res["reason"]
+    assert res["served_by_theirs"] and not res["ours"]
+    assert len([w for w in res["warnings"] if PID in w]) == 1, res["warnings"]

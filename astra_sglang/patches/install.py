@@ -35,8 +35,12 @@ def resolve_target(target: str) -> Any:
 
 
 def install_selected(installer: Installer, *, root: Path | None = None, value: str | None = None,
-                     sglang_version: str | None = None) -> dict[str, Any]:
-    """Install every selected, applicable patch; returns {patch_id: PatchRuntime} of those installed."""
+                     sglang_version: str | None = None,
+                     conflict: Callable[[str], str | None] | None = None) -> dict[str, Any]:
+    """Install every selected, applicable patch; returns {patch_id: PatchRuntime} of those installed.
+
+    ``conflict(target)`` names another plugin's hook already on a call site: a patch with any such target is
+    refused whole (one line), so a half-installed patch never exists and nobody else's hook is overridden."""
     from astra_sglang.patches.runtime import PatchRuntime
 
     folder = Path(root) if root is not None else patches_root()
@@ -62,6 +66,11 @@ def install_selected(installer: Installer, *, root: Path | None = None, value: s
         clash = [claimed[t] for t in m.targets if t in claimed]
         if clash:
             status.fail(m.patch_id, f"call site already patched by {clash[0]} (enable one patch per op)", m.op)
+            continue
+        others = [(t, who) for t in m.targets if conflict is not None and (who := conflict(t))]
+        if others:
+            status.fail(m.patch_id, f"call site {others[0][0]} already has {others[0][1]}: left to it (astra-sglang "
+                        "never overrides another plugin's hook)", m.op)
             continue
         try:
             rt = PatchRuntime(e.path, m)

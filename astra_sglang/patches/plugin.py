@@ -23,6 +23,24 @@ def _register_with_sglang(target: str, original: object, hook: object) -> None:
     HookRegistry.register(target, hook, HookType.REPLACE)
 
 
+def _hooked_by_another_plugin(target: str) -> str | None:
+    """Who else has a hook on ``target`` (a plugin loaded before this one), or None.
+
+    A REPLACE of ours would override theirs: their change would silently stop serving, and our fallback would be
+    SGLang's original, not what they meant to serve. Why not AROUND, which hands each call the chain below it:
+    our first-call check validates against SGLang's original (the kernel the contract describes); falling back to
+    another plugin's function was never checked against, and an AROUND frame costs every eager call one more
+    Python call. So the call site is left to them, and the refusal says so."""
+    from sglang.srt.plugins.hook_registry import HookRegistry
+
+    hooks = HookRegistry._hooks.get(target) or []  # .get: the registry is a defaultdict
+    if not hooks:
+        return None
+    who = sorted({getattr(src, "plugin_name", None) or "an unnamed source" for _, _, src in hooks})
+    kinds = sorted({getattr(ht, "value", str(ht)) for ht, _, _ in hooks})
+    return f"{'/'.join(kinds)} hook(s) of {', '.join(who)}"
+
+
 def _startup(line: str) -> None:
     """The process's one start-up line, where an operator will see it. SGLang runs plugins before it applies
     ``--log-level`` (``launch_server``'s main, each scheduler process): by then an import has left the root logger
@@ -43,7 +61,7 @@ def load() -> None:
         from astra_sglang.patches import status_file
         from astra_sglang.patches.install import install_selected, startup_line
 
-        installed = install_selected(_register_with_sglang)
+        installed = install_selected(_register_with_sglang, conflict=_hooked_by_another_plugin)
         _startup(startup_line(installed))
         status_file.start()
     except Exception as e:  # the plugin must never take SGLang down
