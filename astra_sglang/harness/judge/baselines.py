@@ -42,7 +42,7 @@ class Baselines:
             listed = [served] if served is not None else []
         for b in listed:
             if b.name not in s.job.baselines or (isinstance(b.recipe, CudaJitRecipe)
-                                                    and dtype not in b.recipe.template_args):
+                                                 and dtype not in b.recipe.template_args):
                 continue
             try:
                 launch = make_launcher(s.op_dir, s.manifest, dtype, recipe=b.recipe, arch=s.cfg.arch,
@@ -85,7 +85,7 @@ class Baselines:
         return f"; baseline {b[0]} takes {smp.median:.2f} us there ({cfg.mode} L2)"
 
     def served_launcher(self, dims: dict[str, int], dtype: str,
-                         same_function: bool) -> tuple[Baseline, Launcher] | None:
+                        same_function: bool) -> tuple[Baseline, Launcher] | None:
         """The baseline SGLang dispatches to for this shape, built (cached) here; None when the manifest states
         no serving rules, the original is what is served, or (``same_function``) it computes another function."""
         s = self.s
@@ -128,7 +128,7 @@ class Baselines:
         return {n: t.clone() for n, t in outs.items()}
 
     def served_fields(self, dims: dict[str, int], dtype: str, row: dict[str, Any],
-                       stand_in: str | None) -> dict[str, Any]:
+                      stand_in: str | None) -> dict[str, Any]:
         """A timed row's comparison with what SGLang serves for the shape (nothing where the manifest is silent)."""
         if not states_serving(self.s.manifest):
             return {}

@@ -45,7 +45,7 @@ class Correctness:
         self.reference_error: dict[str, tuple[float, float]] = {}
 
     def original(self, case: CaseSpec, vals: dict[str, torch.Tensor],
-                  served_fallback: bool = True) -> dict[str, torch.Tensor]:
+                 served_fallback: bool = True) -> dict[str, torch.Tensor]:
         """The original's outputs; where it refuses the case, a candidate is held against the same-function
         kernel SGLang serves there (``_served_run``), else the case is skipped."""
         s = self.s
@@ -82,7 +82,7 @@ class Correctness:
             vals = [t for it, t in got if it.kind == "tensor" and t is not None]
             if len(vals) < len(by_value):
                 raise s.fail(case, "wrong return value", f"{label}: returned {len(vals)} new tensor(s), the "
-                                 f"op returns {by_value}")
+                             f"op returns {by_value}")
             return dict(zip(by_value, vals))
 
         def shown(v: ReturnValue) -> str:
@@ -108,11 +108,11 @@ class Correctness:
                 out[name] = t
         if bad:
             raise s.fail(case, "wrong return value", f"{label}: the entry point returned {shown(value)}; the op "
-                             f"contract says it returns {expect} (passed buffers as themselves)")
+                         f"contract says it returns {expect} (passed buffers as themselves)")
         return out
 
     def candidate_run(self, case: CaseSpec, vals: dict[str, torch.Tensor], label: str, base: int = 0,
-                  finite_prefill: bool = False) -> tuple[ArgSet, dict[str, torch.Tensor]]:
+                      finite_prefill: bool = False) -> tuple[ArgSet, dict[str, torch.Tensor]]:
         s = self.s
         assert s.arena is not None
         label += s.form(case)
@@ -128,7 +128,7 @@ class Correctness:
         return got, self.judge_call(case, got, vals, reply, frames, label)
 
     def judge_call(self, case: CaseSpec, got: ArgSet, vals: dict[str, torch.Tensor], reply: Reply,
-               frames: list[torch.Tensor], label: str) -> dict[str, torch.Tensor]:
+                   frames: list[torch.Tensor], label: str) -> dict[str, torch.Tensor]:
         """What one candidate call left in memory and returned: its outputs, or the case's failure."""
         self.memory_checks(case, got, vals, label)
         by_value = self.s.passing(case.call)[1]
@@ -141,7 +141,7 @@ class Correctness:
         for name, g in got.tensors.items():
             if not g.guards_intact():
                 raise s.fail(case, "out-of-bounds write", f"{label}: memory next to {name!r} was written",
-                                 tensor=name)
+                             tensor=name)
         for name in s.inputs:
             if not torch.equal(bits(got.tensors[name].view), bits(vals[name])):
                 raise s.fail(case, "input mutated", f"{label}: input {name!r} changed", tensor=name)
@@ -176,7 +176,7 @@ class Correctness:
             raise
         orig = self.original(case, vals)
         _, second = self.candidate_run(case, vals, "second run (after the original, new addresses)",
-                                   base=self.shift(case, 1))
+                                       base=self.shift(case, 1))
         ref = s.reference_outs(case, vals)
         for label, outs in (("first run", first), ("second run", second)):
             label += s.form(case)
@@ -225,14 +225,14 @@ class Correctness:
         _, again = self.candidate_run(case, vals, "diagnostic re-run (new addresses)", base=self.shift(case, 2))
         if s.check(case, again, orig, ref) is None:
             return s.fail(case, "stateful", f"{label}: {m.detail}; the same inputs at new addresses give the "
-                              "right answer: the output depends on earlier calls or on addresses (state kept "
-                              "between calls) or is nondeterministic", name, m)
+                          "right answer: the output depends on earlier calls or on addresses (state kept "
+                          "between calls) or is nondeterministic", name, m)
         if m.reason in ("nan", "unwritten output"):
             _, fin = self.candidate_run(case, vals, "diagnostic re-run (finite prefill)", finite_prefill=True)
             out = fin[name]
             if out.dtype.is_floating_point and bool(((out == 1234.5) & (orig[name] != 1234.5)).any()):
                 return s.fail(case, "unwritten output", f"{label}: {m.detail}; with a finite prefill those "
-                                  "elements keep the prefill: never written", name, m)
+                              "elements keep the prefill: never written", name, m)
             return s.fail(case, "nan", f"{label}: {m.detail}", name, m)
         return s.fail(case, m.reason, f"{label}: {m.detail}", name, m)
 
@@ -252,7 +252,7 @@ class Correctness:
             bad = s.check(case, outs, orig, ref)
             if bad is not None and k > 0:
                 raise s.fail(case, "stateful", f"same input addresses, new values: {bad[1].detail} (the "
-                                 "candidate returns a result kept from an earlier call)", bad[0], bad[1])
+                             "candidate returns a result kept from an earlier call)", bad[0], bad[1])
             if bad is not None:
                 raise s.fail(case, bad[1].reason, bad[1].detail, bad[0], bad[1])
 
@@ -266,7 +266,7 @@ class Correctness:
                 raise CaseFailure(failure)
             for i, case in enumerate(cases):
                 s.progress(Progress(step="check", index=i, heldout=case.heldout,
-                                       case=None if case.heldout else case))
+                                    case=None if case.heldout else case))
                 try:
                     self.check_case(case)
                 except Skip as skip:
@@ -278,7 +278,7 @@ class Correctness:
                 heldout += int(case.heldout)
             if self.died_outside_domain:
                 s.notes.append(f"{self.died_outside_domain} case(s) skipped where the candidate's worker crashed "
-                                  "or hung and the original refuses the case too (outside the op's domain)")
+                               "or hung and the original refuses the case too (outside the op's domain)")
             if s.candidate is not None:
                 visible = sorted((c for c in cases if not c.heldout and c.distribution == "normal"
                                   and c.call is None),

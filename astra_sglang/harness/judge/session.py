@@ -176,13 +176,13 @@ class JudgeSession:
         return torch.frombuffer(bytearray(raw), dtype=torch.uint8).view(dt).reshape(item.shape).to(self.device)
 
     def case_failure(self, case: CaseSpec | None, reason: str, detail: str,
-                      tensor: str | None = None, m: Mismatch | None = None) -> FailedCase:
+                     tensor: str | None = None, m: Mismatch | None = None) -> FailedCase:
         if case is None:
             return FailedCase(reason=reason, detail=detail, tensor=tensor)
         return failed_case(case, reason, detail, tensor, m.max_abs_err if m else None, m.max_rel_err if m else None)
 
     def fail(self, case: CaseSpec, reason: str, detail: str, tensor: str | None = None,
-              m: Mismatch | None = None) -> CaseFailure:
+             m: Mismatch | None = None) -> CaseFailure:
         return CaseFailure(self.case_failure(case, reason, detail, tensor, m))
 
     def tampered(self, tampered: list[str], when: str) -> None:
@@ -226,7 +226,7 @@ class JudgeSession:
         return a.values()
 
     def check(self, case: CaseSpec, outs: dict[str, torch.Tensor], orig: dict[str, torch.Tensor],
-               ref: dict[str, torch.Tensor]) -> tuple[str, Mismatch] | None:
+              ref: dict[str, torch.Tensor]) -> tuple[str, Mismatch] | None:
         tol = self.manifest.tolerances[case.dtype]
         if case.distribution == "tiny":  # values ~1e-3: an absolute tolerance made for values ~1 would accept 0
             tol = Tolerance(atol=tol.atol * 1e-3, rtol=tol.rtol)

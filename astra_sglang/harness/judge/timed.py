@@ -333,7 +333,7 @@ class ShapeTimer:
             raise s.launch_error(case, reply, "timed replay")
         if len(reply.us) != k or not all(math.isfinite(u) and u > 0 for u in reply.us):
             raise s.fail(case, "protocol violation", f"the worker reported {len(reply.us)} times for {k} "
-                             "replays, or times that are not positive numbers")
+                         "replays, or times that are not positive numbers")
         if keep is not None and seed is not None:
             self._check_kept(keep, k, seed)
         return reply.us, sum(reply.us) * self._per_replay, wall
@@ -346,7 +346,7 @@ class ShapeTimer:
         if s.by_value or any(t.role == "inplace" for t in tensors):
             if "timed replays: only the one re-checked after timing" not in " ".join(s.notes):
                 s.notes.append("timed replays: only the one re-checked after timing is checked (outputs by "
-                                  "value or in place)")
+                               "value or in place)")
             return []
         return [t.name for t in tensors if t.role == "output"]
 
@@ -384,7 +384,7 @@ class ShapeTimer:
                         ref.get(segments_key(name)))
             if m is not None:
                 raise s.fail(case, "timed run wrong", f"{label}: {m.detail} (a timed replay did less than a "
-                                 "checked call)", name, m)
+                             "checked call)", name, m)
 
     def _warm_inplace(self) -> bool:
         """A warm replay applies an in-place op several times to one buffer: not one call's result."""
@@ -420,8 +420,8 @@ class ShapeTimer:
             if bad is not None:
                 reason = "timed run wrong" if g else "stateful"
                 raise s.fail(case, reason, f"after timing, {label} with new values: {bad[1].detail}"
-                                 + (" (the captured graph does not compute the function: work hidden from the "
-                                    "capture stream or skipped)" if g else ""), bad[0], bad[1])
+                             + (" (the captured graph does not compute the function: work hidden from the "
+                                "capture stream or skipped)" if g else ""), bad[0], bad[1])
 
     def _timed_original(self, case: CaseSpec) -> tuple[Launcher, str | None]:
         """What the candidate is timed against: the original, or where it refuses the shape the kernel SGLang
