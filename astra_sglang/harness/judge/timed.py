@@ -152,12 +152,12 @@ class ShapeTimer:
         self._per_replay = n_sets if cold else cfg.warm_launches
         case = CaseSpec(dims=dict(dims), dtype=dtype, distribution="normal", seed=s.job.timing_seed)
         orig_launch, stand_in = self._timed_original(case)  # Skip (not timed) when nothing stands in
-        arms = self._local_arms(case, orig_launch, n_sets, cold, with_baseline=stand_in is None)
+        outputs = self._kept_outputs()
+        arms = self._local_arms(case, orig_launch, n_sets, cold, outputs, with_baseline=stand_in is None)
         if s.candidate is not None:
             self._prepare_candidate(case, n_sets, cold, arms.eager, stand_in)
         # the candidate's timed replays are checked too (replay_guard.py): one random replay of each batch,
         # one random timing set of it, against the original on the same arguments
-        outputs = self._kept_outputs()
         self._kept_check = (case, n_sets if cold else 1) if not arms.eager and outputs and not s.screening else None
         us = self._interleaved(case, arms)
         wall_reason = self._wall_reason(case, arms, us) if s.candidate is not None and wall_check else None
@@ -180,7 +180,7 @@ class ShapeTimer:
             torch.cuda.empty_cache()
         return TimedShape(row=ShapeTiming(**row), method=method, suspect_reason="; ".join(reasons) or None)
 
-    def _local_arms(self, case: CaseSpec, orig_launch: Launcher, n_sets: int, cold: bool,
+    def _local_arms(self, case: CaseSpec, orig_launch: Launcher, n_sets: int, cold: bool, outputs: list[str],
                     with_baseline: bool) -> _Arms:
         """What this process times: the original (captured, or eager for both sides where it cannot be) and the
         library kernel SGLang serves beside it, each on its own argument sets guarded by a ``ReplayGuard``."""
@@ -196,7 +196,6 @@ class ShapeTimer:
             return run_all
 
         arms = _Arms()
-        outputs = self._kept_outputs()
         orig_sets = self._local_sets(case.dims, case.dtype, n_sets, case.seed)
         orig_body = body(orig_launch, orig_sets)
         try:
@@ -232,12 +231,14 @@ class ShapeTimer:
             raise s.fail(case, "launch error", f"{what}: {reply.error[:1000]} (SGLang replays kernels in "
                          "CUDA graphs)")
 
-    def _run_local(self, arms: _Arms, label: str, g: Any, n: int) -> list[float]:
+    def _run_local(self, arms: _Arms, label: str, g: Any, n: int, warm_up: bool = False) -> list[float]:
         clock = self.s.clock
         if arms.eager:
             return clock.time_eager(g, n, self._per_replay)
-        # the same perturbed replay as the candidate's batches get (replay_guard.py), so neither side is favoured
-        keep, seed = (_SECRET.randrange(n), _SECRET.randrange(1 << 62)) if self._kept_check is not None else (None, None)
+        # the same perturbed replay as the candidate's timed batches get (replay_guard.py), so neither side is
+        # favoured; none in the warm-up, as on the candidate's side
+        checked = self._kept_check is not None and not warm_up
+        keep, seed = (_SECRET.randrange(n), _SECRET.randrange(1 << 62)) if checked else (None, None)
         return clock.time_replays(g, n, self._per_replay, arms.guards[label].between(n, keep, seed))
 
     def _interleaved(self, case: CaseSpec, arms: _Arms) -> dict[str, list[float]]:
@@ -247,7 +248,7 @@ class ShapeTimer:
         self._gpu_busy = self._unstopped = 0
         with self._quiet("warm-up"):
             for label, g in arms.local:
-                self._run_local(arms, label, g, s.job.warmup)
+                self._run_local(arms, label, g, s.job.warmup, warm_up=True)
         if s.candidate is not None:
             s.ask(Time(replays=s.job.warmup), case, "warm-up")
         us: dict[str, list[float]] = {label: [] for label, _ in arms.local}

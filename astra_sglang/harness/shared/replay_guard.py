@@ -44,26 +44,28 @@ def perturbable(arg_set: ArgSet) -> list[str]:
             and arg_set.tensors[t.name].view.is_contiguous() and arg_set.tensors[t.name].view.numel() >= 2]
 
 
-def _windows(seed: int, set_index: int, name: str, numel: int) -> tuple[int, int, int]:
-    """(destination, source, length) of the window moved in one tensor of one timing set."""
+def _move_window(flat: torch.Tensor, seed: int, set_index: int, name: str) -> tuple[int, torch.Tensor]:
+    """Move one window of ``flat`` (1/WINDOW of it) to another place in it, in place, as ``seed`` draws it for that
+    tensor of that timing set; returns the destination and the values it held (to put back). The worker and the
+    judge both move through here, so the judge checks exactly the values the kept replay ran on."""
+    numel = flat.numel()
     rng = random.Random(f"{seed}:{set_index}:{name}")
     length = max(1, numel // WINDOW)
     dst = rng.randrange(numel - length + 1)
     src = rng.randrange(numel - length + 1)
     if src == dst:
         src = (dst + length) % (numel - length + 1)
-    return dst, src, length
+    saved = flat[dst:dst + length].clone()
+    flat[dst:dst + length] = flat[src:src + length].clone()
+    return dst, saved
 
 
 def perturb(values: dict[str, torch.Tensor], names: list[str], seed: int, set_index: int) -> dict[str, torch.Tensor]:
     """The judge's copy of what the worker's perturbation makes of timing set ``set_index`` (new tensors)."""
     out = dict(values)
     for name in names:
-        x = values[name].clone()
-        flat = x.view(-1)
-        dst, src, n = _windows(seed, set_index, name, flat.numel())
-        flat[dst:dst + n] = flat[src:src + n].clone()
-        out[name] = x
+        out[name] = values[name].clone()
+        _move_window(out[name].view(-1), seed, set_index, name)
     return out
 
 
@@ -96,9 +98,7 @@ class ReplayGuard:
     def _move(self, seed: int) -> None:
         for index, tensors in enumerate(self.inputs):
             for name, flat in tensors:
-                dst, src, n = _windows(seed, index, name, flat.numel())
-                self._saved.append((flat, dst, flat[dst:dst + n].clone()))
-                flat[dst:dst + n] = flat[src:src + n].clone()
+                self._saved.append((flat, *_move_window(flat, seed, index, name)))
 
     def _restore(self) -> None:
         for flat, dst, saved in reversed(self._saved):
