@@ -1,10 +1,12 @@
-"""The fused_moe_kernel contract (Triton, SGLang's unquantized MoE up-projection through invoke_fused_moe_kernel).
+"""The fused-MoE contracts (Triton, SGLang's unquantized MoE GEMMs through invoke_fused_moe_kernel): the
+up-projection (fused_moe_kernel, w1) and the down-projection with the routing weights (fused_moe_down, w2).
 
 On CPU the original runs under TRITON_INTERPRET=1 through the op folder's adapter (the config dict and the
 Triton compute dtype no call list can hold) and agrees with the reference; a reference that forgets the
 routing is refused. The routed batch must be what moe_align gives SGLang's kernel: every (token, slot) pair
-once, in its expert's BLOCK_SIZE_M-padded run, padding = T*TK. The shapes carry SGLang's H200 configs.
-On the GPU the contract is validated on every manifest shape.
+once, in its expert's BLOCK_SIZE_M-padded run, padding = T*TK. The shapes carry SGLang's H200 configs (the down call: its
+down config with the up call's BLOCK_SIZE_M) at the decode token counts serving runs. On the GPU the contracts are
+validated on every manifest shape.
 """
 
 from __future__ import annotations
@@ -21,16 +23,19 @@ pytest.importorskip("triton")
 
 from astra_sglang.contract.op import TritonRecipe, load_manifest  # noqa: E402
 from astra_sglang.extract import catalog  # noqa: E402
-from astra_sglang.extract.catalog._moe_configs import moe_config  # noqa: E402
+from astra_sglang.extract.catalog._fused_moe import DECODE_T, SPLITS  # noqa: E402
+from astra_sglang.extract.catalog._moe_configs import moe_config, moe_down_config  # noqa: E402
 from astra_sglang.extract.catalog.source_text import FileText  # noqa: E402
 from astra_sglang.extract.extractor import write_op  # noqa: E402
 from astra_sglang.harness.parent.contract_validation import validate_contract, validation_config  # noqa: E402
 from astra_sglang.loader.launch import load_inputs  # noqa: E402
 
+OPS = ("moe.fused_moe_kernel", "moe.fused_moe_down")
 
-def _write(out: Path, reference: str | None = None) -> Path:
-    entry = catalog.find("moe.fused_moe_kernel")
-    assert entry is not None
+
+def _write(out: Path, reference: str | None = None, op_id: str = "moe.fused_moe_kernel") -> Path:
+    entry = catalog.find(op_id)
+    assert entry is not None and entry.op_id == op_id
     return write_op(dataclasses.replace(entry, reference=FileText.verbatim(reference)) if reference else entry, out).path
 
 
@@ -39,18 +44,23 @@ def op(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return _write(tmp_path_factory.mktemp("fused_moe"))
 
 
+@pytest.fixture(scope="module", params=OPS)
+def each_op(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _write(tmp_path_factory.mktemp("fused_moe"), op_id=request.param)
+
+
 def _validate_fp16(op: Path):
     # bfloat16 is left out on CPU only: Triton 3.8's interpreter gets bfloat16 products wrong (see
     # test_contracts_attn); the H200 checks both dtypes
     return validate_contract(op, validation_config("cpu").model_copy(update={"dtypes": ["float16"]}))[0]
 
 
-def test_the_original_agrees_with_the_contract_through_its_adapter(op: Path, monkeypatch: pytest.MonkeyPatch):
-    manifest = load_manifest(op)
+def test_the_original_agrees_with_the_contract_through_its_adapter(each_op: Path, monkeypatch: pytest.MonkeyPatch):
+    manifest = load_manifest(each_op)
     assert isinstance(manifest.recipe, TritonRecipe) and manifest.recipe.adapter == "adapter.py:call"
-    assert (op / "adapter.py").is_file()
+    assert (each_op / "adapter.py").is_file()
     monkeypatch.setenv("TRITON_INTERPRET", "1")
-    v = _validate_fp16(op)
+    v = _validate_fp16(each_op)
     assert v.passed, v.first_failure
     assert v.cases_run >= 12 and v.cases_skipped == 0
 
@@ -70,6 +80,25 @@ def reference(**args):
 def test_a_reference_that_ignores_the_routing_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     v = _validate_fp16(_write(tmp_path, reference=_IGNORES_ROUTING))
+    assert not v.passed and v.first_failure and "reference mismatch" in v.first_failure
+
+
+_DOWN_WITHOUT_ROUTING_WEIGHT = '''
+import torch
+
+
+def reference(**args):
+    """Wrong on purpose: the down-projection without the routing weight on its rows."""
+    a, b, ids = args["A"].float(), args["B"], args["topk_ids"].long()
+    t, tk = ids.shape
+    out = torch.stack([a[i] @ b[int(e)].float().T for i, e in enumerate(ids.reshape(-1))])
+    return {"C": out.reshape(t, tk, -1)}
+'''
+
+
+def test_a_down_reference_without_the_routing_weight_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    v = _validate_fp16(_write(tmp_path, reference=_DOWN_WITHOUT_ROUTING_WEIGHT, op_id="moe.fused_moe_down"))
     assert not v.passed and v.first_failure and "reference mismatch" in v.first_failure
 
 
@@ -101,20 +130,67 @@ def test_routed_batches_are_what_moe_align_gives_the_kernel(op: Path):
         assert scalars(d, "float16")["BLOCK_SIZE_M"] == bm
 
 
-def test_each_case_carries_the_config_sglang_picks_on_an_h200(op: Path):
-    manifest = load_manifest(op)
-    assert len(manifest.shapes) >= 10
+def test_each_case_carries_the_config_sglang_picks_on_an_h200(each_op: Path):
+    manifest = load_manifest(each_op)
+    down = manifest.short_name == "fused_moe_down"
+    assert len(manifest.shapes) >= 20
     for s in manifest.shapes:
         d = s.dims
-        c = moe_config(d["E"], d["N"] // 2, d["T"], None, None)
+        c = moe_down_config(d["E"], d["I"], d["T"], None, None) if down else moe_config(d["E"], d["N"] // 2, d["T"],
+                                                                                        None, None)
         assert (d["BM"], d["BN"], d["BK"], d["GM"]) == (c["BLOCK_SIZE_M"], c["BLOCK_SIZE_N"], c["BLOCK_SIZE_K"],
                                                         c["GROUP_SIZE_M"]), s.source
     for name in ("BM", "BN", "BK", "GM", "NW", "NS"):  # held-out shapes draw these from the cases' values
         assert len({s.dims[name] for s in manifest.shapes}) <= 4, name
 
 
+def test_both_calls_cover_every_split_at_every_decode_batch(each_op: Path):
+    """What a decode step serves: M = T x TK pairs from 1 to 2048, for each model split; the same (T, split)
+    points in both contracts, so the two GEMMs of one layer are judged at the same batches."""
+    manifest = load_manifest(each_op)
+    down = manifest.short_name == "fused_moe_down"
+    have = {(s.dims["T"], s.dims["E"], s.dims["TK"], s.dims["H"] if down else s.dims["K"],
+             s.dims["I"] if down else s.dims["N"] // 2) for s in manifest.shapes}
+    for _, e, tk, hidden, inner in SPLITS:
+        for t in DECODE_T:
+            assert (t, e, tk, hidden, inner) in have, (t, e, tk, hidden, inner)
+    assert any("prefill" in s.tags for s in manifest.shapes) and any("edge" in s.tags for s in manifest.shapes)
+
+
+def test_the_down_config_takes_the_up_calls_block_m(monkeypatch: pytest.MonkeyPatch):
+    """One moe_align sort serves both calls: a tuned _down config's BLOCK_SIZE_M is replaced by the up config's
+    (try_get_optimal_moe_config does the same), and a down config asking for TMA (another call form) is refused."""
+    from astra_sglang.extract.catalog import _moe_configs
+
+    up = {1: {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 64, "BLOCK_SIZE_K": 64, "GROUP_SIZE_M": 1}}
+    tuned_down = {1: {"BLOCK_SIZE_M": 64, "BLOCK_SIZE_N": 128, "BLOCK_SIZE_K": 128, "GROUP_SIZE_M": 8, "num_warps": 8}}
+    files = {False: up, True: tuned_down}
+    monkeypatch.setattr(_moe_configs, "_tuned", lambda e, n, dtype, block, down=False: files[down])
+    c = moe_down_config(8, 1792, 1, None, None)
+    assert c["BLOCK_SIZE_M"] == 16 and c["BLOCK_SIZE_N"] == 128 and c["num_warps"] == 8
+    tuned_down[1]["USE_TMA"] = True
+    with pytest.raises(ValueError, match="TMA"):
+        moe_down_config(8, 1792, 1, None, None)
+    files[True] = None  # type: ignore[assignment]
+    assert moe_down_config(8, 1792, 1, None, None) == up[1], "no down file: the up config (down_config or config)"
+
+
+def test_the_down_call_is_its_own_op_on_the_shared_wrapper():
+    """Both contracts go through invoke_fused_moe_kernel; each name finds its own, and SGLang's op list has both."""
+    from astra_sglang.extract.discovery import list_ops, resolve
+
+    up, down = catalog.find("fused_moe_kernel"), catalog.find("fused_moe_down")
+    assert up is not None and down is not None and up.entry_point == down.entry_point
+    assert catalog.find(up.entry_point) is up, "the wrapper's name still means the up call"
+    infos = list_ops()
+    assert resolve("fused_moe_down", infos).op_id == "moe.fused_moe_down"
+    assert resolve("moe.fused_moe_down", infos).short_name == "fused_moe_down"
+    assert resolve("fused_moe_kernel", infos).short_name == "fused_moe_kernel"
+
+
 @pytest.mark.gpu
-def test_the_contract_validates_on_the_gpu(tmp_path: Path):
-    v, _ = validate_contract(_write(tmp_path), validation_config("cuda"))
+@pytest.mark.parametrize("op_id", OPS)
+def test_the_contract_validates_on_the_gpu(tmp_path: Path, op_id: str):
+    v, _ = validate_contract(_write(tmp_path, op_id=op_id), validation_config("cuda"))
     assert v.passed, v.first_failure
     assert set(v.dtypes) == {"bfloat16", "float16"} and v.cases_run > 0

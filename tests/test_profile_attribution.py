@@ -200,3 +200,10 @@ def test_bad_traces_are_one_line_errors(tmp_path: Path) -> None:
 def test_one_batch_file_names() -> None:
     assert one_batch_name(DECODE) == {"batch_size": 128, "input_len": 512, "output_len": 16, "phase": "decode"}
     assert one_batch_name(TWO_STEPS) == {}
+
+
+def test_the_moe_gemm_kernel_is_claimed_by_both_of_its_calls() -> None:
+    """SGLang's one Triton ``fused_moe_kernel`` runs both GEMMs of a MoE layer (w1, and w2 with the routing
+    weights): a profiler row of it is both contracts' time, so it names both instead of crediting one."""
+    kmap = at.build_map(EXTRACTED)
+    assert {r.short_name for r in kmap.match("fused_moe_kernel")} == {"fused_moe_kernel", "fused_moe_down"}

@@ -184,6 +184,12 @@ def list_ops() -> list[OpInfo]:
             continue
         kind = "triton" if (catalog.find(target) and catalog.find(target).kind == "triton") else "jit"  # type: ignore[union-attr]
         infos.append(_info(target, [(kind, target)], fused, False))
+    # a second contract on an entry point another op already names is a call form of its own (fused_moe_down:
+    # the w2 call of invoke_fused_moe_kernel, whose w1 call is fused_moe_kernel): listed under its own id
+    known = {i.op_id for i in infos}
+    for e in catalog.entries():
+        if e.op_id not in known:
+            infos.append(_info(e.op_id, [("triton" if e.kind == "triton" else "jit", e.entry_point)], fused, False))
     return infos
 
 

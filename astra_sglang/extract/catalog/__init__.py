@@ -23,7 +23,7 @@ OPS = (
     "gather_spec_extras", "gemma_routing_post_topk", "concat_and_cast_mha_k_triton", "memcpy_triton",
     "q8kv8_topk_length_from_indices", "shuffle_rows_with_scales",
     # MoE routing and FP8 quantization on the serving hot path
-    "moe_align_block_size", "fused_moe_kernel", "per_token_quant_fp8", "per_token_group_quant_fp8",
+    "moe_align_block_size", "fused_moe_kernel", "fused_moe_down", "per_token_quant_fp8", "per_token_group_quant_fp8",
     # the attention hot path: KV-cache store, RoPE, decode/extend attention
     "reshape_and_cache_flash", "fused_rope", "fused_qk_rope_reshape_and_cache", "apply_interleaved_rope",
     "decode_attention", "extend_attention",

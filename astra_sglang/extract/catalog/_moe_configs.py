@@ -23,14 +23,16 @@ def served_dtype(model: MoeConfig) -> tuple[str | None, list[int] | None]:
 
 
 @cache
-def _tuned(e: int, n: int, dtype: str | None, block: tuple[int, ...] | None) -> dict[int, dict[str, Any]] | None:
-    """SGLang's tuned fused-MoE configs for the H200 (get_moe_configs: this Triton's folder, else newest first)."""
+def _tuned(e: int, n: int, dtype: str | None, block: tuple[int, ...] | None,
+           down: bool = False) -> dict[int, dict[str, Any]] | None:
+    """SGLang's tuned fused-MoE configs for the H200 (get_moe_configs: this Triton's folder, else newest first;
+    ``down``: the down-projection's own file, ``..._down.json``)."""
     import triton
 
     from astra_sglang.extract.sglang_env import sglang_root
 
     name = f"E={e},N={n},device_name={_DEVICE}" + (f",dtype={dtype}" if dtype else "") + (
-        f",block_shape={list(block)}" if block else "") + ".json"
+        f",block_shape={list(block)}" if block else "") + ("_down" if down else "") + ".json"
     root = sglang_root() / _CONFIG_DIR
     own = f"triton_{triton.__version__.replace('.', '_')}"
     versions = sorted((d.name for d in root.iterdir() if d.name.startswith("triton_")),
@@ -54,6 +56,20 @@ def moe_config(e: int, n: int, m: int, dtype: str | None, block: list[int] | Non
     if m <= e:
         return {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 32, "BLOCK_SIZE_K": 64, "GROUP_SIZE_M": 1}
     return {"BLOCK_SIZE_M": 64, "BLOCK_SIZE_N": 64, "BLOCK_SIZE_K": 32, "GROUP_SIZE_M": 8}
+
+
+def moe_down_config(e: int, n: int, m: int, dtype: str | None, block: list[int] | None) -> dict[str, Any]:
+    """The down-projection's config (try_get_optimal_moe_config(return_down_config=True)): the tuned ``_down``
+    entry nearest M with the up config's BLOCK_SIZE_M (one moe_align sort serves both calls), else the up config
+    itself (fused_experts_impl passes ``down_config or config``)."""
+    up = moe_config(e, n, m, dtype, block)
+    tuned = _tuned(e, n, dtype, tuple(block) if block else None, down=True)
+    if not tuned:
+        return up
+    down = dict(tuned[min(tuned, key=lambda x: abs(x - m))])
+    if down.pop("USE_TMA", False):  # on Hopper SGLang then takes the TMA path (a_use_tma, c_sorted): another call
+        raise ValueError(f"E={e},N={n}: the H200 down config at M={m} asks for TMA, a call form no contract pins")
+    return {**down, "BLOCK_SIZE_M": up["BLOCK_SIZE_M"]}
 
 
 def moe_splits() -> list[tuple[MoeConfig, int, int, int, str]]:

@@ -15,48 +15,28 @@ from __future__ import annotations
 import torch
 import triton.language as tl
 
-from astra_sglang.contract.op import CallSite, Dim, ScalarArg, ShapeCase, Signature, TensorArg
-from astra_sglang.extract.catalog._moe_configs import moe_config
+from astra_sglang.contract.op import CallSite, Dim, ShapeCase, Signature, TensorArg
+from astra_sglang.extract.catalog._fused_moe import (
+    CALL_TAIL,
+    CONFIG_DIMS,
+    CONFIG_RELATION,
+    CONFIG_SCALARS,
+    ROUTING_DIMS,
+    ROUTING_RELATION,
+    ROUTING_TENSORS,
+    make_inputs,
+    scalars,
+    served_shapes,
+)
 from astra_sglang.extract.catalog.base import CatalogEntry
 from astra_sglang.extract.catalog.source_text import FileText
-from astra_sglang.extract.shapes import case, dedup
 
 _MODULE = "sglang.kernels.ops.moe.fused_moe_triton_kernels"
 _RUNNER = "sglang.srt.layers.moe.moe_runner.triton_utils.fused_moe"
 
-# P: sorted_token_ids as SGLang's moe_align sizes it for the Triton runner: T*TK + E*(BM-1)
-_P = "T*TK+E*(BM-1)"
-
-# (source, local experts, top_k, hidden K, w1 rows N = 2 * intermediate / TP); the tuned config file is keyed
-# on N/2 (w2's inner dim)
-_SPLITS = (
-    ("Mixtral-8x7B TP8", 8, 2, 4096, 3584),
-    ("Mixtral-8x7B TP4", 8, 2, 4096, 7168),
-    ("Qwen3-30B-A3B TP2", 128, 8, 2048, 768),
-    ("Qwen3-30B-A3B TP1", 128, 8, 2048, 1536),
-)
-_TOKENS = {"Mixtral-8x7B TP8": (1, 64, 2048), "Mixtral-8x7B TP4": (8, 512), "Qwen3-30B-A3B TP2": (1, 64, 2048),
-           "Qwen3-30B-A3B TP1": (8, 512)}
-
-
-def _config_dims(e: int, n: int, t: int) -> dict[str, int]:
-    c = moe_config(e, n // 2, t, None, None)
-    return {"BM": c["BLOCK_SIZE_M"], "BN": c["BLOCK_SIZE_N"], "BK": c["BLOCK_SIZE_K"], "GM": c["GROUP_SIZE_M"],
-            "NW": c.get("num_warps", 4), "NS": c.get("num_stages", 3)}
-
 
 def _shapes() -> list[ShapeCase]:
-    cases: list[ShapeCase] = []
-    for src, e, tk, k, n in _SPLITS:
-        for t in _TOKENS[src]:
-            tag = "decode" if t <= 64 else "prefill"
-            dims = {"T": t, "TK": tk, "E": e, "N": n, "K": k, **_config_dims(e, n, t)}
-            cases.append(case([tag], f"{src} {tag} T={t}, w1 up-projection (H200 config BLOCK_M={dims['BM']})",
-                              **dims))
-    e, tk, k, n = 128, 8, 2048, 768
-    cases.append(case(["edge"], "edge: Qwen3-30B-A3B TP2, 3 tokens (24 pairs over 128 experts: most experts idle)",
-                      T=3, TK=tk, E=e, N=n, K=k, **_config_dims(e, n, 3)))
-    return dedup(cases)
+    return served_shapes("up", "w1 up-projection")
 
 
 _COMPUTE = {torch.bfloat16: tl.bfloat16, torch.float16: tl.float16, torch.float32: tl.float32}
@@ -76,35 +56,6 @@ def reference(**args):
         out[pick] = x @ w.T
         scale[pick] = x.abs() @ w.abs().T
     return {"C": out.reshape(t, tk, -1), "C:scale": scale.reshape(t, tk, -1)}
-
-
-def make_inputs(dims, dtype, gen, device):
-    t, tk, e, bm = dims["T"], dims["TK"], dims["E"], dims["BM"]
-    bias = 2.0 * torch.randn(1, e, generator=gen, device=device)
-    logits = torch.randn(t, e, generator=gen, device=device) + bias
-    weights, ids = torch.topk(torch.softmax(logits, dim=-1), min(tk, e), dim=-1)
-    weights = weights / weights.sum(dim=-1, keepdim=True)
-    flat = ids.reshape(-1)
-    numel = flat.numel()
-    cap = numel + e * (bm - 1)
-    counts = torch.bincount(flat, minlength=e)
-    padded = (counts + bm - 1) // bm * bm
-    start = torch.cumsum(padded, 0) - padded
-    order = torch.argsort(flat, stable=True)
-    rank = torch.arange(numel, device=device) - (torch.cumsum(counts, 0) - counts)[flat[order]]
-    sorted_ids = torch.full((cap,), numel, dtype=torch.int32, device=device)
-    sorted_ids[start[flat[order]] + rank] = order.to(torch.int32)
-    total = int(padded.sum())
-    expert_ids = torch.full(((cap + bm - 1) // bm,), -1, dtype=torch.int32, device=device)
-    expert_ids[: total // bm] = torch.repeat_interleave(torch.arange(e, device=device), padded // bm).to(torch.int32)
-    return {"topk_weights": weights.float().contiguous(), "topk_ids": ids.to(torch.int32).contiguous(),
-            "sorted_token_ids": sorted_ids, "expert_ids": expert_ids,
-            "num_tokens_post_padded": torch.tensor([total], dtype=torch.int32, device=device)}
-
-
-def scalars(dims, dtype):
-    return {"BLOCK_SIZE_M": dims["BM"], "BLOCK_SIZE_N": dims["BN"], "BLOCK_SIZE_K": dims["BK"],
-            "GROUP_SIZE_M": dims["GM"], "num_warps": dims["NW"], "num_stages": dims["NS"]}
 
 
 def call(invoke, A, B, C, topk_weights, topk_ids, sorted_token_ids, expert_ids, num_tokens_post_padded,
@@ -161,48 +112,23 @@ ENTRY = CatalogEntry(
     kind="triton",
     signature=Signature(
         dims=[
-            Dim(name="T", meaning="tokens in the batch"),
-            Dim(name="TK", meaning="experts per token (top_k)"),
-            Dim(name="E", meaning="experts on this rank (all local)"),
+            *ROUTING_DIMS,
             Dim(name="N", meaning="w1 rows per expert = 2 * moe_intermediate / TP (gate and up)", multiple_of=2),
             Dim(name="K", meaning="hidden size", multiple_of=8),
-            Dim(name="BM", meaning="config BLOCK_SIZE_M (also moe_align's block size)", min=16, multiple_of=16,
-                max=256),
-            Dim(name="BN", meaning="config BLOCK_SIZE_N", min=16, multiple_of=16, max=256),
-            Dim(name="BK", meaning="config BLOCK_SIZE_K", min=16, multiple_of=16, max=256),
-            Dim(name="GM", meaning="config GROUP_SIZE_M", max=64),
-            Dim(name="NW", meaning="config num_warps", min=4, multiple_of=4, max=8),
-            Dim(name="NS", meaning="config num_stages", min=2, max=5),
+            *CONFIG_DIMS,
         ],
         tensors=[
             TensorArg(name="A", role="input", shape=["T", "K"], dtype="{dtype}"),
             TensorArg(name="B", role="input", shape=["E", "N", "K"], dtype="{dtype}"),
             TensorArg(name="C", role="output", shape=["T", "TK", "N"], dtype="{dtype}"),
-            TensorArg(name="topk_weights", role="input", shape=["T", "TK"], dtype="float32", align_bytes=4,
-                      generated=True),
-            TensorArg(name="topk_ids", role="input", shape=["T", "TK"], dtype="int32", align_bytes=4, generated=True),
-            TensorArg(name="sorted_token_ids", role="input", shape=[_P], dtype="int32", align_bytes=4,
-                      generated=True),
-            TensorArg(name="expert_ids", role="input", shape=[f"({_P}+BM-1)//BM"], dtype="int32", align_bytes=4,
-                      generated=True),
-            TensorArg(name="num_tokens_post_padded", role="input", shape=["1"], dtype="int32", align_bytes=4,
-                      generated=True),
+            *ROUTING_TENSORS,
         ],
-        scalars=[
-            ScalarArg(name="BLOCK_SIZE_M", type="int", default=64, meaning="= BM"),
-            ScalarArg(name="BLOCK_SIZE_N", type="int", default=64, meaning="= BN"),
-            ScalarArg(name="BLOCK_SIZE_K", type="int", default=32, meaning="= BK"),
-            ScalarArg(name="GROUP_SIZE_M", type="int", default=8, meaning="= GM"),
-            ScalarArg(name="num_warps", type="int", default=4, meaning="= NW"),
-            ScalarArg(name="num_stages", type="int", default=3, meaning="= NS"),
-        ],
+        scalars=CONFIG_SCALARS,
         dtypes=["bfloat16", "float16"],
         relations=[
             "C[t, s] = A[t] @ B[topk_ids[t, s]]^T (fp32 accumulation, stored in the activation dtype)",
-            "sorted_token_ids / expert_ids / num_tokens_post_padded: moe_align_block_size(topk_ids, BM) (see "
-            "inputs.py); every (t, s) pair appears once, padding slots hold T*TK",
-            "the config (BM, BN, BK, GM, NW, NS) is SGLang's for this shape on an H200; a replacement may ignore "
-            "all but BM, which shapes sorted_token_ids",
+            ROUTING_RELATION,
+            CONFIG_RELATION,
         ],
         returns=[],
     ),
@@ -211,8 +137,7 @@ ENTRY = CatalogEntry(
     inputs_scalars=True,
     adapter=ADAPTER,
     shapes=_shapes,
-    call=["A", "B", "C", "topk_weights", "topk_ids", "sorted_token_ids", "expert_ids", "num_tokens_post_padded",
-          "BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M", "num_warps", "num_stages"],
+    call=["A", "B", "C", *CALL_TAIL],
     wrapper=f"{_MODULE}:invoke_fused_moe_kernel",
     callsite_modules=(_MODULE,),
     serving_sites={f"{_MODULE}:invoke_fused_moe_kernel": "the definition"},
@@ -222,13 +147,13 @@ ENTRY = CatalogEntry(
             reached_by_serving=True,
             note="read from source: fused_experts_impl (the Triton MoE runner, the default MoE backend for "
             "unquantized Mixtral / Qwen-MoE on CUDA) calls it twice per layer: w1 (this contract: "
-            "apply_router_weight_on_input False, top_k = TK) and w2 (mul_routed_weight True, top_k 1, not "
-            "covered here)",
+            "apply_router_weight_on_input False, top_k = TK) and w2 (mul_routed_weight True, top_k 1: the "
+            "fused_moe_down contract)",
         ),
     ],
     notes=[
-        "pinned call: unquantized bf16/fp16 up-projection; fp8/int8/int4 and the w2 down-projection "
-        "(mul_routed_weight, top_k=1) are other contracts",
+        "pinned call: unquantized bf16/fp16 up-projection; the w2 down-projection (mul_routed_weight, top_k=1) "
+        "is fused_moe_down; fp8/int8/int4 are not covered",
         "config per case = try_get_optimal_moe_config on an H200 (tuned JSON of this Triton version, else the "
         "newest; the nearest M); held-out shapes draw the config dims from the values the cases use",
     ],

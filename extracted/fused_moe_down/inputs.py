@@ -1,0 +1,40 @@
+"""Inputs for fused_moe_down (astra-sglang, written): a reference routing, then moe_align.
+
+Router logits are normal with a per-expert bias (hot experts and idle ones, as in real batches); each token
+takes the top-TK experts of softmax(logits) with renormalized weights (float32). sorted_token_ids /
+expert_ids / num_tokens_post_padded are what moe_align_block_size gives for BLOCK_SIZE_M = BM: per expert, its
+flat (token, slot) indices ascending, padded with the sentinel T*TK to a multiple of BM; expert_ids[j] is the
+expert of block j (-1 past the last block, which the kernel never reads). A, the activated intermediate, is
+drawn by the harness like any input.
+"""
+
+import torch
+
+
+def make_inputs(dims, dtype, gen, device):
+    t, tk, e, bm = dims["T"], dims["TK"], dims["E"], dims["BM"]
+    bias = 2.0 * torch.randn(1, e, generator=gen, device=device)
+    logits = torch.randn(t, e, generator=gen, device=device) + bias
+    weights, ids = torch.topk(torch.softmax(logits, dim=-1), min(tk, e), dim=-1)
+    weights = weights / weights.sum(dim=-1, keepdim=True)
+    flat = ids.reshape(-1)
+    numel = flat.numel()
+    cap = numel + e * (bm - 1)
+    counts = torch.bincount(flat, minlength=e)
+    padded = (counts + bm - 1) // bm * bm
+    start = torch.cumsum(padded, 0) - padded
+    order = torch.argsort(flat, stable=True)
+    rank = torch.arange(numel, device=device) - (torch.cumsum(counts, 0) - counts)[flat[order]]
+    sorted_ids = torch.full((cap,), numel, dtype=torch.int32, device=device)
+    sorted_ids[start[flat[order]] + rank] = order.to(torch.int32)
+    total = int(padded.sum())
+    expert_ids = torch.full(((cap + bm - 1) // bm,), -1, dtype=torch.int32, device=device)
+    expert_ids[: total // bm] = torch.repeat_interleave(torch.arange(e, device=device), padded // bm).to(torch.int32)
+    return {"topk_weights": weights.float().contiguous(), "topk_ids": ids.to(torch.int32).contiguous(),
+            "sorted_token_ids": sorted_ids, "expert_ids": expert_ids,
+            "num_tokens_post_padded": torch.tensor([total], dtype=torch.int32, device=device)}
+
+
+def scalars(dims, dtype):
+    return {"BLOCK_SIZE_M": dims["BM"], "BLOCK_SIZE_N": dims["BN"], "BLOCK_SIZE_K": dims["BK"],
+            "GROUP_SIZE_M": dims["GM"], "num_warps": dims["NW"], "num_stages": dims["NS"]}
