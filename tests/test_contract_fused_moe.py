@@ -12,6 +12,7 @@ validated on every manifest shape.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import random
 from pathlib import Path
 
@@ -194,3 +195,39 @@ def test_the_contract_validates_on_the_gpu(tmp_path: Path, op_id: str):
     v, _ = validate_contract(_write(tmp_path, op_id=op_id), validation_config("cuda"))
     assert v.passed, v.first_failure
     assert set(v.dtypes) == {"bfloat16", "float16"} and v.cases_run > 0
+
+
+def test_tune_sweeps_sglangs_config_keys_at_the_served_block_m(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """The MoE wrapper takes its launch config as a dict (SGLang builds it from the tuned JSON), so there are no
+    launch literals to sweep: `tune` sweeps the declared keys of SGLang's tuning space instead, each variant
+    rebinding the dict first thing in the wrapper (the grid and EVEN_K follow it), never BLOCK_SIZE_M (the routed
+    inputs are sorted for it). On CPU every config is checked on the test shapes; none is timed."""
+    from astra_sglang.contract.eval_config import EvalConfig
+    from astra_sglang.errors import AstraError
+    from astra_sglang.harness.parent.launch_params import launch_variant
+    from astra_sglang.harness.parent.tune_baseline import original_params, sweep_baseline
+
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    entry = catalog.find("moe.fused_moe_down")
+    assert entry is not None and entry.config_space is not None
+    assert "BLOCK_SIZE_M" not in entry.config_space
+    assert len(list(itertools.product(*entry.config_space.values()))) == 96
+    small = dataclasses.replace(entry, config_space={"BLOCK_SIZE_N": [16, 32], "num_warps": [4]})
+    op = write_op(small, tmp_path).path
+    manifest = load_manifest(op)
+    params = original_params(op, manifest)
+    assert [p.name for p in params] == ["config.BLOCK_SIZE_N", "config.num_warps"]
+    text = (op / manifest.recipe.source).read_text()  # type: ignore[union-attr]
+    variant = launch_variant(text, params, {"config.BLOCK_SIZE_N": 16, "config.num_warps": 4})
+    body = variant[variant.index("def invoke_fused_moe_kernel("):]
+    first = [ln.strip() for ln in body.splitlines()[1:12] if ln.strip() and not ln.strip().startswith(("'", '"'))]
+    assert "config = {**config, 'BLOCK_SIZE_N': 16, 'num_warps': 4}" in first[:3]
+    b = sweep_baseline(op, EvalConfig(shapes="test", device="cpu", timing=False, dtypes=["float16"],
+                                      timing_dtypes=["float16"], seed=3))
+    assert [c.ok for c in b.configs] == [True, True], [c.failure for c in b.configs]
+    assert not b.shapes and b.parameters == {"config.BLOCK_SIZE_N": [16, 32], "config.num_warps": [4]}
+    # the variant is what runs: a BLOCK_SIZE_M other than the sort's straddles experts and is dropped as wrong
+    wrong = write_op(dataclasses.replace(entry, config_space={"BLOCK_SIZE_M": [32]}), tmp_path / "wrong").path
+    with pytest.raises(AstraError, match="no config of the original passed its checks.*outside"):
+        sweep_baseline(wrong, EvalConfig(shapes="test", device="cpu", timing=False, dtypes=["float16"],
+                                         timing_dtypes=["float16"], seed=3))

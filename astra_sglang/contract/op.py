@@ -168,13 +168,18 @@ class TritonRecipe(Model):
         default=None, description="the kernels `tune` sweeps: those the contract's shapes reach on the GPUs it "
         "serves (a wrapper that also holds ROCm or MHA-only kernels would otherwise sweep thousands of configs "
         "of kernels serving never launches); None: every kernel")
+    config_space: dict[str, list[int]] | None = Field(
+        default=None, description="for a wrapper whose launch config arrives as a dict argument (`config_arg`), the "
+        "keys `tune` sweeps and their values (SGLang's own tuning space): the launch values are not in the source, "
+        "so they cannot be read off it")
+    config_arg: str | None = Field(default=None, description="the wrapper's parameter holding that dict")
 
     @model_serializer(mode="wrap")
     def _without_empty_closure(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         """No closure (or adapter) is written as no key: the manifests of ops whose source imports no SGLang stay
         byte for byte what they were before closures existed, so the hashes that patches and validations pin
         still hold."""
-        return _drop_none(handler(self), "closure", "adapter", "tuned")
+        return _drop_none(handler(self), "closure", "adapter", "tuned", "config_space", "config_arg")
 
 
 Recipe = CudaJitRecipe | TritonRecipe

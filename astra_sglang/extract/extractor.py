@@ -192,7 +192,8 @@ def _triton(entry: CatalogEntry, folder: _Folder) -> TritonRecipe:
     if unknown:
         raise AstraError(f"{entry.short_name}: tuned kernels {unknown} are not @triton.jit kernels of {path.name}")
     return TritonRecipe(source=rel, wrapper=wrapper, kernels=list(scan.triton_kernels), call=list(entry.call),
-                        closure=closure, adapter=adapter, tuned=list(entry.tuned_kernels) or None)
+                        closure=closure, adapter=adapter, tuned=list(entry.tuned_kernels) or None,
+                        config_space=entry.config_space, config_arg=entry.config_arg)
 
 
 @dataclass

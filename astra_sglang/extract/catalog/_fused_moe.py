@@ -99,6 +99,13 @@ ROUTING_RELATION = ("sorted_token_ids / expert_ids / num_tokens_post_padded: moe
 CONFIG_RELATION = ("the config (BM, BN, BK, GM, NW, NS) is SGLang's for this shape on an H200; a replacement may "
                    "ignore all but BM, which shapes sorted_token_ids")
 
+# What `tune` sweeps per shape: SGLang's own fused-MoE tuning space (benchmark/kernels/fused_moe_triton,
+# get_configs_compute_bound: BLOCK_SIZE_M 16..256, N 32..256, K 64..256, GROUP_SIZE_M 1/16/32/64, warps 4/8, stages
+# 2..5) at the case's BLOCK_SIZE_M, which shapes the routed inputs (the sort is padded to it), and its GROUP_SIZE_M,
+# which only orders the M blocks of an expert (one or two at decode): 96 configs instead of 1920.
+CONFIG_SPACE = {"BLOCK_SIZE_N": [32, 64, 128, 256], "BLOCK_SIZE_K": [64, 128, 256], "num_warps": [4, 8],
+                "num_stages": [2, 3, 4, 5]}
+
 
 def make_inputs(dims, dtype, gen, device):
     t, tk, e, bm = dims["T"], dims["TK"], dims["E"], dims["BM"]

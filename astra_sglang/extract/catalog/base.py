@@ -87,6 +87,10 @@ class CatalogEntry:
     provenance: ContractProvenance = field(default_factory=ContractProvenance)
     adapter: FileText | None = None  # adapter.py (ours), defining call(wrapper, *call): see TritonRecipe
     tuned_kernels: tuple[str, ...] = ()  # triton: the kernels `tune` sweeps (default: all): see TritonRecipe.tuned
+    # triton, a wrapper taking its launch config as a dict: that argument's name and the keys/values `tune` sweeps
+    # (TritonRecipe.config_space)
+    config_arg: str | None = None
+    config_space: dict[str, list[int]] | None = None
     findings: list[KernelFinding] = field(default_factory=list)  # SGLang kernel bugs the reference does not copy
 
 

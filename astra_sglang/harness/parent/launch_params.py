@@ -36,6 +36,7 @@ class LaunchParam:
     launch_line: int  # the launch call's line
     keyword: str
     assign_line: int | None = None  # a `NAME = <int>` statement to change instead of the keyword
+    dict_arg: tuple[str, str] | None = None  # (wrapper, parameter): `keyword` is a key of the config dict it takes
 
 
 def _kernels(tree: ast.Module, names: list[str]) -> dict[str, tuple[ast.FunctionDef, bool]]:
@@ -129,12 +130,31 @@ def find_launch_params(source: str, kernels: list[str]) -> list[LaunchParam]:
     return params
 
 
+def config_dict_params(source: str, wrapper: str, arg: str, space: dict[str, list[int]]) -> list[LaunchParam]:
+    """The keys of a launch-config dict the wrapper takes as ``arg`` (SGLang's fused MoE: ``config``, built by its
+    caller from the tuned JSON), each over its values. A variant rebinds the dict first thing in the wrapper, so
+    everything the wrapper derives from it (the grid, EVEN_K) follows, as it does when SGLang's tuner passes a
+    config. Values come from the op's catalog entry (ours, not a candidate's), so no cap applies here: the sweep
+    is chunked and resumable (``tune_baseline``)."""
+    tree = pyast.parse(source)
+    fn = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == wrapper), None)
+    if fn is None or arg not in {a.arg for a in fn.args.posonlyargs + fn.args.args + fn.args.kwonlyargs}:
+        raise TuneError(f"the wrapper {wrapper} with a parameter {arg!r} is not in the source: nothing to sweep")
+    if not space:
+        raise TuneError(f"an empty config space for {wrapper}({arg}=...): nothing to sweep")
+    return [LaunchParam(f"{arg}.{key}", list(values), f"{arg}[{key!r}] (per shape)", fn.lineno, key,
+                        dict_arg=(wrapper, arg)) for key, values in space.items()]
+
+
 class _Apply(ast.NodeTransformer):
     def __init__(self, params: list[LaunchParam], config: dict[str, TuneValue]):
         self.by_launch: dict[int, list[tuple[str, TuneValue]]] = {}
         self.by_assign: dict[int, TuneValue] = {}
+        self.by_dict: dict[tuple[str, str], list[tuple[str, TuneValue]]] = {}
         for p in params:
-            if p.assign_line is not None:
+            if p.dict_arg is not None:
+                self.by_dict.setdefault(p.dict_arg, []).append((p.keyword, config[p.name]))
+            elif p.assign_line is not None:
                 self.by_assign[p.assign_line] = config[p.name]
             else:
                 self.by_launch.setdefault(p.launch_line, []).append((p.keyword, config[p.name]))
@@ -143,6 +163,19 @@ class _Apply(ast.NodeTransformer):
         self.generic_visit(node)
         if node.lineno in self.by_assign:
             node.value = ast.Constant(self.by_assign[node.lineno])
+        return node
+
+    def visit_FunctionDef(self, node: ast.FunctionDef) -> ast.AST:
+        self.generic_visit(node)
+        for (wrapper, arg), items in self.by_dict.items():
+            if node.name == wrapper:
+                merged = ast.Dict(keys=[None, *(ast.Constant(k) for k, _ in items)],
+                                  values=[ast.Name(arg, ast.Load()), *(ast.Constant(v) for _, v in items)])
+                rebind = ast.Assign(targets=[ast.Name(arg, ast.Store())], value=merged)
+                doc = int(bool(node.body) and isinstance(node.body[0], ast.Expr)
+                          and isinstance(getattr(node.body[0], "value", None), ast.Constant)
+                          and isinstance(node.body[0].value.value, str))  # type: ignore[attr-defined]
+                node.body.insert(doc, rebind)
         return node
 
     def visit_Call(self, node: ast.Call) -> ast.AST:

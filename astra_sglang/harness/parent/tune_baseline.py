@@ -28,7 +28,12 @@ from astra_sglang.contract.eval_config import EvalConfig
 from astra_sglang.contract.op import Manifest, ManifestError, TritonRecipe, load_manifest
 from astra_sglang.contract.result import BaselineShape, SweepBaseline, SweepConfig, TuneValue
 from astra_sglang.errors import AstraError
-from astra_sglang.harness.parent.launch_params import LaunchParam, find_launch_params, launch_variant
+from astra_sglang.harness.parent.launch_params import (
+    LaunchParam,
+    config_dict_params,
+    find_launch_params,
+    launch_variant,
+)
 from astra_sglang.harness.parent.sweep import CPU_NOTE, choose, sweep_method, sweep_variants
 
 BASELINE_NAME = "tune_baseline.json"
@@ -44,6 +49,8 @@ def original_params(op_dir: Path, manifest: Manifest) -> list[LaunchParam]:
         raise AstraError(f"{manifest.short_name} is a {r.kind} op: its source exposes no launch or template "
                          "parameters to sweep (the launch configuration is computed in its C++ code)")
     text = (Path(op_dir) / r.source).read_text()
+    if r.config_space and r.config_arg:  # the launch config arrives as a dict: its keys, not the launch's literals
+        return config_dict_params(text, r.wrapper.split(":")[-1], r.config_arg, r.config_space)
     return find_launch_params(text, list(r.tuned or r.kernels))
 
 

@@ -21,6 +21,7 @@ from astra_sglang.extract.catalog._fused_moe import (
     CONFIG_DIMS,
     CONFIG_RELATION,
     CONFIG_SCALARS,
+    CONFIG_SPACE,
     ROUTING_DIMS,
     ROUTING_RELATION,
     ROUTING_TENSORS,
@@ -139,6 +140,8 @@ ENTRY = CatalogEntry(
     shapes=_shapes,
     call=["A", "B", "C", *CALL_TAIL],
     wrapper=f"{_MODULE}:invoke_fused_moe_kernel",
+    config_arg="config",
+    config_space=CONFIG_SPACE,
     callsite_modules=(_MODULE,),
     serving_sites={f"{_MODULE}:invoke_fused_moe_kernel": "the definition"},
     extra_sites=[
