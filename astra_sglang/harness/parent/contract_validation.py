@@ -32,6 +32,7 @@ INTERPRETER_LIMITS: dict[str, tuple[tuple[str, ...] | None, str]] = {
     "attention.decode_attention_fwd": (("bfloat16",), BF16_INTERPRETER.format(how="q*k products and tl.dot")),
     "attention.extend_attention_fwd": (("bfloat16",), BF16_INTERPRETER.format(how="q*k products and tl.dot")),
     "moe.fused_moe_kernel": (("bfloat16",), BF16_INTERPRETER.format(how="tl.dot")),
+    "moe.fused_moe_down": (("bfloat16",), BF16_INTERPRETER.format(how="tl.dot")),
     "attention.fused_qk_rope_reshape_and_cache": (
         ("bfloat16",), BF16_INTERPRETER.format(how="the rotation's -x negates the integer")),
     "activation.softcap_inplace_logits": (None, NO_LIBDEVICE),
