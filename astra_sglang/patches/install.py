@@ -54,7 +54,9 @@ def install_selected(installer: Installer, *, root: Path | None = None, value: s
     for pid in unknown:
         status.fail(pid, f"requested in ASTRA_SGLANG_PATCHES but no such patch under {folder}")
     version = sglang_version or installed_sglang_version()
-    claimed: dict[str, str] = {}
+    claimed: dict[str, list[tuple[str, str]]] = {}  # target -> [(patch id, op)] chained on it, innermost first
+    hooks: dict[str, Callable[..., Any]] = {}  # target -> its outermost stand-in so far
+    originals: dict[str, Any] = {}  # target -> SGLang's function
     installed: dict[str, Any] = {}
     for e in chosen:
         problem = static_problem(e, version)
@@ -63,7 +65,7 @@ def install_selected(installer: Installer, *, root: Path | None = None, value: s
             continue
         m = e.manifest
         assert m is not None
-        clash = [claimed[t] for t in m.targets if t in claimed]
+        clash = [pid for t in m.targets for pid, op in claimed.get(t, []) if op == m.op or not shares_target(op, m.op)]
         if clash:
             status.fail(m.patch_id, f"call site already patched by {clash[0]} (enable one patch per op)", m.op)
             continue
@@ -74,16 +76,33 @@ def install_selected(installer: Installer, *, root: Path | None = None, value: s
             continue
         try:
             rt = PatchRuntime(e.path, m)
-            originals = [(t, resolve_target(t)) for t in m.targets]
+            found = {t: originals[t] if t in originals else resolve_target(t) for t in m.targets}
         except Exception as ex:
             status.fail(m.patch_id, f"cannot prepare ({type(ex).__name__}: {ex})", m.op)
             continue
-        for target, original in originals:
-            installer(target, original, rt.hook_for(original, target))
-            claimed[target] = m.patch_id
+        for target, original in found.items():
+            originals[target] = original
+            hooks[target] = rt.hook_for(original, target, passthrough=hooks.get(target))
+            claimed.setdefault(target, []).append((m.patch_id, m.op))
         installed[m.patch_id] = rt
         _runtimes[m.patch_id] = rt
+    # one registration per call site, of its outermost stand-in, once every patch is chosen: a second REPLACE of
+    # the same target would override the first (SGLang keeps the last), and the conflict check above must not see
+    # our own hooks as another plugin's
+    for target, hook in hooks.items():
+        installer(target, originals[target], hook)
     return installed
+
+
+def shares_target(op_a: str, op_b: str) -> bool:
+    """Whether patches of these two ops may stand on one call site: different ops whose adapters each take only
+    their own call form of it (``OpAdapter.call_form_of``), so every call reaches at most one of them."""
+    from astra_sglang.patches.adapters import ADAPTERS, get_adapter
+
+    if op_a == op_b or op_a not in ADAPTERS or op_b not in ADAPTERS:
+        return False
+    a, b = get_adapter(op_a).call_form_of, get_adapter(op_b).call_form_of
+    return a is not None and a == b
 
 
 def startup_line(installed: dict[str, Any]) -> str:

@@ -63,7 +63,12 @@ class PatchRuntime:
 
     # ------------------------------------------------------------------------------------------- hot path
 
-    def hook_for(self, original: Original, target: str = "") -> Callable[..., Any]:
+    def hook_for(self, original: Original, target: str = "",
+                 passthrough: Callable[..., Any] | None = None) -> Callable[..., Any]:
+        """The stand-in for ``original`` at ``target``. ``passthrough``: another op's stand-in on the same function
+        (the two fused-MoE GEMMs share ``invoke_fused_moe_kernel``), which gets every call this adapter does not
+        take as its form, whatever this patch's state; ``original`` stays SGLang's function, the one this patch
+        falls back to and is checked against."""
         st = self.status
         prepare = self.adapter.prepare
         launch = self.adapter.launch
@@ -75,18 +80,22 @@ class PatchRuntime:
         if target:
             st.targets = tuple(sorted(set(st.targets) | {target}))
         if placebo_requested():  # read once here, so the patch's own hot path below gains no check
-            return self._named(self._placebo_hook(original), original)
+            return self._named(self._placebo_hook(original, passthrough), original)
 
         def astra_patched(*args: Any, **kwargs: Any) -> Any:
-            if st.state in ("active", "pending") and not compiling():
+            live = st.state in ("active", "pending")
+            if (live or passthrough is not None) and not compiling():
                 try:
                     p = prepare(*args, **kwargs)
                 except TypeError:  # a call form the adapter does not know: the original's business
                     p = None
                 except Exception as e:
-                    self.fail(f"exception in the guard ({type(e).__name__}: {e})")
+                    if live:
+                        self.fail(f"exception in the guard ({type(e).__name__}: {e})")
                     p = None
-                if p is not None and guard(p) and (st.state == "active" or self._activate_on(p, original)):
+                if p is None and passthrough is not None:  # another form of this function: the next stand-in's
+                    return passthrough(*args, **kwargs)
+                if p is not None and live and guard(p) and (st.state == "active" or self._activate_on(p, original)):
                     try:
                         ret = launch(self.kernel, p)  # type: ignore[arg-type]
                     except Exception as e:
@@ -105,7 +114,7 @@ class PatchRuntime:
 
         return self._named(astra_patched, original)
 
-    def _placebo_hook(self, original: Original) -> Callable[..., Any]:
+    def _placebo_hook(self, original: Original, passthrough: Callable[..., Any] | None = None) -> Callable[..., Any]:
         """The e2e placebo (ASTRA_SGLANG_PLACEBO): the host work the patch's hook does on every call (the
         adapter's prepare and the guard, results discarded; the counters and the status tick), then SGLang's
         original. Nothing is built, checked or launched, so a placebo process runs SGLang's kernels, and its
@@ -125,7 +134,9 @@ class PatchRuntime:
                     if p is not None:
                         guard(p)
                 except Exception:  # the patch would have fallen back here too; the original serves either way
-                    pass
+                    p = None
+                if p is None and passthrough is not None:
+                    return passthrough(*args, **kwargs)
             st.served_by_original += 1
             if capturing():
                 st.captured_by_original += 1

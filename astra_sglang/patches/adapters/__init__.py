@@ -16,6 +16,8 @@ ADAPTERS: dict[str, str] = {
     "fused_add_rmsnorm": "astra_sglang.patches.adapters.fused_add_rmsnorm:FusedAddRMSNormAdapter",
     "merge_state": "astra_sglang.patches.adapters.merge_state:MergeStateAdapter",
     "decode_attention": "astra_sglang.patches.adapters.decode_attention:DecodeAttentionAdapter",
+    "fused_moe_kernel": "astra_sglang.patches.adapters.fused_moe:FusedMoeUpAdapter",
+    "fused_moe_down": "astra_sglang.patches.adapters.fused_moe:FusedMoeDownAdapter",
 }
 
 

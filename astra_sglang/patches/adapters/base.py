@@ -33,6 +33,9 @@ class OpAdapter:
     #: against the op manifest when a patch is prepared; a mismatch is refused rather than guessed)
     tensor_names: tuple[str, ...] = ()
     scalar_names: tuple[str, ...] = ()
+    #: set when the function serves several ops, one call form each (``invoke_fused_moe_kernel``: the w1 and w2
+    #: GEMMs): adapters naming the same function here take disjoint forms, so their patches may be chained on it
+    call_form_of: str | None = None
 
     def prepare(self, *args: Any, **kwargs: Any) -> Prepared | None:
         raise NotImplementedError
