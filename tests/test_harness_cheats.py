@@ -19,6 +19,7 @@ from h_fixtures.ops import make_h_merge
 from astra_sglang.contract.eval_config import EvalConfig
 from astra_sglang.contract.op import load_manifest
 from astra_sglang.harness import evaluate, evaluate_many
+from astra_sglang.harness.shared.sandbox import WRITABLE_ENV
 
 REPO = Path(__file__).resolve().parent.parent
 CHEATS = REPO / "tests" / "candidates" / "merge_state" / "cheats"
@@ -37,13 +38,10 @@ def merge_op(tmp_path_factory, restored_op_or_none) -> Path:
 @pytest.fixture(scope="module")
 def marker(tmp_path_factory):
     d = tmp_path_factory.mktemp("cheat_markers")
-    old = os.environ.get("ASTRA_TEST_CHEAT_MARKER")
-    os.environ["ASTRA_TEST_CHEAT_MARKER"] = str(d)  # inherited by the checker and the candidate's worker
-    yield d
-    if old is None:
-        os.environ.pop("ASTRA_TEST_CHEAT_MARKER", None)
-    else:
-        os.environ["ASTRA_TEST_CHEAT_MARKER"] = old
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("ASTRA_TEST_CHEAT_MARKER", str(d))  # inherited by the checker and the candidate's worker
+        mp.setenv(WRITABLE_ENV, str(d))  # which may write there, and nowhere else outside its sandbox
+        yield d
 
 
 NAMES = ["rebinds_checker", "rebinds_original", "wrong_return", "scales_timer"]

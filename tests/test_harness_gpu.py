@@ -11,6 +11,7 @@ import pytest
 
 from astra_sglang.contract.eval_config import EvalConfig
 from astra_sglang.harness import evaluate, evaluate_many
+from astra_sglang.harness.shared.sandbox import WRITABLE_ENV
 
 pytestmark = pytest.mark.gpu
 
@@ -26,6 +27,7 @@ UNSCREENED = PAPER.model_copy(update={"screen": False})  # the defences behind t
 @pytest.fixture()
 def marker(tmp_path, monkeypatch):
     monkeypatch.setenv("ASTRA_TEST_CHEAT_MARKER", str(tmp_path))  # inherited by the checker and the worker
+    monkeypatch.setenv(WRITABLE_ENV, str(tmp_path))  # which may write there, and nowhere else outside its sandbox
     return tmp_path
 
 

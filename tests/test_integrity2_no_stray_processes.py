@@ -22,6 +22,7 @@ from h_fixtures.ops import make_h_merge
 from astra_sglang.contract.eval_config import EvalConfig
 from astra_sglang.harness import evaluate
 from astra_sglang.harness.shared.isolation import Child
+from astra_sglang.harness.shared.sandbox import WRITABLE_ENV
 
 REPO = Path(__file__).resolve().parent.parent
 PIDFILE_ENV = "ASTRA_TEST_SPIN_PIDFILE"
@@ -85,6 +86,7 @@ def spinner(tmp_path, monkeypatch) -> tuple[Path, Path]:
     cand.write_text(SPINNER)
     pidfile = tmp_path / "pids"
     monkeypatch.setenv(PIDFILE_ENV, str(pidfile))
+    monkeypatch.setenv(WRITABLE_ENV, str(tmp_path))  # the worker's sandbox lets it write the pid file there
     return cand, pidfile
 
 

@@ -23,6 +23,7 @@ from astra_sglang.harness import evaluate
 from astra_sglang.harness.judge.session import NVML_WATCH_ENV
 from astra_sglang.harness.judge.timed import DEBUG_WINDOWS_ENV
 from astra_sglang.harness.shared.isolation import Child, all_stopped, group_tasks
+from astra_sglang.harness.shared.sandbox import WRITABLE_ENV
 
 REPO = Path(__file__).resolve().parent.parent
 MS = REPO / "tests" / "candidates" / "merge_state"
@@ -58,6 +59,7 @@ def _stamps(path: Path) -> list[tuple[int, int]]:
 def test_nothing_of_the_candidate_runs_while_the_judge_times_the_original(merge_op, tmp_path, monkeypatch):
     stamps, windows = tmp_path / "stamps", tmp_path / "windows"
     monkeypatch.setenv(STAMPS_ENV, str(stamps))
+    monkeypatch.setenv(WRITABLE_ENV, str(tmp_path))  # the candidate's stamps: its sandbox lets it write only there
     monkeypatch.setenv(DEBUG_WINDOWS_ENV, str(windows))
     r = evaluate(merge_op, LOADER, SIM)
     # the verdict is produced normally: the worker was continued after every window

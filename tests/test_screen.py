@@ -318,6 +318,10 @@ SCREENED = {
     "merge_state/cheats/queues_gpu_work_while_original_is_timed.py": "forbidden-import",
     "merge_state/cheats/skips_work_in_timed_replays.py": "forbidden-import",
     "merge_state/cheats/memoises_by_fingerprint.py": "forbidden-import",
+    # the OS sandbox's own attacks (tests/test_integrity2_sandbox.py runs them unscreened)
+    "merge_state/cheats/poisons_the_judges_files.py": "forbidden-import",
+    "merge_state/cheats/signals_the_judge.py": "forbidden-import",
+    "merge_state/cheats/execs_a_shell.py": "forbidden-import",
     "fused_add_rmsnorm/cheats/static_ctor_python.cuh": "symbol-interposition",
 }
 

@@ -200,6 +200,9 @@ class EvalResult(Model):
     wall_s: float = 0.0
     sweep: SweepReport | None = Field(default=None, description="a tunable candidate (TUNE): its sweep and the "
                                       "frozen source the rest of this result evaluated")
+    sandbox: str | None = Field(default=None, description="the OS sandbox the candidate's worker ran in, as its "
+                                "trusted code reported it before the candidate was imported: 'landlock+seccomp', "
+                                "'seccomp only: <why>', 'none: <why>' (docs/harness.md); None: no worker ran")
 
     @property
     def ok(self) -> bool:

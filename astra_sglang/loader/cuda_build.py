@@ -245,7 +245,11 @@ class CudaBuildSpec:
                 report = cached
                 report.cached = True
             else:
-                report = _build(entry, self.module_name, cuda_cu, ninja_text, ninja, key)
+                try:
+                    report = _build(entry, self.module_name, cuda_cu, ninja_text, ninja, key)
+                except PermissionError as e:  # the sandboxed worker: it loads what the parent built, never builds
+                    raise AstraError(f"{self.module_name}: not built yet and {root} is not writable here ({e}); the "
+                                     "harness builds every CUDA module before its worker starts") from None
         module = _load(so_path) if load else None
         return BuiltModule(module=module, so_path=so_path, report=report, build_dir=entry,
                            exports=[n for n, _ in self.exports])
@@ -372,9 +376,20 @@ def _valid_entry(entry: Path, so_path: Path) -> BuildReport | None:
 
 @contextlib.contextmanager
 def _lock(root: Path, name: str) -> Iterator[None]:
-    """One build per entry across processes and threads (flock on separate opens excludes threads too)."""
-    root.mkdir(parents=True, exist_ok=True)
-    fd = os.open(root / f".{name}.lock", os.O_CREAT | os.O_RDWR, 0o644)
+    """One build per entry across processes and threads (flock on separate opens excludes threads too).
+
+    A process that may not write the cache (the harness's sandboxed worker, loading what the parent built) takes
+    the lock through a read-only open where the lock file exists (flock needs no write access), else none: it
+    can only load, and a missing entry fails its build with PermissionError."""
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        fd = os.open(root / f".{name}.lock", os.O_CREAT | os.O_RDWR, 0o644)
+    except PermissionError:
+        try:
+            fd = os.open(root / f".{name}.lock", os.O_RDONLY)
+        except OSError:
+            yield
+            return
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield

@@ -48,6 +48,7 @@ class Checker:
             return self._run(out)
         finally:  # the model copies lists it is given: notes added after construction would be lost
             out.notes = list(self.s.notes)
+            out.sandbox = self.s.sandbox
 
     def _run(self, out: CheckResult) -> CheckResult:
         s = self.s

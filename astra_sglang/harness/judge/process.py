@@ -1,9 +1,11 @@
 """The trusted checker process (the judge): ``python -m astra_sglang.harness.judge.process RFD WFD``, started by ``evaluate``.
 
 It never imports candidate code. It starts the candidate's worker first (so the worker's imports overlap its
-own), makes itself undumpable (a same-user process cannot then ptrace it or write its memory through
-``/proc``), then decides the verdict (``checker.py``) and sends it to the parent. The job arrives on a pipe, not
-a file: held-out cases never touch disk and never reach the worker.
+own) in the OS sandbox (``shared/sandbox.py``: the worker writes only to a scratch folder made here for its
+caches and temporary files, removed before the verdict is sent), makes itself undumpable (a same-user process
+cannot then ptrace it or write its memory through ``/proc``), then decides the verdict (``checker.py``) and
+sends it to the parent. The job arrives on a pipe, not a file: held-out cases never touch disk and never reach
+the worker.
 """
 
 from __future__ import annotations
@@ -11,10 +13,13 @@ from __future__ import annotations
 import faulthandler
 import math
 import os
+import shutil
 import sys
 import traceback
 from multiprocessing.connection import Connection
+from pathlib import Path
 
+from astra_sglang.harness.shared import sandbox
 from astra_sglang.harness.shared.isolation import Child, die_with_parent, prctl
 from astra_sglang.harness.shared.protocol import (
     CheckerError,
@@ -64,16 +69,20 @@ def main(argv: list[str]) -> None:
     worker = None
     sweep = None
     checker = None
+    scratch: Path | None = None
 
     def stop_workers() -> None:
         """Before any verdict leaves: a worker still hung in candidate code is killed (and reaped) first, so no
-        candidate process outlives the verdict the parent acts on (also one the checker started in its place)."""
+        candidate process outlives the verdict the parent acts on (also one the checker started in its place);
+        then its scratch folder goes (the parent kills this process as soon as it has the verdict)."""
         if worker is not None:
             worker.close()
         if sweep is not None:
             sweep.close()
         if checker is not None and checker.s.worker is not None:
             checker.s.worker.close()
+        if scratch is not None:  # the workers are dead: nothing writes there any more
+            shutil.rmtree(scratch, ignore_errors=True)
 
     try:
         job = recv(conn_in, CheckJob)
@@ -83,9 +92,11 @@ def main(argv: list[str]) -> None:
             size = arena_bytes(job)
             fd = os.memfd_create("astra-arena", 0)
             os.ftruncate(fd, -(-size // ALIGN) * ALIGN)
+            scratch = sandbox.make_scratch()  # one per judge: its workers run the same candidate
+            env = sandbox.worker_env(scratch)
 
             def start_worker() -> Child:
-                child = Child("astra_sglang.harness.worker.process", device=job.device, pass_fds=(fd,))
+                child = Child("astra_sglang.harness.worker", device=job.device, pass_fds=(fd,), env_extra=env)
                 child.send(WorkerJob(op_dir=job.op_dir, manifest=job.manifest, candidate=job.candidate,
                                      device=job.device, simulate_timing=job.config.simulate_timing,
                                      cache_dir=str(job.config.cache_dir) if job.config.cache_dir else None,

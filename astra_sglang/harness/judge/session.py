@@ -28,12 +28,13 @@ from astra_sglang.contract.op import (
 )
 from astra_sglang.contract.result import FailedCase
 from astra_sglang.errors import AstraError
-from astra_sglang.harness.shared import timing
+from astra_sglang.harness.shared import sandbox, timing
 from astra_sglang.harness.shared.arena import Arena
 from astra_sglang.harness.shared.isolation import Child, ChildDied, GpuWatch, crash_lines
 from astra_sglang.harness.shared.protocol import (
     CaseSpec,
     CheckJob,
+    Hello,
     Ping,
     Progress,
     ProtocolError,
@@ -102,6 +103,8 @@ class JudgeSession:
         self._latency_us: float | None = None
         self._gpu_watch: GpuWatch | None = None
         self._gpu_watched = False  # GpuWatch.open tried (once per worker)
+        self._hello_read = False  # the worker's Hello (its sandbox) read, once per worker, before its first request
+        self.sandbox: str | None = None  # the first worker's sandbox level (a later worker's differing one: a note)
         # a sweep only chooses a config; its frozen source is then evaluated in full with every defence, so a
         # sweep's timing skips the per-shape costs that only protect a claim (sweep_checks.py says which)
         self.screening = False
@@ -118,6 +121,7 @@ class JudgeSession:
         self.worker = start()
         self._latency_us = None
         self._gpu_watched, self._gpu_watch = False, None
+        self._hello_read = False
 
     def passing(self, call: list[str] | None) -> tuple[set[str], list[str]]:
         """For the recipe's call (None) or a recorded call form: the tensors passed, and the outputs not passed
@@ -143,6 +147,9 @@ class JudgeSession:
         the candidate's verdict."""
         assert self.worker is not None
         try:
+            if not self._hello_read:
+                self._hello_read = True
+                self._sandbox_seen(self.worker.recv(Hello, self.cfg.timeout_s, self.deadline).sandbox)
             self.worker.send(Request(req=req))
             reply = self.worker.recv(Reply, self.cfg.timeout_s, self.deadline)
             frames = []
@@ -156,6 +163,18 @@ class JudgeSession:
         except ProtocolError as e:
             raise CaseFailure(self.case_failure(case, "protocol violation", f"{label}: {e}")) from None
         return reply, frames
+
+    def _sandbox_seen(self, level: str) -> None:
+        """Record the sandbox a worker reported before it imported the candidate (``sandbox.install``), checked
+        where the kernel can say: a worker claiming seccomp must show a filter in ``/proc/<pid>/status``."""
+        assert self.worker is not None
+        mode = sandbox.seccomp_mode(self.worker.proc.pid)
+        if "seccomp" in level.split(":")[0] and mode is not None and mode != 2:
+            level = f"none: the worker reported {level!r} but the kernel shows seccomp mode {mode}"
+        if self.sandbox is None:
+            self.sandbox = level
+        elif level != self.sandbox and len(self.notes) < 20:
+            self.notes.append(f"a fresh worker reported another sandbox: {level}")
 
     def _frame(self, item: Returned, case: CaseSpec | None) -> torch.Tensor:
         """A tensor returned by value, read only up to the largest tensor the signature declares for the case."""

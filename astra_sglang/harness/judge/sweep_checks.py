@@ -71,8 +71,14 @@ class SweepChecker:
             return f.failure
 
     def run(self) -> CheckResult:
+        out = CheckResult(device="cpu (TRITON_INTERPRET=1)", notes=self.checker.s.notes, sweep=[])
+        try:
+            return self._run(out)
+        finally:
+            out.sandbox = self.checker.s.sandbox
+
+    def _run(self, out: CheckResult) -> CheckResult:
         c, job = self.checker.s, self.job
-        out = CheckResult(device="cpu (TRITON_INTERPRET=1)", notes=c.notes, sweep=[])
         dtypes = sorted({x.dtype for x in job.cases} | set(job.timing_dtypes))
         for dt in sorted({x.dtype for x in job.cases}):
             c.orig_launcher(dt)

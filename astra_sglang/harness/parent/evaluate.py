@@ -332,6 +332,7 @@ def _fill(res: EvalResult, outcome: WorkerOutcome, config: EvalConfig, device: s
         res.error = "build failed: " + (r.build_error.splitlines() or [""])[0][:300]
         return
     res.device = r.device
+    res.sandbox = r.sandbox
     remember_ceiling(device, r.ceiling)
     if r.correctness is not None:
         res.correctness = r.correctness.model_copy(update={"notes": r.notes[:20]})

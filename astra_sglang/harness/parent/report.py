@@ -50,6 +50,8 @@ def summary_lines(r: EvalResult) -> list[str]:
         lines += [f"  {_dims(c.dims)}: {c.config} {c.speedup:.3f}x in the sweep" for c in sw.choice[:12]]
         if sw.note:
             lines.append(sw.note)
+    if r.sandbox is not None:
+        lines.append(f"worker sandbox: {r.sandbox}")
     if r.timing is None and r.device.startswith("cpu"):
         lines.append("timing skipped: no CUDA GPU (correctness only, under TRITON_INTERPRET=1)")
     lines.append(f"wall time {r.wall_s:.1f} s")

@@ -119,6 +119,8 @@ class CheckResult(Model):
     ceiling: float | None = None
     notes: list[str] = Field(default_factory=list)
     sweep: list[VariantOutcome] | None = None
+    sandbox: str | None = Field(None, description="the OS sandbox the worker reported before any candidate import "
+                                "(sandbox.install), checked against /proc; None: no worker ran")
 
 
 class CheckerError(Model):
@@ -164,6 +166,13 @@ class WorkerJob(Model):
     arch: str = "sm_90a"
     arena_bytes: int
     variants: list[str] = Field(default_factory=list, description="a sweep's sources; ``Use`` picks one")
+
+
+class Hello(Model):
+    """The worker's first message, sent before it reads its job and before any candidate code is imported: the OS
+    sandbox in force (``sandbox.install``'s level). Later replies pass through code the candidate can patch."""
+
+    sandbox: str
 
 
 class Load(Model):

@@ -1,14 +1,16 @@
 """The candidate worker: the only process that loads candidate code, and all it does is compute.
 
-Started by the checker (``checker.py``) as ``python -m astra_sglang.harness.worker.process RFD WFD ARENA_FD``. It
-never sees the original, the reference, tolerances, held-out secrets or a verdict: it receives arguments in
-the shared arena, runs the candidate on them, says what the entry point returned; for timing it captures and
-replays the candidate's graph and reports times. Everything it says is treated by the checker as untrusted:
+Started by the judge as ``python -m astra_sglang.harness.worker RFD WFD ARENA_FD`` (``__main__.py``: the OS sandbox
+first, then this module). It never sees the original, the reference, tolerances, held-out secrets or a verdict:
+it receives arguments in the shared arena, runs the candidate on them, says what the entry point returned; for
+timing it captures and replays the candidate's graph and reports times. Everything it says is treated by the checker as untrusted:
 outputs are checked there, times are cross-checked there. A crash, hang or poisoned CUDA context here kills
 only this process.
 
-Order matters: the timing primitives are bound (``timing`` is imported) before any candidate is imported,
-and this module's own code is registered with the tripwire (``timing.tampered``) before it serves requests.
+Order matters: the sandbox is in force before this module is imported, the timing primitives are bound
+(``timing`` is imported) before any candidate is imported, this module's own code is registered with the tripwire
+(``timing.tampered``) before it serves requests, and the sandbox's level is sent (``Hello``) before any request is
+read.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from astra_sglang.harness.shared.isolation import die_with_parent
 from astra_sglang.harness.shared.protocol import (
     CUDA_STICKY,
     Collect,
+    Hello,
     Layout,
     Load,
     Ping,
@@ -242,12 +245,16 @@ class Worker:
         return Reply(ok=True, returned=value), frames
 
 
-def main(argv: list[str]) -> None:
+def main(argv: list[str], sandbox: str = "none: started without the sandbox (python -m astra_sglang.harness.worker "
+         "installs it)") -> None:
+    """Serve the judge's requests. ``sandbox`` is what ``sandbox.install`` put in force before this module was
+    imported; it is the first thing the judge hears, before any candidate code can run here."""
     die_with_parent()  # a worker whose judge is gone has no one to answer: never let it spin on
     faulthandler.enable()
     rfd, wfd, arena_fd = (int(x) for x in argv[:3])
     conn_in, conn_out = Connection(rfd, writable=False), Connection(wfd, readable=False)
     try:
+        send(conn_out, Hello(sandbox=sandbox))
         job = recv(conn_in, WorkerJob)
         arena = Arena(job.arena_bytes, arena_fd)
         if job.device == "cuda":

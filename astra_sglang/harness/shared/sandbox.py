@@ -1,0 +1,421 @@
+"""An OS sandbox for the candidate's worker: what candidate code can reach cannot change the verdict.
+
+The process split (docs/harness.md) keeps the judge's memory away from the candidate, but until this module the
+worker ran as the same user with everything that user may do: it could rewrite the files the judge reads next
+(the op folder's original and reference, their ``__pycache__``, the Triton cache the judge loads the original's
+compiled launcher from: code the judge then runs), signal or trace the judge and the evaluate parent, renice
+them, and start any program. The worker's trusted code installs two kernel mechanisms before any candidate code
+is imported (``worker/__main__.py``, before torch starts its first thread), and both bind every process the
+worker starts too:
+
+- Landlock (``install_landlock``): the worker may write only under its own scratch folder (its ``TMPDIR``,
+  Triton cache, CUDA and torch caches: ``worker_env``, made by the judge per evaluation), a few ``/dev`` files
+  (the GPU's device files, ``/dev/null``..., ``/dev/shm``), and any extra path a test names
+  (``ASTRA_SGLANG_SANDBOX_WRITABLE``). It may execute only the Python interpreter and the toolchain Triton
+  needs at a kernel's first launch (its bundled ``ptxas``/``cuobjdump``, ``CUDA_HOME/bin``, the C compiler and
+  assembler/linker it builds its launcher stubs with, ``ldconfig`` when it looks for libcuda): a Triton JIT
+  compile calls ``ptxas`` for every new specialisation, possibly late in a run, so those cannot be forbidden,
+  but nothing written by the worker is executable and no shell is. Reading stays broad (Python, torch, the
+  candidate, the op folder). Where the kernel has them: TCP bind/connect denied (ABI 4) and signals or
+  abstract unix sockets to processes outside the sandbox denied (ABI 6).
+- seccomp-bpf (``install_seccomp``): ``ptrace``, ``process_vm_readv/writev``, signals to any process but the
+  worker itself (``kill``/``tgkill``/``tkill``/``rt_sigqueueinfo`` compared with the worker's pid at install
+  time; 0 and negative pids are process groups: denied; ``pidfd_send_signal`` denied), scheduling another
+  process (``setpriority``, ``sched_set*``, ``prlimit64``, ``ioprio_set`` on a pid other than 0 or its own),
+  leaving its process group (``setsid``, ``setpgid``: the judge stops and kills the worker by its group), and
+  calls no kernel candidate has any use for (mount and namespaces, ``bpf``, ``perf_event_open``, keyrings,
+  modules, ``userfaultfd``, ``io_uring``, setting the clock). Each returns EPERM, so a candidate sees an
+  error, not a dead worker. Threads, ``fork`` and ``exec`` stay allowed (exec is Landlock's).
+
+What is in force is said, never assumed: ``install`` returns the level ("landlock+seccomp", "seccomp only:
+...", "none: <why>"), the worker sends it to the judge before any candidate import (``protocol.Hello``), and
+the verdict records it (``EvalResult.sandbox``). ``ASTRA_SGLANG_SANDBOX=0`` switches it off for debugging
+(``landlock`` or ``seccomp``: that layer alone).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import glob
+import importlib.util
+import os
+import platform
+import shutil
+import struct
+import sys
+import tempfile
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+SANDBOX_ENV = "ASTRA_SGLANG_SANDBOX"  # unset/"1": both layers; "0": none; "landlock" / "seccomp": that one alone
+SCRATCH_ENV = "ASTRA_SGLANG_SANDBOX_SCRATCH"  # the worker's own writable folder, made by the judge
+WRITABLE_ENV = "ASTRA_SGLANG_SANDBOX_WRITABLE"  # more writable paths (os.pathsep): tests' marker files
+
+# ----------------------------------------------------------------------------------------- the worker's env
+
+
+def make_scratch() -> Path:
+    """A fresh folder for one judge's workers (theirs alone: the judge reads nothing from it), removed by the
+    judge when it is done. Per evaluation, not per user: a cache shared between candidates would let one
+    candidate plant code that another candidate's worker then runs."""
+    return Path(tempfile.mkdtemp(prefix="astra-worker-"))
+
+
+def worker_env(scratch: Path) -> dict[str, str]:
+    """The environment the judge gives its worker: every cache and temporary folder inside ``scratch``.
+
+    Without it the worker shares the judge's Triton cache (``~/.triton/cache``: the judge loads the original's
+    compiled kernel and launcher stub from it, a stub is a shared object it runs) and ``/tmp``; inside the
+    sandbox those writes would fail instead. A fresh Triton cache costs the worker one C compile of Triton's
+    driver stub and one per launcher signature on the GPU (gcc, about a second each)."""
+    dirs = {"TMPDIR": "tmp", "TRITON_CACHE_DIR": "triton/cache", "TRITON_DUMP_DIR": "triton/dump",
+            "TRITON_OVERRIDE_DIR": "triton/override", "TRITON_HOME": "triton", "TORCH_EXTENSIONS_DIR":
+            "torch_extensions", "TORCHINDUCTOR_CACHE_DIR": "inductor", "PYTORCH_KERNEL_CACHE_PATH": "torch_kernels",
+            "CUDA_CACHE_PATH": "nv"}
+    env = {SCRATCH_ENV: str(scratch), "PYTHONDONTWRITEBYTECODE": "1"}
+    for var, rel in dirs.items():
+        path = scratch / rel
+        path.mkdir(parents=True, exist_ok=True)
+        env[var] = str(path)
+    return env
+
+
+# ------------------------------------------------------------------------------------------------ Landlock
+
+_SYS_LANDLOCK_CREATE_RULESET, _SYS_LANDLOCK_ADD_RULE, _SYS_LANDLOCK_RESTRICT_SELF = 444, 445, 446  # x86_64, arm64
+_CREATE_RULESET_VERSION = 1
+_RULE_PATH_BENEATH = 1
+_PR_SET_NO_NEW_PRIVS = 38
+
+FS_EXECUTE, FS_WRITE_FILE, FS_READ_FILE, FS_READ_DIR = 1 << 0, 1 << 1, 1 << 2, 1 << 3
+FS_REMOVE_DIR, FS_REMOVE_FILE, FS_MAKE_CHAR, FS_MAKE_DIR = 1 << 4, 1 << 5, 1 << 6, 1 << 7
+FS_MAKE_REG, FS_MAKE_SOCK, FS_MAKE_FIFO, FS_MAKE_BLOCK = 1 << 8, 1 << 9, 1 << 10, 1 << 11
+FS_MAKE_SYM, FS_REFER, FS_TRUNCATE = 1 << 12, 1 << 13, 1 << 14  # REFER: ABI 2, TRUNCATE: ABI 3
+NET_BIND_TCP, NET_CONNECT_TCP = 1 << 0, 1 << 1  # ABI 4
+SCOPE_ABSTRACT_UNIX_SOCKET, SCOPE_SIGNAL = 1 << 0, 1 << 1  # ABI 6
+_FILE_RIGHTS = FS_EXECUTE | FS_WRITE_FILE | FS_READ_FILE | FS_TRUNCATE  # what a rule on a file (not a folder) may hold
+
+# /dev files a worker writes: the GPU's (globbed at install), the usual character devices, /dev/shm. Not all of
+# /dev: the GPU host runs the harness as root, and a root worker could open a disk's block device for writing.
+_DEV_WRITABLE = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty", "/dev/ptmx",
+                 "/dev/shm", "/dev/nvidia*", "/dev/nvidia-caps/*", "/dev/dri/*")
+
+
+_LOADERS = ("/lib64/ld-linux*.so*", "/lib/ld-linux*.so*", "/lib/*-linux-gnu/ld-linux*.so*", "/usr/lib64/ld-linux*.so*",
+            "/lib/ld-musl-*.so*")
+
+
+class _RulesetAttr(ctypes.Structure):
+    _fields_ = [("handled_access_fs", ctypes.c_uint64), ("handled_access_net", ctypes.c_uint64),
+                ("scoped", ctypes.c_uint64)]
+
+
+class _PathBeneathAttr(ctypes.Structure):
+    _pack_ = 1
+    _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
+
+
+def _libc() -> ctypes.CDLL:
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    return libc
+
+
+def _no_new_privs(libc: ctypes.CDLL) -> bool:
+    """``PR_SET_NO_NEW_PRIVS``: required by both Landlock and seccomp for an unprivileged process, and a set-uid
+    program the worker starts gains nothing."""
+    one, zero = ctypes.c_ulong(1), ctypes.c_ulong(0)
+    return int(libc.prctl(ctypes.c_int(_PR_SET_NO_NEW_PRIVS), one, zero, zero, zero)) == 0
+
+
+def _err(what: str) -> str:
+    e = ctypes.get_errno()
+    return f"{what}: {errno.errorcode.get(e, str(e))}"
+
+
+def landlock_abi() -> int:
+    """The kernel's Landlock ABI version; 0 where there is none (not Linux, an older kernel, Landlock not among
+    the kernel's LSMs, or a container's seccomp profile that refuses the call)."""
+    if sys.platform != "linux":
+        return 0
+    try:
+        r = _libc().syscall(ctypes.c_long(_SYS_LANDLOCK_CREATE_RULESET), None, ctypes.c_size_t(0),
+                            ctypes.c_uint32(_CREATE_RULESET_VERSION))
+    except (OSError, AttributeError):
+        return 0
+    return max(int(r), 0)
+
+
+@dataclass
+class Policy:
+    """What the worker may write and execute (Landlock; reading is not restricted). Paths that do not exist
+    are left out when the rules are made."""
+
+    writable: list[Path] = field(default_factory=list)
+    executable: list[Path] = field(default_factory=list)
+    dev: list[Path] = field(default_factory=list)
+
+
+def _real(paths: Iterable[str | Path | None]) -> list[Path]:
+    out: list[Path] = []
+    for p in paths:
+        if not p:
+            continue
+        r = Path(os.path.realpath(p))
+        if r.exists() and r not in out:
+            out.append(r)
+    return out
+
+
+def _toolchain() -> list[Path]:
+    """What the worker may execute besides the interpreter: what Triton runs on the GPU at a kernel's first
+    launch (its bundled ptxas/cuobjdump/nvdisasm or the ``TRITON_*_PATH`` ones, ``/sbin/ldconfig -p`` to find
+    libcuda, the C compiler that builds its driver and launcher stubs with cc1/as/collect2/ld) and
+    ``CUDA_HOME/bin`` (nvcc --version, part of a CUDA candidate's cache key). Found without importing Triton:
+    the worker has not imported anything heavy yet."""
+    found: list[str | Path | None] = []
+    spec = importlib.util.find_spec("triton")
+    if spec is not None and spec.submodule_search_locations:
+        found.append(Path(list(spec.submodule_search_locations)[0]) / "backends" / "nvidia" / "bin")
+    found += [os.environ.get(f"TRITON_{t}_PATH") for t in ("PTXAS", "PTXAS_BLACKWELL", "CUOBJDUMP", "NVDISASM")]
+    from astra_sglang.loader.toolchain import cuda_home  # stdlib only: where the loader's nvcc comes from
+
+    found.append(cuda_home() / "bin")
+    cc = [os.environ.get("CC"), shutil.which("gcc"), shutil.which("clang"), shutil.which("cc")]
+    found += cc
+    if any(cc):  # gcc's own programs (cc1, collect2, lto-wrapper) and the binutils it calls
+        found += ["/usr/lib/gcc", "/usr/libexec/gcc"]
+        found += [shutil.which(t) for t in ("as", "ld", "ld.bfd", "ld.gold", "ld.lld")]
+    # the dynamic loader: the kernel opens it for execution with every dynamically linked program. Running it
+    # directly (``ld.so /bin/sh``) runs any readable program: still inside this sandbox, which it inherits
+    found += [p for pattern in _LOADERS for p in sorted(glob.glob(pattern))]
+    try:
+        with open("/sbin/ldconfig", "rb") as f:
+            if f.read(4) == b"\x7fELF":  # a program, not a shell script (which would need /bin/sh)
+                found.append("/sbin/ldconfig")
+    except OSError:
+        pass
+    return _real(found)
+
+
+def default_policy(env: Mapping[str, str]) -> Policy:
+    """The worker's policy from the environment the judge gave it (``worker_env``)."""
+    writable = [env[SCRATCH_ENV]] if env.get(SCRATCH_ENV) else []
+    writable += [p for p in env.get(WRITABLE_ENV, "").split(os.pathsep) if p]
+    dev = [p for pattern in _DEV_WRITABLE for p in sorted(glob.glob(pattern))]
+    return Policy(writable=_real(writable), executable=_real([sys.executable]) + _toolchain(), dev=_real(dev))
+
+
+def install_landlock(policy: Policy) -> str | None:
+    """Restrict this process (and what it starts) to ``policy``'s writes and executions. None when in force,
+    else why not (nothing was restricted then). Binds only the calling thread and its later children: call it
+    while the process has one thread (``worker/__main__.py`` does, before torch is imported)."""
+    abi = landlock_abi()
+    if abi < 1:
+        return "Landlock not available on this kernel"
+    libc = _libc()
+    fs = (FS_EXECUTE | FS_WRITE_FILE | FS_REMOVE_DIR | FS_REMOVE_FILE | FS_MAKE_CHAR | FS_MAKE_DIR | FS_MAKE_REG
+          | FS_MAKE_SOCK | FS_MAKE_FIFO | FS_MAKE_BLOCK | FS_MAKE_SYM)
+    fs |= (FS_REFER if abi >= 2 else 0) | (FS_TRUNCATE if abi >= 3 else 0)
+    attr = _RulesetAttr(fs, NET_BIND_TCP | NET_CONNECT_TCP if abi >= 4 else 0,
+                        SCOPE_ABSTRACT_UNIX_SOCKET | SCOPE_SIGNAL if abi >= 6 else 0)
+    size = 24 if abi >= 6 else 16 if abi >= 4 else 8
+    ruleset = int(libc.syscall(ctypes.c_long(_SYS_LANDLOCK_CREATE_RULESET), ctypes.byref(attr), ctypes.c_size_t(size),
+                               ctypes.c_uint32(0)))
+    if ruleset < 0:
+        return _err("landlock_create_ruleset")
+    try:
+        write = fs & ~FS_EXECUTE
+        rules = [(p, write) for p in policy.writable] + [(p, write) for p in policy.dev]
+        rules += [(p, FS_EXECUTE) for p in policy.executable]
+        for path, access in rules:
+            try:
+                fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+            except OSError:
+                continue  # gone meanwhile: nothing to allow
+            try:
+                allowed = access & (_FILE_RIGHTS if not os.path.isdir(path) else ~0) & fs
+                rule = _PathBeneathAttr(allowed, fd)
+                if libc.syscall(ctypes.c_long(_SYS_LANDLOCK_ADD_RULE), ctypes.c_int(ruleset), ctypes.c_int(_RULE_PATH_BENEATH),
+                                ctypes.byref(rule), ctypes.c_uint32(0)) != 0:
+                    return _err(f"landlock_add_rule {path}")
+            finally:
+                os.close(fd)
+        if not _no_new_privs(libc):
+            return _err("prctl(PR_SET_NO_NEW_PRIVS)")
+        if libc.syscall(ctypes.c_long(_SYS_LANDLOCK_RESTRICT_SELF), ctypes.c_int(ruleset), ctypes.c_uint32(0)) != 0:
+            return _err("landlock_restrict_self")
+    finally:
+        os.close(ruleset)
+    return None
+
+
+# ------------------------------------------------------------------------------------------------- seccomp
+
+_AUDIT_ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}
+_X32_SYSCALL_BIT = 0x40000000  # x86_64's x32 ABI: the same calls under other numbers, denied whole
+
+# syscall -> (x86_64 number, arm64 number); from the kernel's unistd_64.h and asm-generic/unistd.h
+_NR: dict[str, tuple[int, int]] = {
+    "kill": (62, 129), "tkill": (200, 130), "tgkill": (234, 131), "rt_sigqueueinfo": (129, 138),
+    "rt_tgsigqueueinfo": (297, 240), "pidfd_send_signal": (424, 424), "pidfd_getfd": (438, 438),
+    "ptrace": (101, 117), "process_vm_readv": (310, 270), "process_vm_writev": (311, 271),
+    "process_madvise": (440, 440), "process_mrelease": (448, 448), "kcmp": (312, 272),
+    "migrate_pages": (256, 238), "move_pages": (279, 239),
+    "setpriority": (141, 140), "ioprio_set": (251, 30), "sched_setaffinity": (203, 122),
+    "sched_setscheduler": (144, 119), "sched_setparam": (142, 118), "sched_setattr": (314, 274),
+    "prlimit64": (302, 261), "setsid": (112, 157), "setpgid": (109, 154),
+    "mount": (165, 40), "umount2": (166, 39), "pivot_root": (155, 41), "chroot": (161, 51),
+    "unshare": (272, 97), "setns": (308, 268), "open_tree": (428, 428), "move_mount": (429, 429),
+    "fsopen": (430, 430), "fsconfig": (431, 431), "fsmount": (432, 432), "fspick": (433, 433),
+    "mount_setattr": (442, 442), "open_by_handle_at": (304, 265),
+    "bpf": (321, 280), "perf_event_open": (298, 241), "userfaultfd": (323, 282),
+    "io_uring_setup": (425, 425), "io_uring_enter": (426, 426), "io_uring_register": (427, 427),
+    "keyctl": (250, 219), "add_key": (248, 217), "request_key": (249, 218),
+    "init_module": (175, 105), "finit_module": (313, 273), "delete_module": (176, 106),
+    "kexec_load": (246, 104), "kexec_file_load": (320, 294), "reboot": (169, 142),
+    "swapon": (167, 224), "swapoff": (168, 225), "acct": (163, 89), "quotactl": (179, 60),
+    "fanotify_init": (300, 262), "settimeofday": (164, 170), "clock_settime": (227, 112),
+    "adjtimex": (159, 171), "clock_adjtime": (305, 266),
+}
+# denied whatever their arguments: other processes' memory and fds, signals through a pidfd, leaving the process
+# group, and what no kernel candidate needs (io_uring also runs file operations outside seccomp's view)
+DENIED = ("ptrace", "process_vm_readv", "process_vm_writev", "process_madvise", "process_mrelease", "kcmp",
+          "migrate_pages", "move_pages", "pidfd_send_signal", "pidfd_getfd", "setsid", "setpgid",
+          "mount", "umount2", "pivot_root", "chroot", "unshare", "setns", "open_tree", "move_mount", "fsopen",
+          "fsconfig", "fsmount", "fspick", "mount_setattr", "open_by_handle_at", "bpf", "perf_event_open",
+          "userfaultfd", "io_uring_setup", "io_uring_enter", "io_uring_register", "keyctl", "add_key",
+          "request_key", "init_module", "finit_module", "delete_module", "kexec_load", "kexec_file_load", "reboot",
+          "swapon", "swapoff", "acct", "quotactl", "fanotify_init", "settimeofday", "clock_settime", "adjtimex",
+          "clock_adjtime")
+# allowed only aimed at the worker itself: syscall -> (the pid argument's index, 0 allowed as "myself"). For
+# setpriority/ioprio_set the first argument must also say "a process" (PRIO_PROCESS 0, IOPRIO_WHO_PROCESS 1):
+# a group or a user would reach the judge
+SELF_ONLY: dict[str, tuple[int, bool]] = {
+    "kill": (0, False), "tkill": (0, False), "tgkill": (0, False), "rt_sigqueueinfo": (0, False),
+    "rt_tgsigqueueinfo": (0, False), "setpriority": (1, True), "ioprio_set": (1, True),
+    "sched_setaffinity": (0, True), "sched_setscheduler": (0, True), "sched_setparam": (0, True),
+    "sched_setattr": (0, True), "prlimit64": (0, True),
+}
+_WHICH_PROCESS = {"setpriority": 0, "ioprio_set": 1}
+
+_BPF_LD_W_ABS, _BPF_JEQ_K, _BPF_JGE_K, _BPF_RET_K = 0x20, 0x15, 0x35, 0x06
+_RET_ALLOW, _RET_EPERM = 0x7FFF0000, 0x00050000 | errno.EPERM
+_OFF_NR, _OFF_ARCH = 0, 4
+
+
+def _arg(i: int) -> int:
+    return 16 + 8 * i  # seccomp_data.args[i]; its low 32 bits first (little-endian): a pid_t or an int
+
+
+def seccomp_program(pid: int, machine: str | None = None) -> list[tuple[int, int, int, int]]:
+    """The BPF filter (code, jt, jf, k) for a worker of pid ``pid``: a foreign architecture and every call in
+    ``DENIED`` get EPERM, a call in ``SELF_ONLY`` gets EPERM unless its pid argument is the worker's own (or 0
+    where that means the caller), everything else is allowed. Each check returns on its own, so no jump is
+    longer than a few instructions."""
+    machine = machine or platform.machine()
+    col = {"x86_64": 0, "aarch64": 1}[machine]
+    prog = [(_BPF_LD_W_ABS, 0, 0, _OFF_ARCH), (_BPF_JEQ_K, 1, 0, _AUDIT_ARCH[machine]), (_BPF_RET_K, 0, 0, _RET_EPERM),
+            (_BPF_LD_W_ABS, 0, 0, _OFF_NR)]
+    if machine == "x86_64":
+        prog += [(_BPF_JGE_K, 0, 1, _X32_SYSCALL_BIT), (_BPF_RET_K, 0, 0, _RET_EPERM)]
+    for name in DENIED:
+        prog += [(_BPF_JEQ_K, 0, 1, _NR[name][col]), (_BPF_RET_K, 0, 0, _RET_EPERM)]
+    for name, (idx, zero_is_self) in SELF_ONLY.items():
+        body: list[tuple[int, int, int, int]] = []
+        if name in _WHICH_PROCESS:
+            body += [(_BPF_LD_W_ABS, 0, 0, _arg(0)), (_BPF_JEQ_K, 1, 0, _WHICH_PROCESS[name]),
+                     (_BPF_RET_K, 0, 0, _RET_EPERM)]
+        body.append((_BPF_LD_W_ABS, 0, 0, _arg(idx)))
+        if zero_is_self:
+            body.append((_BPF_JEQ_K, 2, 0, 0))
+        body += [(_BPF_JEQ_K, 1, 0, pid & 0xFFFFFFFF), (_BPF_RET_K, 0, 0, _RET_EPERM), (_BPF_RET_K, 0, 0, _RET_ALLOW)]
+        prog.append((_BPF_JEQ_K, 0, len(body), _NR[name][col]))
+        prog += body
+    prog.append((_BPF_RET_K, 0, 0, _RET_ALLOW))
+    return prog
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+
+_SYS_SECCOMP = {"x86_64": 317, "aarch64": 277}
+_SECCOMP_SET_MODE_FILTER, _SECCOMP_FILTER_FLAG_TSYNC = 1, 1
+
+
+def install_seccomp(pid: int | None = None) -> str | None:
+    """Install ``seccomp_program`` on every thread of this process (TSYNC) and on what it starts. None when in
+    force, else why not."""
+    machine = platform.machine()
+    if sys.platform != "linux" or machine not in _AUDIT_ARCH:
+        return f"seccomp filter not written for {sys.platform}/{machine}"
+    prog = seccomp_program(os.getpid() if pid is None else pid, machine)
+    raw = b"".join(struct.pack("<HBBI", *ins) for ins in prog)
+    buf = ctypes.create_string_buffer(raw, len(raw))
+    fprog = _SockFprog(len(prog), ctypes.cast(buf, ctypes.c_void_p))
+    libc = _libc()
+    if not _no_new_privs(libc):
+        return _err("prctl(PR_SET_NO_NEW_PRIVS)")
+    if libc.syscall(ctypes.c_long(_SYS_SECCOMP[machine]), ctypes.c_uint(_SECCOMP_SET_MODE_FILTER),
+                    ctypes.c_uint(_SECCOMP_FILTER_FLAG_TSYNC), ctypes.byref(fprog)) != 0:
+        return _err("seccomp(SECCOMP_SET_MODE_FILTER)")
+    return None
+
+
+# ---------------------------------------------------------------------------------------------------- both
+
+
+def _threads() -> int:
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Threads:"):
+                return int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return 1
+
+
+def install(env: Mapping[str, str] | None = None) -> str:
+    """Install what ``ASTRA_SGLANG_SANDBOX`` asks for (both layers by default) and say what is in force:
+    "landlock+seccomp", "landlock only: <why not seccomp>", "seccomp only: <why not Landlock>" or
+    "none: <why>". Never raises: a worker without a sandbox still runs, and says so."""
+    env = os.environ if env is None else env
+    want = env.get(SANDBOX_ENV, "1").strip().lower()
+    if want in ("0", "off", "no", "false", "none"):
+        return f"none: switched off ({SANDBOX_ENV}={env.get(SANDBOX_ENV)})"
+    layers = {"landlock": ["landlock"], "seccomp": ["seccomp"]}.get(want, ["landlock", "seccomp"])
+    if "landlock" in layers and not env.get(SCRATCH_ENV):
+        return f"none: no scratch folder given ({SCRATCH_ENV} unset: not started by the judge)"
+    threads = _threads()
+    why: dict[str, str | None] = {}
+    try:
+        if "landlock" in layers:
+            why["landlock"] = install_landlock(default_policy(env))
+        if "seccomp" in layers:
+            why["seccomp"] = install_seccomp()
+    except Exception as e:  # noqa: BLE001 - a sandbox that cannot be made is reported, never fatal
+        return f"none: {type(e).__name__}: {e}"
+    on = [name for name, reason in why.items() if reason is None]
+    off = "; ".join(f"{name}: {reason}" for name, reason in why.items() if reason is not None)
+    if not on:
+        return f"none: {off}"
+    level = "+".join(on) if len(on) == 2 else f"{on[0]} only"
+    notes = [n for n in (off, f"switched to {want} ({SANDBOX_ENV})" if len(layers) == 1 else "",
+                         f"{threads - 1} thread(s) started before Landlock are not bound by it"
+                         if "landlock" in on and threads > 1 else "") if n]
+    return level + (": " + "; ".join(notes) if notes else "")
+
+
+def seccomp_mode(pid: int) -> int | None:
+    """The seccomp mode the kernel reports for ``pid`` (2: a filter), read by the judge from ``/proc`` as a check
+    independent of what the worker says; None where ``/proc`` does not say."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("Seccomp:"):
+                return int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return None

@@ -1,0 +1,314 @@
+"""The candidate's worker runs in an OS sandbox (issue 22 class 3, ``harness/shared/sandbox.py``): what candidate code
+can reach cannot change the verdict.
+
+Three adversarial candidates (tests/candidates/merge_state/cheats/, ours), run unscreened (the screen refuses their
+imports before anything runs; here the sandbox must hold on its own) on a copy of the h_merge fixture, never on
+the repository's extracted folders: one rewrites the files the judge reads (the op folder's original and
+reference, a planted module, the judge's Triton cache), one signals, traces and renices the judge, one starts
+shells. Each records every attempt's outcome in a marker file the test makes writable for it
+(``ASTRA_SGLANG_SANDBOX_WRITABLE``). The control (``ASTRA_SGLANG_SANDBOX=0``) shows the first attack succeeds
+without the sandbox, and that the verdict then says no sandbox was in force. The rest test the sandbox itself
+in a subprocess: what it allows (Triton's C compiler, the interpreter, threads, the worker's scratch) and
+refuses, its honest level where a layer is missing, and the seccomp filter's logic on both architectures
+(a small BPF interpreter below).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from h_fixtures.ops import make_h_merge, make_h_scale
+
+from astra_sglang.contract.eval_config import EvalConfig
+from astra_sglang.harness import evaluate
+from astra_sglang.harness.shared import sandbox
+from astra_sglang.harness.shared.sandbox import SANDBOX_ENV, SCRATCH_ENV, WRITABLE_ENV
+
+REPO = Path(__file__).resolve().parent.parent
+CHEATS = REPO / "tests" / "candidates" / "merge_state" / "cheats"
+CPU = EvalConfig(shapes="test", dtypes=["bfloat16"], device="cpu", timeout_s=60, seed=4321, screen=False)
+LANDLOCK = sandbox.landlock_abi()
+needs_landlock = pytest.mark.skipif(LANDLOCK < 1, reason="the kernel has no Landlock (the level then says so: "
+                                    "test_a_missing_landlock_is_reported_not_assumed)")
+
+
+@dataclass
+class Setting:
+    op: Path
+    marker: Path
+    judge_cache: Path
+    before: dict[str, bytes]
+
+    def lines(self, name: str) -> list[str]:
+        path = self.marker / name
+        return path.read_text().splitlines() if path.exists() else []
+
+    def files(self) -> dict[str, bytes]:
+        return _files([self.op, self.judge_cache])
+
+
+def _files(roots: list[Path]) -> dict[str, bytes]:
+    """Every file under ``roots`` and its bytes (a planted file or a changed byte shows)."""
+    return {str(p): p.read_bytes() for r in roots for p in sorted(r.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture
+def setting(tmp_path, monkeypatch) -> Setting:
+    op = make_h_merge(tmp_path / "ops")
+    marker, judge_cache = tmp_path / "marker", tmp_path / "judge_triton_cache"
+    marker.mkdir()
+    judge_cache.mkdir()
+    (judge_cache / "kernel.json").write_text("{}")  # a stand-in for a cached compiled original
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(judge_cache))  # the judge's (and the parent's) Triton cache
+    monkeypatch.setenv("ASTRA_TEST_CHEAT_MARKER", str(marker))
+    monkeypatch.setenv(WRITABLE_ENV, str(marker))  # the worker may write its marker there, nowhere else of ours
+    targets = [op / "h_merge.py", op / "reference.py", op / "manifest.json", op, judge_cache]
+    monkeypatch.setenv("ASTRA_TEST_POISON_TARGETS", os.pathsep.join(str(t) for t in targets))
+    monkeypatch.delenv(SANDBOX_ENV, raising=False)
+    return Setting(op, marker, judge_cache, _files([op, judge_cache]))
+
+
+def _attempts(lines: list[str]) -> list[str]:
+    return [ln for ln in lines if ln.endswith(": DONE") or ": denied " in ln]
+
+
+@needs_landlock
+def test_a_candidate_cannot_write_the_files_the_judge_reads(setting):
+    r = evaluate(setting.op, CHEATS / "poisons_the_judges_files.py", CPU)
+    lines = setting.lines("poisons_the_judges_files")
+    assert lines and lines[-1] == "done", lines  # the attack ran to its end, in the worker
+    tried = _attempts(lines)
+    assert len(tried) >= 12 and all(": denied " in ln for ln in tried), tried
+    assert setting.files() == setting.before  # not one byte of the judge's files changed, nothing planted
+    worker_cache = next(ln for ln in lines if ln.startswith("TRITON_CACHE_DIR=")).split("=", 1)[1]
+    assert worker_cache and Path(worker_cache) != setting.judge_cache  # the worker has a Triton cache of its own
+    assert r.ok, r.model_dump_json(indent=1)[:3000]  # the kernel's own verdict
+    # both layers, and no note: no thread of the worker predates Landlock (it is installed before torch starts one)
+    assert r.sandbox == "landlock+seccomp", r.sandbox
+
+
+def test_without_the_sandbox_the_same_candidate_poisons_the_op_folder_and_the_verdict_says_so(setting, monkeypatch):
+    """The control: the attack is real, and a verdict without the sandbox never claims one."""
+    monkeypatch.setenv(SANDBOX_ENV, "0")
+    r = evaluate(setting.op, CHEATS / "poisons_the_judges_files.py", CPU)
+    tried = _attempts(setting.lines("poisons_the_judges_files"))
+    assert any(ln.endswith(": DONE") for ln in tried), tried
+    assert setting.files() != setting.before
+    assert r.sandbox == f"none: switched off ({SANDBOX_ENV}=0)", r.sandbox
+
+
+def test_a_candidate_cannot_signal_trace_or_renice_the_judge(setting):
+    r = evaluate(setting.op, CHEATS / "signals_the_judge.py", CPU)
+    lines = setting.lines("signals_the_judge")
+    assert lines and lines[-1] == "done", lines
+    tried = _attempts(lines)
+    assert len(tried) == len([ln for ln in lines if ln.endswith(": trying")]) >= 10, lines
+    assert all(": denied PermissionError errno=1" in ln for ln in tried), tried  # EPERM, never a dead worker
+    assert r.ok and r.error is None, r.model_dump_json(indent=1)[:3000]  # the judge lived to give its verdict
+    assert r.sandbox is not None and "seccomp" in r.sandbox.split(":")[0], r.sandbox
+
+
+@needs_landlock
+def test_a_candidate_cannot_start_a_shell_and_one_the_loader_starts_is_sandboxed_too(setting):
+    r = evaluate(setting.op, CHEATS / "execs_a_shell.py", CPU)
+    lines = setting.lines("execs_a_shell")
+    assert lines and lines[-1] == "done", lines
+    for name in ("/bin/sh", "copy of /bin/sh", "written script"):
+        assert f"{name}: denied PermissionError errno=13" in lines, lines
+    ran = [ln for ln in lines if ln.endswith(": sh ran")]
+    # Landlock's known limit: the dynamic loader must be executable, and it runs any readable program; that
+    # shell inherits the sandbox: its writes to the judge's files and its SIGKILL of the judge fail
+    assert ran in ([], ["/bin/sh through the loader: sh ran"]), lines
+    if ran:
+        out = next(ln for ln in lines if ln.startswith("/bin/sh through the loader: RAN"))
+        assert "Permission denied" in out and "Operation not permitted" in out, out
+    assert setting.files() == setting.before
+    assert r.ok and r.error is None, r.model_dump_json(indent=1)[:3000]
+
+
+# ------------------------------------------------------------------------------------- the sandbox on its own
+
+PROBE = textwrap.dedent('''
+    import json, os, signal, subprocess, sys, threading
+    from astra_sglang.harness.shared import sandbox
+    out = {"level": sandbox.install()}
+
+    def attempt(name, action):
+        try:
+            action()
+            out[name] = "ok"
+        except OSError as e:
+            out[name] = f"errno={e.errno}"
+
+    attempt("write scratch", lambda: open(os.path.join(os.environ["TMPDIR"], "f"), "w").write("x"))
+    attempt("write outside", lambda: open(sys.argv[1], "a").write("x"))
+    attempt("exec /bin/sh", lambda: subprocess.run(["/bin/sh", "-c", "true"], check=True))
+    attempt("exec python", lambda: subprocess.run([sys.executable, "-c", "pass"], check=True))
+    attempt("kill parent", lambda: os.kill(os.getppid(), 0))
+    attempt("kill self", lambda: os.kill(os.getpid(), 0))
+    attempt("signal own thread", lambda: signal.pthread_kill(threading.main_thread().ident, 0))
+    t = threading.Thread(target=lambda: out.__setitem__("thread", "ok"))
+    t.start()
+    t.join()
+    print(json.dumps(out))
+''')
+
+
+def _probe(tmp_path: Path, env: dict[str, str], code: str = PROBE, *args: str) -> dict[str, str]:
+    scratch = sandbox.make_scratch()
+    try:
+        full = {**os.environ, **sandbox.worker_env(scratch), **env, "PYTHONPATH": str(REPO)}
+        done = subprocess.run([sys.executable, "-c", code, *args], env=full, capture_output=True, text=True,
+                              timeout=300, cwd=tmp_path)
+        assert done.returncode == 0, done.stderr[-3000:]
+        return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+@needs_landlock
+def test_the_sandbox_allows_what_a_worker_needs_and_refuses_the_rest(tmp_path):
+    outside = tmp_path / "judge_file"
+    outside.write_text("judge")
+    out = _probe(tmp_path, {SANDBOX_ENV: "1"}, PROBE, str(outside))
+    assert out["level"] == "landlock+seccomp", out
+    assert out["write scratch"] == out["exec python"] == out["kill self"] == out["signal own thread"] == "ok", out
+    assert out["thread"] == "ok", out
+    assert out["write outside"] == "errno=13" and out["exec /bin/sh"] == "errno=13", out
+    assert out["kill parent"] == "errno=1", out
+    assert outside.read_text() == "judge"
+
+
+def test_a_missing_landlock_is_reported_not_assumed(tmp_path):
+    code = ("import json; from astra_sglang.harness.shared import sandbox; sandbox.landlock_abi = lambda: 0; "
+            "print(json.dumps({'level': sandbox.install()}))")
+    assert _probe(tmp_path, {}, code)["level"] == ("seccomp only: landlock: Landlock not available on this kernel")
+    off = _probe(tmp_path, {SANDBOX_ENV: "0"}, code)["level"]
+    assert off == f"none: switched off ({SANDBOX_ENV}=0)"
+    code = "import json; from astra_sglang.harness.shared import sandbox; print(json.dumps({'level': sandbox.install()}))"
+    assert _probe(tmp_path, {SCRATCH_ENV: ""}, code)["level"].startswith("none: no scratch folder given")
+
+
+TRITON_BUILD = textwrap.dedent('''
+    import json
+    from astra_sglang.harness.shared import sandbox
+    level = sandbox.install()
+    from triton.runtime.build import compile_module_from_src
+    src = """#include <Python.h>
+    static PyObject* f(PyObject* s, PyObject* a) { return PyLong_FromLong(42); }
+    static PyMethodDef m[] = {{"f", f, METH_NOARGS, ""}, {NULL, NULL, 0, NULL}};
+    static struct PyModuleDef d = {PyModuleDef_HEAD_INIT, "astra_sandbox_probe", NULL, -1, m};
+    PyMODINIT_FUNC PyInit_astra_sandbox_probe(void) { return PyModule_Create(&d); }
+    """
+    mod = compile_module_from_src(src, "astra_sandbox_probe")
+    print(json.dumps({"level": level, "f": mod.f(), "file": mod.__file__}))
+''')
+
+
+@needs_landlock
+def test_tritons_c_compiler_runs_inside_the_sandbox(tmp_path):
+    """On the GPU, Triton builds its driver and launcher stubs with the C compiler at a kernel's first launch
+    (gcc -> cc1, as, collect2, ld) and runs ptxas: the exec rules must let that through (here: the C half)."""
+    pytest.importorskip("triton")
+    if shutil.which("gcc") is None and shutil.which("clang") is None:
+        pytest.skip("no C compiler")
+    out = _probe(tmp_path, {}, TRITON_BUILD)
+    assert out["level"] == "landlock+seccomp" and out["f"] == 42, out
+    assert "/triton/cache/" in out["file"], out  # the worker's own Triton cache, in its scratch folder
+
+
+CUDA_CACHED = textwrap.dedent('''
+    import json, sys
+    from pathlib import Path
+    from astra_sglang.harness.shared import sandbox
+    level = sandbox.install()
+    from astra_sglang.contract.op import load_manifest
+    from astra_sglang.loader.cuda_build import CudaBuildSpec
+    op = Path(sys.argv[1])
+    built = CudaBuildSpec.from_recipe(op, load_manifest(op), "float32", cache_dir=Path(sys.argv[2])).build(load=False)
+    print(json.dumps({"level": level, "cached": built.report.cached}))
+''')
+
+
+@needs_landlock
+@pytest.mark.nvcc
+def test_a_cuda_module_the_parent_built_is_found_by_a_worker_that_cannot_write_the_cache(tmp_path):
+    """The worker loads the CUDA module the parent built from a cache it may not write (its lock file opened
+    read-only; ``nvcc --version``, part of the cache key, runs from CUDA_HOME/bin)."""
+    from astra_sglang.contract.op import load_manifest
+    from astra_sglang.loader.cuda_build import CudaBuildSpec
+
+    op, cache = make_h_scale(tmp_path), tmp_path / "cache"
+    CudaBuildSpec.from_recipe(op, load_manifest(op), "float32", cache_dir=cache).build(load=False)
+    out = _probe(tmp_path, {}, CUDA_CACHED, str(op), str(cache))
+    assert out == {"level": "landlock+seccomp", "cached": True}, out
+
+
+# ------------------------------------------------------------------------------- the seccomp filter's logic
+
+
+def _run_bpf(prog: list[tuple[int, int, int, int]], data: bytes) -> int:
+    """The classic-BPF subset the filter uses (LD W ABS, JEQ/JGE K, RET K) on one ``seccomp_data``."""
+    acc, pc = 0, 0
+    while True:
+        code, jt, jf, k = prog[pc]
+        if code == 0x20:
+            acc = int.from_bytes(data[k:k + 4], "little")
+            pc += 1
+        elif code in (0x15, 0x35):
+            taken = acc == k if code == 0x15 else acc >= k
+            pc += 1 + (jt if taken else jf)
+        elif code == 0x06:
+            return k
+        else:
+            raise AssertionError(f"unexpected BPF code {code:#x}")
+
+
+def _call(machine: str, name: str, *args: int, arch: int | None = None) -> bytes:
+    nr = sandbox._NR[name][0 if machine == "x86_64" else 1] if name in sandbox._NR else 0
+    a = [x & 0xFFFFFFFFFFFFFFFF for x in args] + [0] * (6 - len(args))
+    return (nr.to_bytes(4, "little") + (arch or sandbox._AUDIT_ARCH[machine]).to_bytes(4, "little") + bytes(8)
+            + b"".join(x.to_bytes(8, "little") for x in a))
+
+
+@pytest.mark.parametrize("machine", ["x86_64", "aarch64"])
+def test_the_seccomp_filter_denies_other_processes_and_allows_the_worker_itself(machine):
+    me, judge = 4242, 4241
+    prog = sandbox.seccomp_program(me, machine)
+    assert len(prog) < 4096 and all(jt < 256 and jf < 256 for _, jt, jf, _ in prog)
+    allow, eperm = 0x7FFF0000, 0x00050001
+
+    def verdict(name: str, *args: int, arch: int | None = None) -> int:
+        return _run_bpf(prog, _call(machine, name, *args, arch=arch))
+
+    for name in sandbox.DENIED:
+        assert verdict(name, me, 0) == eperm, name
+    assert sorted(set(sandbox.DENIED) | set(sandbox.SELF_ONLY)) == sorted(sandbox._NR)
+    for args in [(me, 9), (me | (1 << 32), 0)]:
+        assert verdict("kill", *args) == allow
+    for args in [(judge, 9), (0, 9), (-1, 9), (-me, 9)]:
+        assert verdict("kill", *args) == eperm, args
+    assert verdict("tgkill", me, 4243, 10) == allow  # a thread of its own
+    assert verdict("tgkill", judge, judge, 9) == eperm
+    assert verdict("tkill", judge, 9) == eperm
+    assert verdict("rt_sigqueueinfo", judge, 9, 0) == eperm
+    assert verdict("setpriority", 0, 0, 5) == allow and verdict("setpriority", 0, me, 5) == allow
+    assert verdict("setpriority", 0, judge, 19) == eperm
+    assert verdict("setpriority", 2, 0, 19) == eperm  # PRIO_USER: every process of the user
+    assert verdict("ioprio_set", 1, 0, 0) == allow and verdict("ioprio_set", 1, judge, 0) == eperm
+    assert verdict("sched_setaffinity", 0, 8, 0) == allow and verdict("sched_setaffinity", judge, 8, 0) == eperm
+    assert verdict("prlimit64", 0, 7, 0, 0) == allow and verdict("prlimit64", judge, 7, 0, 0) == eperm
+    for name in ("mount", "ptrace"):
+        assert verdict(name, 0, 0, arch=0x40000003) == eperm  # a foreign architecture (i386): denied whole
+    assert _run_bpf(prog, _call(machine, "read")) == allow  # everything else, fork and exec included
+    if machine == "x86_64":
+        x32 = (sandbox._NR["kill"][0] | 0x40000000).to_bytes(4, "little") + _call(machine, "kill", me, 0)[4:]
+        assert _run_bpf(prog, x32) == eperm
