@@ -26,8 +26,9 @@ def test_paper_ops_are_listed_extractable_with_their_kind(infos) -> None:
     silu = by_id["activation.silu_and_mul"]
     assert silu.extractable and silu.source_kind == "cuda_jit" and silu.torch_reference and silu.fused_op
     assert "elementwise/activation.cuh" in silu.sources
-    norm = by_id["sglang.kernels.ops.layernorm.norm:fused_add_rmsnorm"]
+    norm = by_id["layernorm.fused_add_rmsnorm"]  # not registered: op_id_of(its entry point), one form
     assert norm.extractable and not norm.registered and "elementwise/fused_add_rmsnorm.cuh" in norm.sources
+    assert norm.entry_point == "sglang.kernels.ops.layernorm.norm:fused_add_rmsnorm"
     merge = by_id["attention.merge_state_triton"]
     assert merge.extractable and merge.source_kind == "triton"
 

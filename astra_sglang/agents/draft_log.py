@@ -27,6 +27,7 @@ from astra_sglang.agents.config import TokenCount
 from astra_sglang.agents.recording import ModelCallRecord, describe_request, jsonable
 from astra_sglang.contract.base import Model as Record
 from astra_sglang.contract.base import read_versioned, write_atomic
+from astra_sglang.contract.op import canonical_op_id
 from astra_sglang.errors import AstraError
 
 STATUS_NAME = "draft.json"
@@ -84,8 +85,9 @@ class DraftLog:
             raise AstraError(f"{path} is not a draft log folder (no {STATUS_NAME}); give the folder "
                              "`extract --draft` printed")
         status = read_versioned(path / STATUS_NAME, DraftStatus, STATUS_SCHEMA_VERSION, AstraError, "draft log")
-        if status.op_id != op_id:
-            raise AstraError(f"{path} is a draft of {status.op_id}, not of {op_id}")
+        if canonical_op_id(status.op_id) != op_id:  # a log written before the one op-id form: the same op
+            raise AstraError(f"{path} is a draft of {canonical_op_id(status.op_id)}, not of {op_id}")
+        status.op_id = op_id
         status.status, status.message, status.attempts = "running", None, []
         return cls(path, status)
 

@@ -37,6 +37,7 @@ COMMANDS: dict[str, str] = {
     "serve": "serve_cmd",
     "doctor": "doctor_cmd",
     "validate-contract": "validate_contract_cmd",
+    "repin": "repin_cmd",
     "tune": "tune_cmd",
     "validate": "validate_cmd",
     "profile": "profile_cmd",

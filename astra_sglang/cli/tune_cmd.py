@@ -8,7 +8,7 @@ from pathlib import Path
 
 from astra_sglang.cli.args import positive_float, positive_int
 from astra_sglang.contract.eval_config import EvalConfig
-from astra_sglang.contract.op import find_op_dir
+from astra_sglang.contract.op import canonical_op_id, find_op_dir
 from astra_sglang.errors import AstraError
 
 
@@ -59,7 +59,7 @@ def handle(args: argparse.Namespace) -> int:
     if args.json:
         print(baseline.model_dump_json(indent=2))
         return 0
-    print(f"{baseline.op_id} on {baseline.device}: swept "
+    print(f"{canonical_op_id(baseline.op_id)} on {baseline.device}: swept "
           + "; ".join(f"{k} in {v} (original: {baseline.original_config[k]})" for k, v in baseline.parameters.items()))
     dropped = [c for c in baseline.configs if not c.ok]
     print(f"{len(baseline.configs)} configs, {len(dropped)} dropped by the checks"
@@ -105,7 +105,7 @@ def check_only(args: argparse.Namespace, op_dir: Path, config: EvalConfig) -> in
     if args.json:
         print(baseline.model_dump_json(indent=2))
     dropped = [c for c in baseline.configs if not c.ok]
-    print(f"{baseline.op_id} on {baseline.device}: {len(baseline.configs)} configs of "
+    print(f"{canonical_op_id(baseline.op_id)} on {baseline.device}: {len(baseline.configs)} configs of "
           + ", ".join(f"{k} in {v}" for k, v in baseline.parameters.items())
           + f" checked on the test shapes: {len(baseline.configs) - len(dropped)} correct, {len(dropped)} dropped"
           + (f" (first: {dropped[0].config}: {(dropped[0].failure or '')[:120]})" if dropped else ""))

@@ -319,6 +319,40 @@ class CallSite(Model):
         return data
 
 
+SGLANG_OPS_PACKAGE = "sglang.kernels.ops"
+
+
+def op_id_of(entry_point: str) -> str:
+    """The op id (``family.name``) of a function under ``sglang.kernels.ops`` that SGLang does not register.
+
+    The one rule, SGLang's own: its registry names every op ``<group>.<name>``, the group being the package
+    under ``sglang.kernels.ops`` that registers it (``layernorm.*`` from ``sglang/kernels/ops/layernorm/``), the
+    name the function's. So ``sglang.kernels.ops.layernorm.norm:fused_add_rmsnorm`` is ``layernorm.fused_add_rmsnorm``
+    and ``sglang.kernels.ops.attention.rope:apply_rope_inplace`` is ``attention.apply_rope_inplace``. A registered
+    op keeps its registry id as it is (SGLang chose it). AstraError for anything else: a rule that guessed there
+    would give two spellings of one op again.
+    """
+    module, colon, qual = entry_point.partition(":")
+    parts = module.split(".")
+    prefix = SGLANG_OPS_PACKAGE.split(".")
+    if not colon or parts[:len(prefix)] != prefix or len(parts) <= len(prefix) or not qual.isidentifier():
+        raise AstraError(f"{entry_point!r} is not 'sglang.kernels.ops.<family>[.<module>]:<function>': no op id "
+                         "follows from it")
+    return f"{parts[len(prefix)]}.{qual}"
+
+
+def canonical_op_id(name: str) -> str:
+    """``name`` in the one op-id form: an entry point under ``sglang.kernels.ops`` (the spelling op ids of
+    unregistered functions had before issue 24, still accepted as input) becomes its ``op_id_of``; any other
+    name is returned as it is."""
+    if name.startswith(SGLANG_OPS_PACKAGE + ".") and ":" in name:
+        try:
+            return op_id_of(name)
+        except AstraError:
+            return name
+    return name
+
+
 def hook_target(entry_point: str) -> str:
     """'module:attr' -> the dotted path SGLang's HookRegistry resolves ('module.attr')."""
     module, _, attr = entry_point.partition(":")
@@ -333,7 +367,8 @@ class ShapeCase(Model):
 
 class Manifest(Model):
     schema_version: int = SCHEMA_VERSION
-    op_id: str = Field(description="SGLang registry op id, or 'module:attr' for unregistered entry points")
+    op_id: str = Field(description="'family.name': SGLang's registry op id, or for an entry point SGLang does not "
+                       "register the id op_id_of gives it (the entry point itself is `entry_point`)")
     short_name: str
     sglang_version: str
     flashinfer_version: str | None = None
@@ -416,14 +451,23 @@ class ManifestError(AstraError, ValueError):
 
 
 def find_op_dir(op: str, extracted: Path) -> Path:
-    """``op`` as a folder path, else ``extracted/<op>``; one error naming the ops there when neither holds one."""
+    """``op`` as a folder path, else ``extracted/<op>``, else the folder whose manifest has ``op`` as its op id (in
+    either spelling: ``canonical_op_id``); one error naming the ops there when none holds it."""
     for folder in (Path(op), Path(extracted) / op):
         if (folder / MANIFEST_NAME).is_file():
             return folder.resolve()
     root = Path(extracted)
     known = sorted(p.name for p in root.iterdir() if (p / MANIFEST_NAME).is_file()) if root.is_dir() else []
+    wanted = canonical_op_id(op)
+    for name in known:
+        try:
+            said = json.loads((root / name / MANIFEST_NAME).read_text()).get("op_id")
+        except (OSError, ValueError, AttributeError):
+            continue
+        if isinstance(said, str) and canonical_op_id(said) == wanted:
+            return (root / name).resolve()
     raise ManifestError(f"no extracted op {op!r} under {root}/ (have: {', '.join(known) or 'none'}); "
-                        f"run `astra-sglang extract {op}` first")
+                        f"run `astra-sglang extract {wanted}` first")
 
 
 def load_manifest(op_dir: Path) -> Manifest:

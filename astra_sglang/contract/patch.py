@@ -13,12 +13,13 @@ Pydantic only: the plugin reads this inside every SGLang process without torch b
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, SerializerFunctionWrapHandler, model_serializer
 
 from astra_sglang.contract.base import Model, read_versioned, sha256_file
 from astra_sglang.contract.op import Manifest, hook_target
+from astra_sglang.contract.repin import RePin
 from astra_sglang.contract.result import EvalResult
 from astra_sglang.errors import AstraError
 
@@ -142,6 +143,16 @@ class PatchManifest(Model):
     evidence: Evidence = Field(default_factory=Evidence)
     in_all: bool = Field(True, description="enabled by ASTRA_SGLANG_PATCHES=all; False for a test vehicle, which "
                          "serves only where its id is named")
+    repinned: list[RePin] = Field(default_factory=list, description="moves of op_manifest_sha256 since validation, "
+                                  "each proven to change nothing but the op id (contract/repin.py)")
+
+    @model_serializer(mode="wrap")
+    def _without_empty_repinned(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """Written only when there is one, so patch manifests without a re-pin keep their bytes."""
+        data: dict[str, Any] = handler(self)
+        if not data.get("repinned"):
+            data.pop("repinned", None)
+        return data
 
 
 class PatchManifestError(AstraError, ValueError):

@@ -10,12 +10,13 @@ manifest's SHA-256 instead, so a re-extraction that changes the contract invalid
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, SerializerFunctionWrapHandler, model_serializer
 
 from astra_sglang.contract.base import Model, read_versioned, write_atomic
-from astra_sglang.contract.op import manifest_sha256
+from astra_sglang.contract.op import canonical_op_id, manifest_sha256
+from astra_sglang.contract.repin import RePin
 from astra_sglang.errors import AstraError
 
 VALIDATION_NAME = "validation.json"
@@ -66,6 +67,15 @@ class ContractValidation(Model):
     timed: TimedOriginal | None = None
     findings: list[FindingCheck] = Field(default_factory=list, description="the manifest's kernel findings, re-run")
     versions: dict[str, str] = Field(default_factory=dict, description="torch, triton, sglang")
+    repinned: list[RePin] = Field(default_factory=list, description="pins moved since it ran, each proven to change "
+                                  "nothing but the op id (contract/repin.py)")
+
+    @model_serializer(mode="wrap")
+    def _without_empty_repinned(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        if not data.get("repinned"):
+            data.pop("repinned", None)
+        return data
 
 
 class ValidationFile(Model):
@@ -84,6 +94,8 @@ def read_validations(op_dir: Path) -> ValidationFile | None:
 def record_validation(op_dir: Path, op_id: str, v: ContractValidation) -> Path:
     """Append ``v``; earlier records (other devices, other manifests) are kept: they are the history."""
     current = read_validations(op_dir) or ValidationFile(op_id=op_id)
+    if canonical_op_id(current.op_id) == canonical_op_id(op_id):
+        current.op_id = op_id  # a file begun before the one op-id form takes the manifest's spelling
     current.validations.append(v)
     path = Path(op_dir) / VALIDATION_NAME
     write_atomic(path, current.model_dump_json(indent=2) + "\n")

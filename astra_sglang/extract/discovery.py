@@ -1,7 +1,8 @@
 """``extract --list``: every kernel the installed SGLang knows, where its source is, and whether we can extract it.
 
 Sources: the kernel registry (``all_specs()``), BaseFusedOp instances, and serving entry points that are not
-registered op ids. The source kind of each backend comes from a static scan of its target's module: a
+registered op ids (listed under the id ``op_id_of`` gives them, the one ``family.name`` form; their ``module:attr``
+is still accepted as a name). The source kind of each backend comes from a static scan of its target's module: a
 ``load_jit(cuda_files=[...])`` call makes it CUDA JIT, ``@triton.jit`` kernels make it Triton; when the target
 is a ``forward_*`` method that imports its implementation, the imported modules are scanned too.
 """
@@ -14,7 +15,7 @@ import sys
 
 from pydantic import BaseModel
 
-from astra_sglang.contract.op import SourceKind
+from astra_sglang.contract.op import SourceKind, canonical_op_id, op_id_of
 from astra_sglang.errors import AstraError
 from astra_sglang.extract import catalog
 from astra_sglang.extract.closure import include_closure
@@ -22,7 +23,8 @@ from astra_sglang.extract.py_closure import python_closure
 from astra_sglang.extract.sglang_env import jit_dir, require_sglang, sglang_root
 from astra_sglang.extract.source_scan import imported_modules_of, scan_module
 
-# Entry points SGLang serves with that are not registry op ids (catalog entry points are added too).
+# Entry points SGLang serves with that are not registry op ids (catalog entry points are added too); each is listed
+# under op_id_of(entry point), e.g. layernorm.fused_add_rmsnorm.
 SERVING_ENTRY_POINTS: tuple[str, ...] = (
     "sglang.kernels.ops.layernorm.norm:fused_add_rmsnorm",
     "sglang.kernels.ops.layernorm.norm:rmsnorm",
@@ -33,13 +35,14 @@ _KIND_ORDER = ("cuda_jit", "triton", "compiled_only", "other", "torch")
 
 
 class OpInfo(BaseModel):
-    op_id: str
+    op_id: str  # 'family.name': the registry's op id, or op_id_of(entry_point) for an op SGLang does not register
     backends: list[str]
     source_kind: SourceKind
     sources: list[str]  # relative to the installed sglang package (JIT: relative to kernels/jit/csrc)
     torch_reference: bool
     fused_op: bool = False
     registered: bool = True
+    entry_point: str | None = None  # 'module:attr' SGLang calls, for an op it does not register (its own name for it)
     extractable: bool
     reason: str = ""
     short_name: str | None = None  # the catalog's folder name when extractable
@@ -132,7 +135,8 @@ def no_entry_reason(op_id: str, source: str) -> str:
             f"`astra-sglang extract {op_id} --draft`")
 
 
-def _info(op_id: str, targets: list[tuple[str, str]], fused: dict[str, bool], registered: bool) -> OpInfo:
+def _info(op_id: str, targets: list[tuple[str, str]], fused: dict[str, bool], registered: bool,
+          entry_point: str | None = None) -> OpInfo:
     kinds: dict[str, tuple[list[str], str | None]] = {}
     for backend, target in targets:
         kind, sources, problem = _backend_kind(backend, target)
@@ -153,7 +157,7 @@ def _info(op_id: str, targets: list[tuple[str, str]], fused: dict[str, bool], re
         return OpInfo(op_id=op_id, backends=backends, source_kind=entry.kind, sources=sources, torch_reference=torch_ref
                       or entry.forward_native is not None, fused_op=op_id in fused, registered=registered,
                       extractable=True, short_name=entry.short_name, standalone=standalone,
-                      standalone_reason=standalone_reason)
+                      standalone_reason=standalone_reason, entry_point=entry_point)
     if kind == "cuda_jit":
         reason = problem or no_entry_reason(op_id, f"CUDA JIT ({', '.join(sources)})")
     elif kind == "triton":
@@ -166,7 +170,7 @@ def _info(op_id: str, targets: list[tuple[str, str]], fused: dict[str, bool], re
         reason = problem or f"backends {', '.join(backends)} are neither CUDA JIT nor Triton"
     return OpInfo(op_id=op_id, backends=backends, source_kind=kind, sources=sources, torch_reference=torch_ref,
                   fused_op=op_id in fused, registered=registered, extractable=False, reason=reason,
-                  standalone=standalone, standalone_reason=standalone_reason)
+                  standalone=standalone, standalone_reason=standalone_reason, entry_point=entry_point)
 
 
 def list_ops() -> list[OpInfo]:
@@ -178,29 +182,29 @@ def list_ops() -> list[OpInfo]:
         by_op.setdefault(spec.op, []).append((spec.backend.value, spec.target))
     fused = _fused_ops()
     infos = [_info(op, targets, fused, True) for op, targets in sorted(by_op.items())]
-    extra = list(SERVING_ENTRY_POINTS) + [e.entry_point for e in catalog.entries() if e.op_id not in by_op]
-    for target in dict.fromkeys(extra):
-        if target in by_op:
+    extra = [(op_id_of(t), t) for t in SERVING_ENTRY_POINTS] + [(e.op_id, e.entry_point) for e in catalog.entries()]
+    listed = set(by_op)
+    for op_id, target in extra:
+        if op_id in listed:  # SGLang registers it, or it is listed already: once, under that id
             continue
-        kind = "triton" if (catalog.find(target) and catalog.find(target).kind == "triton") else "jit"  # type: ignore[union-attr]
-        infos.append(_info(target, [(kind, target)], fused, False))
-    # a second contract on an entry point another op already names is a call form of its own (fused_moe_down:
-    # the w2 call of invoke_fused_moe_kernel, whose w1 call is fused_moe_kernel): listed under its own id
-    known = {i.op_id for i in infos}
-    for e in catalog.entries():
-        if e.op_id not in known:
-            infos.append(_info(e.op_id, [("triton" if e.kind == "triton" else "jit", e.entry_point)], fused, False))
+        listed.add(op_id)
+        entry = catalog.find(op_id)
+        kind = "triton" if entry is not None and entry.kind == "triton" else "jit"
+        infos.append(_info(op_id, [(kind, target)], fused, False, entry_point=target))
     return infos
 
 
 def resolve(name: str, infos: list[OpInfo]) -> OpInfo:
-    """An op id, 'module:attr', catalog short name/alias, or an unambiguous suffix -> its OpInfo."""
+    """An op id, 'module:attr', catalog short name/alias, or an unambiguous suffix -> its OpInfo.
+
+    An unregistered op's 'module:attr' (the op id it had before the one ``family.name`` form) names it too."""
     entry = catalog.find(name)
     if entry is not None:
         for info in infos:
             if info.op_id == entry.op_id:
                 return info
-    exact = [i for i in infos if i.op_id == name]
+    canonical = canonical_op_id(name)
+    exact = [i for i in infos if i.op_id in (name, canonical) or i.entry_point == name]
     if exact:
         return exact[0]
     last = {i.op_id: i.op_id.split(":")[-1].split(".")[-1] for i in infos}

@@ -88,7 +88,7 @@ def draft_target(name: str) -> DraftTarget:
         raise AstraError(f"{info.op_id} cannot be drafted: {info.reason}")
     backend = "triton" if info.source_kind == "triton" else "jit"
     targets = [s.target for s in registry.all_specs() if s.op == info.op_id and s.backend.value == backend]
-    entry_point = targets[0] if targets else info.op_id
+    entry_point = targets[0] if targets else (info.entry_point or info.op_id)
     module = _module_of(info.sources[0]) if info.source_kind == "triton" else entry_point.partition(":")[0]
     return DraftTarget(op_id=info.op_id, entry_point=entry_point, kind=info.source_kind,  # type: ignore[arg-type]
                        module=module, sources=tuple(info.sources))

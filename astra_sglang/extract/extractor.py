@@ -31,6 +31,7 @@ from astra_sglang.contract.op import (
     ShapeCase,
     SourceFile,
     TritonRecipe,
+    canonical_op_id,
     load_manifest,
     write_manifest,
 )
@@ -41,7 +42,7 @@ from astra_sglang.extract.callsites import scan_call_sites
 from astra_sglang.extract.catalog.base import CatalogEntry, FlashInferBaseline
 from astra_sglang.extract.catalog.source_text import FileText
 from astra_sglang.extract.closure import include_closure
-from astra_sglang.extract.discovery import list_ops, resolve, triton_module
+from astra_sglang.extract.discovery import SERVING_ENTRY_POINTS, list_ops, resolve, triton_module
 from astra_sglang.extract.keep import carry, files_under, summarize
 from astra_sglang.extract.py_closure import PyClosureResult, python_closure
 from astra_sglang.extract.recipe import (
@@ -223,7 +224,10 @@ def _op_target(op_id: str) -> str | None:
     require_sglang()
     from sglang.kernels.registry import registry
 
-    return next((s.target for s in registry.all_specs() if s.op == op_id and s.backend.value == "triton"), None)
+    found = next((s.target for s in registry.all_specs() if s.op == op_id and s.backend.value == "triton"), None)
+    if found is None:  # an entry point SGLang does not register, named by its op id
+        found = next((t for t in SERVING_ENTRY_POINTS if canonical_op_id(t) == op_id), None)
+    return found
 
 
 def vendor_triton_sources(op_id: str, dest: Path) -> VendoredSources:
@@ -298,7 +302,8 @@ def _kept_traced(old_dir: Path, op_id: str) -> list[ShapeCase]:
         old = load_manifest(old_dir)
     except Exception:
         return []
-    return [s for s in old.shapes if "traced" in s.tags] if old.op_id == op_id else []
+    same = canonical_op_id(old.op_id) == op_id  # a folder written before the one op-id form is the same op
+    return [s for s in old.shapes if "traced" in s.tags] if same else []
 
 
 def import_catalog_sites() -> None:

@@ -27,6 +27,7 @@ from astra_sglang.contract.op import (
     CudaJitRecipe,
     Manifest,
     TritonRecipe,
+    canonical_op_id,
     load_manifest,
 )
 from astra_sglang.contract.result import BuildReport, EvalResult, SweepBaseline
@@ -417,7 +418,8 @@ def _same_sweep(op_dir: Path, manifest: Manifest, spec: EvalSpec) -> SweepBaseli
     from astra_sglang.harness.shared.suite import timed_shapes
 
     found = read_baseline(op_dir)
-    if found is None or found.op_id != manifest.op_id or found.sglang_version != manifest.sglang_version:
+    if (found is None or canonical_op_id(found.op_id) != canonical_op_id(manifest.op_id)
+            or found.sglang_version != manifest.sglang_version):
         return None
     if f"{spec.mode} L2" not in found.method:
         return None
@@ -504,7 +506,7 @@ def process_queue(queue_dir: Path, extracted_root: Path, device: str | None = No
             continue
         op_dir = Path(extracted_root) / request.op
         manifest = load_manifest(op_dir)
-        if manifest.op_id != request.op_id:
+        if canonical_op_id(manifest.op_id) != canonical_op_id(request.op_id):  # either written before issue 24
             raise AstraError(f"{item_dir}: request is for op {request.op_id}, {op_dir} holds {manifest.op_id}")
         spec = request.spec if device is None else request.spec.model_copy(update={"device": device})
         tune = str(item_dir) if request.job == "tune" else ""  # a tune job runs alone

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from astra_sglang.contract.op import canonical_op_id
 from astra_sglang.contract.result import EvalResult, ShapeTiming
 from astra_sglang.errors import AstraError
 from astra_sglang.loop.records import RoundRecord, RunMeta, StepRecord, TuneOutcome
@@ -284,7 +285,7 @@ def run_section(run: RunReport) -> list[str]:
     done = [r for r in run.records if r.round > 0]
     lines = [f"## {run.name}", ""]
     lines += _table(["", ""], [
-        ["op", f"{m.op} ({m.op_id})"], ["label", m.label or "(no label recorded)"], ["model", m.model],
+        ["op", f"{m.op} ({canonical_op_id(m.op_id)})"], ["label", m.label or "(no label recorded)"], ["model", m.model],
         ["mode", run.mode], ["rounds", f"{len(done)} run of {m.rounds} planned"],
         ["status", m.status + (f": {m.message}" if m.message else "")],
         ["stopped early", m.stop_reason or "no"],

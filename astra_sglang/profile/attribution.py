@@ -40,7 +40,15 @@ from pathlib import Path
 from typing import Any
 
 from astra_sglang import pyast
-from astra_sglang.contract.op import MANIFEST_NAME, CudaJitRecipe, Manifest, ManifestError, TritonRecipe, load_manifest
+from astra_sglang.contract.op import (
+    MANIFEST_NAME,
+    CudaJitRecipe,
+    Manifest,
+    ManifestError,
+    TritonRecipe,
+    canonical_op_id,
+    load_manifest,
+)
 from astra_sglang.profile.trace import TraceSummary
 from astra_sglang.profile.traffic import Traffic, human_bytes
 
@@ -304,7 +312,7 @@ def build_map(extracted: Path, patches_root: Path | None = None) -> KernelMap:
         except ManifestError as e:
             kmap.notes.append(f"{op_dir.name}: manifest unreadable, not mapped ({e})")
             continue
-        ref = OpRef(m.op_id, m.short_name, op_dir, m.recipe.kind if m.recipe.kind == "triton" else "cuda")
+        ref = OpRef(canonical_op_id(m.op_id), m.short_name, op_dir, m.recipe.kind if m.recipe.kind == "triton" else "cuda")
         ops[m.short_name] = ref
         _add_recipe(kmap, op_dir, m.recipe, ref)
         _add_baselines(kmap, op_dir, m, ref)

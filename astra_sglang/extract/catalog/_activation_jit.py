@@ -14,6 +14,7 @@ from astra_sglang.contract.op import (
     Signature,
     TensorArg,
     hook_target,
+    op_id_of,
 )
 from astra_sglang.extract.catalog.base import CatalogEntry
 from astra_sglang.extract.catalog.source_text import FileText
@@ -87,7 +88,7 @@ def gated_entry(name: str, act: str, reference: FileText) -> CatalogEntry:
     ]
     return CatalogEntry(
         short_name=name,
-        op_id="activation.silu_and_mul" if act == "silu" else f"{MODULE}:{name}",
+        op_id="activation.silu_and_mul" if act == "silu" else op_id_of(f"{MODULE}:{name}"),  # silu: registered
         entry_point=f"{MODULE}:{name}",
         kind="cuda_jit",
         signature=gated_signature(),

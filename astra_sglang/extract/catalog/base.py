@@ -20,6 +20,7 @@ from astra_sglang.contract.op import (
     ShapeCase,
     Signature,
     Tolerance,
+    canonical_op_id,
 )
 from astra_sglang.extract.catalog.source_text import FileText
 
@@ -56,7 +57,7 @@ class FlashInferBaseline:
 @dataclass(frozen=True)
 class CatalogEntry:
     short_name: str
-    op_id: str  # registry op id, or 'module:attr' for an unregistered entry point
+    op_id: str  # 'family.name': SGLang's registry op id, else op_id_of(entry_point) (contract/op.py: one rule)
     entry_point: str  # 'module:attr' of the SGLang function the kernel is called through
     kind: Literal["cuda_jit", "triton"]
     signature: Signature
@@ -92,6 +93,11 @@ class CatalogEntry:
     config_arg: str | None = None
     config_space: dict[str, list[int]] | None = None
     findings: list[KernelFinding] = field(default_factory=list)  # SGLang kernel bugs the reference does not copy
+
+    def __post_init__(self) -> None:
+        if ":" in self.op_id or self.op_id.startswith("sglang."):
+            raise ValueError(f"{self.short_name}: op id {self.op_id!r} is not 'family.name' (an op SGLang does not "
+                             f"register takes op_id_of(entry_point), here {canonical_op_id(self.op_id)!r})")
 
 
 def exact_tolerances(dtypes: list[str]) -> dict[str, Tolerance]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
+from astra_sglang.contract.op import canonical_op_id
 from astra_sglang.contract.result import EvalResult
 
 
@@ -18,7 +19,7 @@ def _f(x: float | None, fmt: str) -> str:
 
 def summary_lines(r: EvalResult) -> list[str]:
     who = r.candidate or "original (no candidate)"
-    lines = [f"{r.op_id}: {who} on {r.device}"]
+    lines = [f"{canonical_op_id(r.op_id)}: {who} on {r.device}"]
     b = r.build
     build = "built" + (" (cached)" if b.cached else f" in {b.seconds:.1f} s") if b.ok else "BUILD FAILED"
     if b.resources:
@@ -64,7 +65,8 @@ def timing_table(r: EvalResult) -> Table | None:
         return None
     has_cand = r.candidate is not None
     served = any(s.served_by for s in t.shapes)  # the op says what SGLang serves per shape: show the comparison
-    table = Table(title=f"{r.op_id} - {t.mode} L2, copy ceiling {t.copy_ceiling_gbps:.0f} GB/s", caption=t.method)
+    table = Table(title=f"{canonical_op_id(r.op_id)} - {t.mode} L2, copy ceiling {t.copy_ceiling_gbps:.0f} GB/s",
+                  caption=t.method)
     cols = ["shape", "dtype", "MB", "original us", "GB/s", "% ceil"]
     if has_cand:
         cols += ["candidate us", "GB/s", "% ceil", "speedup"]

@@ -18,6 +18,7 @@ from astra_sglang.contract.op import (
     Signature,
     TensorArg,
     hook_target,
+    op_id_of,
 )
 from astra_sglang.extract.catalog.base import CatalogEntry, FlashInferBaseline
 from astra_sglang.extract.catalog.source_text import FileText
@@ -85,7 +86,7 @@ REFERENCE = FileText(
 
 ENTRY = CatalogEntry(
     short_name="fused_add_rmsnorm",
-    op_id=_ENTRY,
+    op_id=op_id_of(_ENTRY),
     entry_point=_ENTRY,
     kind="cuda_jit",
     signature=Signature(
@@ -114,7 +115,6 @@ ENTRY = CatalogEntry(
     builder_args={"bfloat16": ("torch.bfloat16", False), "float16": ("torch.float16", False)},
     entry_export="fused_add_rmsnorm",
     forward_native="sglang.srt.layers.layernorm:RMSNorm.forward_native",
-    aliases=("layernorm.fused_add_rmsnorm",),
     callsite_modules=("sglang.kernels.ops.layernorm.norm", "sglang.srt.layers.layernorm"),
     serving_sites={_ENTRY: "the JIT function; RMSNorm.forward_cuda calls it as _jit_fused_add_rmsnorm"},
     extra_sites=[

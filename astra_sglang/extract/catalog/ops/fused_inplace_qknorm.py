@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from astra_sglang.contract.op import Dim, ShapeCase, Signature, TensorArg
+from astra_sglang.contract.op import Dim, ShapeCase, Signature, TensorArg, op_id_of
 from astra_sglang.extract.catalog._norm import EPS, MODULE
 from astra_sglang.extract.catalog.base import CatalogEntry
 from astra_sglang.extract.catalog.source_text import FileText
@@ -55,7 +55,7 @@ REFERENCE = FileText(
 
 ENTRY = CatalogEntry(
     short_name="fused_inplace_qknorm",
-    op_id=f"{MODULE}:fused_inplace_qknorm",
+    op_id=op_id_of(f"{MODULE}:fused_inplace_qknorm"),
     entry_point=f"{MODULE}:fused_inplace_qknorm",
     kind="cuda_jit",
     signature=Signature(

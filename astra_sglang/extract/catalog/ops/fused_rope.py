@@ -10,6 +10,7 @@ from astra_sglang.contract.op import (
     ShapeCase,
     Signature,
     TensorArg,
+    op_id_of,
 )
 from astra_sglang.extract.catalog._rope import HEAD_DIM, MAX_ELEMS, batch_positions, neox, rope_table
 from astra_sglang.extract.catalog.base import CatalogEntry
@@ -71,7 +72,7 @@ INPUTS = FileText(
 
 ENTRY = CatalogEntry(
     short_name="fused_rope",
-    op_id=f"{_ROPE_MODULE}:apply_rope_inplace",
+    op_id=op_id_of(f"{_ROPE_MODULE}:apply_rope_inplace"),
     entry_point=f"{_ROPE_MODULE}:apply_rope_inplace",
     kind="cuda_jit",
     signature=Signature(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from astra_sglang.contract.op import Dim, ShapeCase, Signature, TensorArg
+from astra_sglang.contract.op import Dim, ShapeCase, Signature, TensorArg, op_id_of
 from astra_sglang.extract.catalog._activation_jit import BUILDER, BUILDER_ARGS, DTYPES, MODULE
 from astra_sglang.extract.catalog.base import CatalogEntry
 from astra_sglang.extract.catalog.source_text import FileText
@@ -36,7 +36,7 @@ def _shapes() -> list[ShapeCase]:
 
 ENTRY = CatalogEntry(
     short_name="relu2",
-    op_id=f"{MODULE}:relu2",
+    op_id=op_id_of(f"{MODULE}:relu2"),
     entry_point=f"{MODULE}:relu2",
     kind="cuda_jit",
     signature=Signature(

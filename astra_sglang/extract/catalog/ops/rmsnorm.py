@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from astra_sglang.contract.op import Dim, ShapeCase, Signature, TensorArg
+from astra_sglang.contract.op import Dim, ShapeCase, Signature, TensorArg, op_id_of
 from astra_sglang.extract.catalog._norm import EPS, MODULE
 from astra_sglang.extract.catalog.base import CatalogEntry
 from astra_sglang.extract.catalog.source_text import FileText
@@ -42,7 +42,7 @@ REFERENCE = FileText(
 
 ENTRY = CatalogEntry(
     short_name="rmsnorm",
-    op_id=f"{MODULE}:rmsnorm",
+    op_id=op_id_of(f"{MODULE}:rmsnorm"),
     entry_point=f"{MODULE}:rmsnorm",
     kind="cuda_jit",
     signature=Signature(

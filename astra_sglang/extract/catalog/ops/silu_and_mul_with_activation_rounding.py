@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import torch
 
+from astra_sglang.contract.op import op_id_of
 from astra_sglang.extract.catalog._activation_jit import (
     BUILDER,
     BUILDER_ARGS,
@@ -37,7 +38,7 @@ REFERENCE = FileText(
 
 ENTRY = CatalogEntry(
     short_name="silu_and_mul_with_activation_rounding",
-    op_id=f"{MODULE}:silu_and_mul_with_activation_rounding",
+    op_id=op_id_of(f"{MODULE}:silu_and_mul_with_activation_rounding"),
     entry_point=f"{MODULE}:silu_and_mul_with_activation_rounding",
     kind="cuda_jit",
     signature=gated_signature(),
