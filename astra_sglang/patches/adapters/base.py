@@ -57,7 +57,24 @@ class OpAdapter:
         raise NotImplementedError
 
     def default_check_shapes(self) -> list[dict[str, int]]:
-        raise NotImplementedError
+        """The op contract's own shapes, the smallest three (by the bytes one call moves): the first-call check runs
+        in every server process before the first call is served, so it must be cheap, and a contract shape is one
+        the harness checked every candidate on. ``patches add`` moves them inside the patch's guard. An adapter
+        whose sample needs smaller dims than any contract shape (decode_attention's KV pools) gives its own."""
+        from astra_sglang.contract.op import load_manifest
+        from astra_sglang.harness.shared.suite import contract_bytes
+        from astra_sglang.patches.registry import op_folder
+
+        op = load_manifest(op_folder(self.op))
+        dtype = op.signature.dtypes[0]
+        sized = sorted(((contract_bytes(op, s.dims, dtype) or 0, i) for i, s in enumerate(op.shapes)))
+        out: list[dict[str, int]] = []
+        for _, i in sized:
+            if op.shapes[i].dims not in out:
+                out.append(dict(op.shapes[i].dims))
+            if len(out) == 3:
+                break
+        return out
 
 
 def make_guard(spec: GuardSpec, device_type: str) -> Callable[[Prepared], bool]:

@@ -50,5 +50,3 @@ class FusedAddRMSNormAdapter(OpAdapter):
     def default_guard(self) -> GuardSpec:
         return GuardSpec(dtypes=["bfloat16", "float16"], dims=dim_ranges(T=(1, 65536, 1), H=(64, 16384, 8)))
 
-    def default_check_shapes(self) -> list[dict[str, int]]:
-        return [{"T": 1, "H": 4096}, {"T": 17, "H": 5120}, {"T": 128, "H": 8192}]

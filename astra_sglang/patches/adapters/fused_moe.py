@@ -166,12 +166,6 @@ class _FusedMoeAdapter(OpAdapter):
         return GuardSpec(dtypes=["bfloat16", "float16"],
                          dims=dim_ranges(T=(1, 65536, 1), TK=(1, 16, 1), E=(1, 512, 1), **widths))
 
-    def default_check_shapes(self) -> list[dict[str, int]]:
-        """Small batches at Mixtral-8x7B TP8 widths (235 MB of w1 per bf16 copy; a Qwen3-30B-A3B guard gets its
-        own from the evidence): one token, and a decode batch whose routing leaves experts idle."""
-        gemm = {"H": 4096, "I": 1792} if self.down else {"N": 3584, "K": 4096}
-        config = {"BM": 16, "BN": 64, "BK": 64, "GM": 1, "NW": 4, "NS": 3}
-        return [{"T": 1, "TK": 2, "E": 8, **gemm, **config}, {"T": 5, "TK": 2, "E": 8, **gemm, **config}]
 
 
 class FusedMoeUpAdapter(_FusedMoeAdapter):

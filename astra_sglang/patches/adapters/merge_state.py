@@ -72,5 +72,3 @@ class MergeStateAdapter(OpAdapter):
         return GuardSpec(dtypes=["bfloat16", "float16"],
                          dims=dim_ranges(T=(1, 65536, 1), NH=(1, 256, 1), D=(64, 256, 64)))
 
-    def default_check_shapes(self) -> list[dict[str, int]]:
-        return [{"T": 1, "NH": 32, "D": 128}, {"T": 9, "NH": 64, "D": 128}, {"T": 64, "NH": 128, "D": 128}]

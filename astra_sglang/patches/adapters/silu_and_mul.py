@@ -70,5 +70,3 @@ class SiluAndMulAdapter(OpAdapter):
     def default_guard(self) -> GuardSpec:
         return GuardSpec(dtypes=["bfloat16", "float16"], dims=dim_ranges(T=(1, 65536, 1), H=(8, 32768, 8)))
 
-    def default_check_shapes(self) -> list[dict[str, int]]:
-        return [{"T": 1, "H": 128}, {"T": 7, "H": 1024}, {"T": 64, "H": 4096}]
