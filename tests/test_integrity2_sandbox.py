@@ -155,6 +155,7 @@ PROBE = textwrap.dedent('''
     attempt("kill parent", lambda: os.kill(os.getppid(), 0))
     attempt("kill self", lambda: os.kill(os.getpid(), 0))
     attempt("signal own thread", lambda: signal.pthread_kill(threading.main_thread().ident, 0))
+    attempt("read parent memory", lambda: open(f"/proc/{os.getppid()}/mem", "rb").close())
     t = threading.Thread(target=lambda: out.__setitem__("thread", "ok"))
     t.start()
     t.join()
@@ -184,6 +185,9 @@ def test_the_sandbox_allows_what_a_worker_needs_and_refuses_the_rest(tmp_path):
     assert out["thread"] == "ok", out
     assert out["write outside"] == "errno=13" and out["exec /bin/sh"] == "errno=13", out
     assert out["kill parent"] == "errno=1", out
+    # Landlock's ptrace scoping: the judge's memory cannot be opened, even by a worker running as root (the H200);
+    # under seccomp alone it can (measured as root here, 2026-12-05), which docs/harness.md says
+    assert out["read parent memory"] == "errno=13", out
     assert outside.read_text() == "judge"
 
 
