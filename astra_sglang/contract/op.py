@@ -341,6 +341,16 @@ def op_id_of(entry_point: str) -> str:
     return f"{parts[len(prefix)]}.{qual}"
 
 
+def call_form_op_id(entry_point: str, short_name: str) -> str:
+    """The op id of a second call form of a function another op already names (SGLang's
+    ``invoke_fused_moe_kernel`` runs the w1 GEMM, ``moe.fused_moe_kernel``, and the w2 GEMM with the routing
+    weights): the function's group, then the contract's own short name (``moe.fused_moe_down``). The same rule
+    as ``op_id_of`` for the group; only the name says which form."""
+    if not short_name.isidentifier():
+        raise AstraError(f"{short_name!r} is not a name: no op id for a call form of {entry_point}")
+    return f"{op_id_of(entry_point).split('.', 1)[0]}.{short_name}"
+
+
 def canonical_op_id(name: str) -> str:
     """``name`` in the one op-id form: an entry point under ``sglang.kernels.ops`` (the spelling op ids of
     unregistered functions had before issue 24, still accepted as input) becomes its ``op_id_of``; any other

@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 import triton.language as tl
 
-from astra_sglang.contract.op import CallSite, Dim, ShapeCase, Signature, TensorArg
+from astra_sglang.contract.op import CallSite, Dim, ShapeCase, Signature, TensorArg, call_form_op_id
 from astra_sglang.extract.catalog._fused_moe import (
     CALL_TAIL,
     CONFIG_DIMS,
@@ -113,7 +113,7 @@ ADAPTER = FileText(
 
 ENTRY = CatalogEntry(
     short_name="fused_moe_down",
-    op_id="moe.fused_moe_down",
+    op_id=call_form_op_id(f"{_MODULE}:invoke_fused_moe_kernel", "fused_moe_down"),  # the w2 form of fused_moe_kernel's
     entry_point=f"{_MODULE}:invoke_fused_moe_kernel",
     kind="triton",
     signature=Signature(
