@@ -1,7 +1,7 @@
 """Two fused-MoE patches chained on SGLang's one ``invoke_fused_moe_kernel``, run end to end under the Triton
 interpreter (tests/test_patches_fused_moe_cpu.py runs this in a fresh process with TRITON_INTERPRET=1 and the
 patch folder in ASTRA_SGLANG_PATCHES_DIR). The kernel is hand-written, not model-written
-(tests/candidates/fused_moe/hand_written.py); the original is SGLang's source rebuilt from the extracted folders.
+(tests/candidates/fused_moe_kernel/hand_written.py); the original is SGLang's source rebuilt from the extracted folders.
 Prints one line the test reads; any failed assertion exits non-zero."""
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ GEMM = {"fused_moe_kernel": {"N": 64, "K": 64}, "fused_moe_down": {"H": 64, "I":
 
 
 def add_patches(root: Path) -> None:
-    src = REPO / "tests" / "candidates" / "fused_moe" / "hand_written.py"
+    src = REPO / "tests" / "candidates" / "fused_moe_kernel" / "hand_written.py"
     for op, pid in (("fused_moe_kernel", "hw-moe-up"), ("fused_moe_down", "hw-moe-down")):
         assert main(["patches", "add", "--op", op, "--source", str(src), "--id", pid, "--provenance", "hand-written",
                      "--sglang-version", "0.5.23", "--arch", "cpu-interpret"]) == 0

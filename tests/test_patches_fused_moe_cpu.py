@@ -5,7 +5,7 @@ with the routing weights), on host metadata (meta tensors: any device read raise
 contracts (quantized, expert-parallel, TMA, fused sum, an unknown config key) is the original's. Two patches, one
 per form, are chained on the one call site: one registration, each serving its own form and checked against
 SGLang's original, run end to end under TRITON_INTERPRET=1 with a hand-written kernel (not model-written,
-``tests/candidates/fused_moe/hand_written.py``) against the original rebuilt from the extracted folders.
+``tests/candidates/fused_moe_kernel/hand_written.py``) against the original rebuilt from the extracted folders.
 """
 
 from __future__ import annotations
