@@ -265,3 +265,69 @@ def test_a_queue_pass_cut_short_keeps_the_results_it_finished(op_dir: Path, tmp_
         process_queue(queue, op_dir.parent)
     assert (queue / "run1--r001-c0" / RESULT_NAME).is_file()
     assert not (queue / "run1--r001-c1" / RESULT_NAME).exists()
+
+
+def _answer(queue: Path, op_dir: Path, labels: set[str]) -> list[str]:
+    """The GPU host's answers for the named labels only: candidates and the original through the real harness on
+    the CPU's test shapes, plus the INJECTED timing; the round-0 sweep as a SCRIPTED baseline (1.05x)."""
+    from loop_support import merge_sweep_baseline
+
+    from astra_sglang.harness import evaluate
+    from astra_sglang.loop.evaluator import TUNE_RESULT_NAME, list_queue, to_eval_config
+    from astra_sglang.loop.records import TuneOutcome
+
+    done = []
+    for item_dir, request, result in list_queue(queue):
+        if result is not None or request.label not in labels:
+            continue
+        if request.job == "tune":
+            atomic_write(item_dir / TUNE_RESULT_NAME, TuneOutcome(baseline=merge_sweep_baseline(1.05)).model_dump_json())
+        else:
+            cand = item_dir / request.candidate_file if request.candidate_file else None
+            config = to_eval_config(request.spec).model_copy(update={"shapes": "test", "device": "cpu"})
+            res = inject_timing(evaluate(op_dir, cand, config), {"r000-original": 1.0}.get(request.label, 1.6))
+            atomic_write(item_dir / RESULT_NAME, res.model_dump_json())
+        done.append(request.label)
+    return done
+
+
+def test_the_rounds_do_not_wait_for_the_sweep_baseline_but_the_winner_does(op_dir: Path, tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch):
+    """The round-0 sweep can outlast a round's candidates on the GPU host (fused_moe: 96 configs x 20 decode
+    shapes): with the original answered and the sweep not, round 1 is planned, written and queued; the run ends
+    (winner chosen, held-out confirmed) only once the sweep is answered, so no winner is reported without it."""
+    monkeypatch.setenv("TRITON_INTERPRET", "1")  # this process's harness calls play the GPU host
+    runs, queue = tmp_path / "runs", tmp_path / "queue"
+    s = Script()
+    s.add("testing", final(suite_reply()))
+    s.add("profiling", final(diagnosis_reply()))
+    s.add("planning", final(plan_reply("r1")))
+    s.add("coding", final(code_reply(candidate("r5.py"), "big tiles")))
+    env = loop_env(interpret=False)
+    with FakeOpenAIServer(s, api_key=API_KEY) as srv:
+        args = optimize_args(op_dir, runs, srv.url, "--rounds", "1", "--eval-queue", str(queue), "--run-id", "qs")
+        args[args.index("--shapes") + 1], args[args.index("--device") + 1] = "paper", "auto"  # a GPU-sized spec
+        resume = ["optimize", "--resume", "qs", "--runs-dir", str(runs), "--no-live"]
+        first = run_cli(args, env)
+        assert first.returncode == 3 and "qs--r000-original, qs--r000-tune" in first.stdout, first.stdout + first.stderr
+        assert _answer(queue, op_dir, {"r000-original"}) == ["r000-original"]
+        second = run_cli(resume, env)
+        assert second.returncode == 3, second.stdout + second.stderr
+        waiting = next(line for line in second.stdout.splitlines() if line.startswith("waiting for"))
+        assert "qs--r001" in waiting and "r000-tune" not in waiting  # round 1 went on without the sweep
+        assert _answer(queue, op_dir, {"r001"}) == ["r001"]
+        third = run_cli(resume, env)
+        assert third.returncode == 3, third.stdout + third.stderr
+        waiting = next(line for line in third.stdout.splitlines() if line.startswith("waiting for"))
+        assert waiting.endswith("qs--r000-tune"), waiting  # every round done: the winner waits for the sweep
+        assert _answer(queue, op_dir, {"r000-tune"}) == ["r000-tune"]
+        for _ in range(3):  # the held-out confirmation is one more trip to the "GPU host"
+            last = run_cli(resume, env)
+            if last.returncode != 3:
+                break
+            _answer(queue, op_dir, {"r001-heldout"})
+    assert last.returncode == 0, last.stdout + last.stderr
+    run = only_run(runs)
+    r0 = json.loads((run / "rounds" / "r000" / "record.json").read_text())
+    assert r0["sweep_baseline"]["baseline"] is not None and r0["sweep_baseline"].get("pending", []) == []
+    assert "the winner beats the sweep baseline (1.050x" in last.stdout

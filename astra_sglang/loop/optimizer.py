@@ -100,6 +100,7 @@ class Optimizer:
         suite = await self.suite_step()
         self.spec = self.opts.eval.model_copy(update={"suite": suite.accepted if suite.used_by_harness else []})
         await self.round_zero()
+        self._sweep_filled(final=False)
         self.meta.stop_reason = None  # a resumed run with more rounds judges again
         for i in range(1, self.opts.rounds + 1):
             if self.folder.record(i) is not None:
@@ -112,6 +113,7 @@ class Optimizer:
             record = await self.one_round(i)
             self.folder.finish_round(record)
             self.view.round_done(record)
+        self._sweep_filled(final=True)
         return await self.choose_winner()
 
     # --------------------------------------------------------------------------------------- round 0
@@ -170,7 +172,7 @@ class Optimizer:
             except EvalPending as t:
                 raise EvalPending(e.queue_dir, e.items + t.items) from None
             raise
-        tune = self.sweep_baseline_step() if result.ok else None
+        tune = self._sweep_or_pending() if result.ok else None
         record = RoundRecord(round=0, status="ok" if result.ok else "failed", source=self.original.read_text(),
                              candidate_sha256=sha256_text(self.original.read_text()), correct=result.ok,
                              first_failure=views.failure_text(result) if not result.ok else None,
@@ -183,6 +185,31 @@ class Optimizer:
             raise AstraError(f"the original kernel failed its own evaluation ({views.failure_text(result)}); "
                              f"nothing to optimize against; see {self.folder.step_path(0, 'result')}")
         return record
+
+    def _sweep_or_pending(self) -> TuneOutcome:
+        """The sweep baseline, or, while its queue item waits, a note that it does: the sweep is the bar the
+        winner is shown against, not an input of any round, and it can take longer on the GPU host than a round's
+        candidates (fused_moe: 96 configs x 20 decode shapes), so the rounds do not wait for it."""
+        try:
+            return self.sweep_baseline_step()
+        except EvalPending as e:
+            self.view.event(f"sweep baseline: queued ({', '.join(e.items)}); the rounds go on without waiting for it")
+            return TuneOutcome(error="sweep baseline not answered yet by the GPU host (queued)", pending=e.items)
+
+    def _sweep_filled(self, final: bool) -> None:
+        """Round 0's pending sweep baseline, filled in once the queue has answered it. Before the winner is chosen
+        (``final``) a still-pending sweep stops the run as waiting (exit 3): the winner is never reported without
+        the bar beside it."""
+        r0 = self.folder.record(0)
+        if r0 is None or r0.sweep_baseline is None or not r0.sweep_baseline.pending:
+            return
+        try:
+            outcome = self.sweep_baseline_step()
+        except EvalPending:
+            if final:
+                raise
+            return
+        self.folder.save_step(0, "record", r0.model_copy(update={"sweep_baseline": outcome}))
 
     def sweep_baseline_step(self) -> TuneOutcome:
         """The original with its own launch parameters retuned per shape (``astra-sglang tune``), measured

@@ -79,6 +79,8 @@ class TuneOutcome(Model):
 
     baseline: SweepBaseline | None = None
     error: str | None = None
+    pending: list[str] = Field(default_factory=list, description="queue items of the sweep not answered yet: the "
+                               "rounds go on, and the run does not end before they are (optimizer._sweep_filled)")
 
 
 class LoopOptions(Extended):
