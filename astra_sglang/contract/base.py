@@ -11,7 +11,7 @@ import json
 import os
 import tempfile
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -48,6 +48,15 @@ def fit_dim(value: int, lo: int, hi: int | None, multiple_of: int) -> int:
     if hi is not None and value > hi:
         value = hi // m * m
     return max(value, m)
+
+
+def drop_unset(data: dict[str, Any], *keys: str) -> dict[str, Any]:
+    """A serialized model without the named keys where they hold nothing (None or empty): a field added later is
+    written only when set, so files written before it existed keep the bytes their SHA-256 pins."""
+    for key in keys:
+        if data.get(key) is None or data.get(key) in ([], {}):
+            data.pop(key, None)
+    return data
 
 
 def sha256_bytes(data: bytes) -> str:

@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from pydantic import Field, SerializerFunctionWrapHandler, model_serializer
 
-from astra_sglang.contract.base import Model, read_versioned, sha256_bytes, write_atomic
+from astra_sglang.contract.base import Model, drop_unset, read_versioned, sha256_bytes, write_atomic
 from astra_sglang.errors import AstraError
 
 SCHEMA_VERSION = 2
@@ -51,7 +51,7 @@ class Dim(Model):
     def _without_unset_added_default(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         """Written only when set, so every manifest without it stays byte for byte what it was (TritonRecipe's
         serializer says why that matters)."""
-        return _drop_none(handler(self), "added_default")
+        return drop_unset(handler(self), "added_default")
 
 
 class TensorArg(Model):
@@ -73,14 +73,7 @@ class TensorArg(Model):
 
     @model_serializer(mode="wrap")
     def _without_unset_moved(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        return _drop_none(handler(self), "moved")
-
-
-def _drop_none(data: dict[str, Any], *keys: str) -> dict[str, Any]:
-    for key in keys:
-        if data.get(key) is None:
-            data.pop(key, None)
-    return data
+        return drop_unset(handler(self), "moved")
 
 
 class ScalarArg(Model):
@@ -179,7 +172,7 @@ class TritonRecipe(Model):
         """No closure (or adapter) is written as no key: the manifests of ops whose source imports no SGLang stay
         byte for byte what they were before closures existed, so the hashes that patches and validations pin
         still hold."""
-        return _drop_none(handler(self), "closure", "adapter", "tuned", "config_space", "config_arg")
+        return drop_unset(handler(self), "closure", "adapter", "tuned", "config_space", "config_arg")
 
 
 Recipe = CudaJitRecipe | TritonRecipe
@@ -405,10 +398,7 @@ class Manifest(Model):
     @model_serializer(mode="wrap")
     def _without_empty_findings(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         """No findings is written as no key, so manifests from before findings existed keep their pinned bytes."""
-        data: dict[str, Any] = handler(self)
-        if not data.get("findings"):
-            data.pop("findings", None)
-        return data
+        return drop_unset(handler(self), "findings")
 
     def file(self, role: FileRole) -> list[SourceFile]:
         return [f for f in self.files if f.role == role]

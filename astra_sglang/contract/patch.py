@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from pydantic import Field, SerializerFunctionWrapHandler, model_serializer
 
-from astra_sglang.contract.base import Model, read_versioned, sha256_file
+from astra_sglang.contract.base import Model, drop_unset, read_versioned, sha256_file
 from astra_sglang.contract.op import Manifest, hook_target
 from astra_sglang.contract.repin import RePin
 from astra_sglang.contract.result import EvalResult
@@ -149,10 +149,7 @@ class PatchManifest(Model):
     @model_serializer(mode="wrap")
     def _without_empty_repinned(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         """Written only when there is one, so patch manifests without a re-pin keep their bytes."""
-        data: dict[str, Any] = handler(self)
-        if not data.get("repinned"):
-            data.pop("repinned", None)
-        return data
+        return drop_unset(handler(self), "repinned")
 
 
 class PatchManifestError(AstraError, ValueError):

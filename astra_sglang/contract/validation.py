@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from pydantic import Field, SerializerFunctionWrapHandler, model_serializer
 
-from astra_sglang.contract.base import Model, read_versioned, write_atomic
+from astra_sglang.contract.base import Model, drop_unset, read_versioned, write_atomic
 from astra_sglang.contract.op import canonical_op_id, manifest_sha256
 from astra_sglang.contract.repin import RePin
 from astra_sglang.errors import AstraError
@@ -72,10 +72,7 @@ class ContractValidation(Model):
 
     @model_serializer(mode="wrap")
     def _without_empty_repinned(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        data: dict[str, Any] = handler(self)
-        if not data.get("repinned"):
-            data.pop("repinned", None)
-        return data
+        return drop_unset(handler(self), "repinned")
 
 
 class ValidationFile(Model):
