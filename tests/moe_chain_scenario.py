@@ -13,9 +13,10 @@ from typing import Any
 import torch
 
 from astra_sglang.cli.main import main
-from astra_sglang.contract.patch import load_patch_manifest, write_patch_manifest
+from astra_sglang.contract.patch import GuardSpec, load_patch_manifest, write_patch_manifest
 from astra_sglang.patches import counters, install, status
 from astra_sglang.patches.adapters import get_adapter
+from astra_sglang.patches.adapters.base import dim_ranges
 from astra_sglang.patches.registry import discover
 from astra_sglang.patches.tooling.devcheck import extracted_original
 
@@ -34,7 +35,10 @@ def add_patches(root: Path) -> None:
         m = load_patch_manifest(d)
         assert m.targets == [TARGET], m.targets
         m.check_shapes = [{**SMALL, **GEMM[op]}]  # small: the interpreter is slow
-        m.guard.dtypes = ["float16"]  # the interpreter computes bfloat16 dots on the raw bits
+        widths = {k: (8, 128, 8) for k in GEMM[op]}
+        # the interpreter computes bfloat16 dots on the raw bits; the default guard spans the contract's model
+        # widths (E >= 8, K >= 2048), far above what the interpreter runs in seconds
+        m.guard = GuardSpec(dtypes=["float16"], dims=dim_ranges(T=(1, 64, 1), TK=(1, 8, 1), E=(1, 16, 1), **widths))
         m.in_all = True
         write_patch_manifest(d, m)
         status.reset(pid)

@@ -40,7 +40,7 @@ def test_merge_state_patch_serves_covered_calls_and_matches_the_extracted_origin
                  "--provenance", "hand-written", "--sglang-version", "0.5.23", "--arch", "cpu-interpret"]) == 0
     d = root / "merge_state" / "hw-merge"
     m = load_patch_manifest(d)
-    m.check_shapes = [{"T": 3, "NH": 4, "D": 64}, {"T": 5, "NH": 8, "D": 128}]  # small: the interpreter is slow
+    m.check_shapes = [{"T": 3, "NH": 4, "D": 96}, {"T": 5, "NH": 8, "D": 128}]  # small: the interpreter is slow
     write_patch_manifest(d, m)
     entry = discover()[0]
     original = extracted_original(entry)
@@ -48,7 +48,8 @@ def test_merge_state_patch_serves_covered_calls_and_matches_the_extracted_origin
     rt = PatchRuntime(entry.path, entry.manifest)
     hook = rt.hook_for(original, m.targets[0])
     assert m.targets == ["sglang.kernels.ops.attention.merge_state.merge_state_triton"]
-    args = [torch.randn(4, 8, 64).bfloat16(), torch.randn(4, 8), torch.randn(4, 8, 64).bfloat16(), torch.randn(4, 8)]
+    # head dim 128: the default guard spans the contract's shapes (D 96..256), so D 64 would go to the original
+    args = [torch.randn(4, 8, 128).bfloat16(), torch.randn(4, 8), torch.randn(4, 8, 128).bfloat16(), torch.randn(4, 8)]
     out, lse = hook(*args)                                   # first covered call: activation, then served
     assert status.statuses()["hw-merge"].state == "active"
     ref_out, ref_lse = original(*args)

@@ -27,3 +27,16 @@ def test_decode_attention_keeps_its_own_small_pools():
     S <= 512), still inside the contract's dims."""
     shapes = get_adapter("decode_attention").default_check_shapes()
     assert all(s["S"] <= 512 for s in shapes)
+
+
+def test_the_default_guard_spans_the_contracts_shapes_not_the_adapters_widest():
+    """Without evidence a patch serves only sizes the contract's shapes reach: merge_state's adapter allows head
+    dims 64..256 and T up to 65536, its contract's shapes have D 96..256 and T up to 16384."""
+    from astra_sglang.patches.tooling.add import default_guard
+
+    g = default_guard("merge_state")
+    m = load_manifest(op_folder("merge_state"))
+    for name in ("T", "NH", "D"):
+        values = [s.dims[name] for s in m.shapes]
+        assert (g.dims[name].min, g.dims[name].max) == (min(values), max(values)), name
+    assert not g.accepts_dims({"T": 4, "NH": 8, "D": 64}) and g.accepts_dims({"T": 4, "NH": 8, "D": 128})

@@ -37,11 +37,12 @@ from astra_sglang.contract.restore import materialize
 from astra_sglang.data_paths import user_cache
 from astra_sglang.errors import AstraError
 from astra_sglang.patches.registry import op_folder, patches_root
-from astra_sglang.patches.tooling.guard import derive_guard, describe, measured_rows, within_contract
+from astra_sglang.patches.tooling.guard import derive_guard, describe, measured_rows, within_contract, within_shapes
 from astra_sglang.platform_info import arch_of_text
 
 if TYPE_CHECKING:
     from astra_sglang.contract.result import EvalResult
+    from astra_sglang.patches.adapters import OpAdapter
 
 IMPORT_TIMEOUT_S = 300
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -103,7 +104,7 @@ def add_patch(
     if missing:
         raise AstraError(f"validated_on would be empty: pass {' and '.join(missing)} (e.g. --sglang-version 0.5.23 "
                          "--arch sm_90) or --evidence with a harness result that names them")
-    guard = within_contract(guard or ad.default_guard(), op_manifest)
+    guard = within_contract(guard, op_manifest) if guard is not None else guard_default(ad, op_manifest)
     checked = check_source(op_manifest, folder, source, kind, guard.dtypes)
     evidence = evidence.model_copy(update={"notes": [*evidence.notes, f"patches add: {checked}"]})
     root = Path(root) if root is not None else patches_root()
@@ -204,10 +205,15 @@ def _build_cuda(op_dir: Path, op: Manifest, source: Path, dtypes: list[str]) -> 
 
 def default_guard(op: str) -> GuardSpec:
     """Where a patch of ``op`` may serve before anything is measured: the op adapter's ranges inside the op
-    contract's (``within_contract``). Every guard a command derives starts here."""
+    contract's bounds (``within_contract``) and the span of its shapes (``within_shapes``). Every guard a command
+    derives starts here."""
     from astra_sglang.patches.adapters import get_adapter
 
-    return within_contract(get_adapter(op).default_guard(), load_manifest(op_folder(op)))
+    return guard_default(get_adapter(op), load_manifest(op_folder(op)))
+
+
+def guard_default(adapter: OpAdapter, manifest: Manifest) -> GuardSpec:
+    return within_shapes(within_contract(adapter.default_guard(), manifest), manifest)
 
 
 def guard_from_evidence(op: str, results: list[EvalResult]) -> tuple[GuardSpec | None, list[GuardRow], str]:

@@ -52,6 +52,23 @@ def within_contract(guard: GuardSpec, manifest: Manifest) -> GuardSpec:
     return guard.model_copy(update={"dtypes": dtypes, "dims": dims})
 
 
+def within_shapes(guard: GuardSpec, manifest: Manifest) -> GuardSpec:
+    """``guard`` cut, dim by dim, to the span of the op contract's shapes (the smallest to the largest value each
+    dim takes there): where no measurement says more, a patch serves only sizes the contract's shapes reach,
+    which every candidate was checked and timed on. A dim the shapes never name keeps its range."""
+    dims = dict(guard.dims)
+    for name, r in guard.dims.items():
+        values = [s.dims[name] for s in manifest.shapes if name in s.dims]
+        if not values:
+            continue
+        lo, hi = max(r.min, min(values)), max(values) if r.max is None else min(r.max, max(values))
+        if -(-lo // r.multiple_of) * r.multiple_of > hi:
+            raise AstraError(f"guard {name} [{r.min}, {r.max}]: none of it lies between the {manifest.short_name} "
+                             f"contract's shapes' {min(values)} and {max(values)}")
+        dims[name] = DimRange(min=lo, max=hi, multiple_of=r.multiple_of)
+    return guard.model_copy(update={"dims": dims})
+
+
 def measured_rows(results: Iterable[EvalResult]) -> list[GuardRow]:
     """Every timed shape of the results, against what SGLang serves there (else the original)."""
     rows = []
