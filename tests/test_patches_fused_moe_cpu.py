@@ -127,3 +127,22 @@ def test_two_patches_of_one_op_or_of_ops_not_sharing_forms_are_still_refused_on_
     assert not shares_target("fused_moe_kernel", "fused_moe_kernel")
     assert not shares_target("merge_state", "fused_moe_down")
     assert not shares_target("silu_and_mul", "fused_add_rmsnorm")
+
+
+def test_the_checks_samples_of_one_case_share_the_expert_weights_and_free_them():
+    """The first-call check draws three samples of each case (original, patch, reference); the expert weights,
+    which no call writes, are one copy among them (0.8 GB per copy at Qwen3-30B-A3B TP1 in bf16), freed with
+    the samples. Everything else is per sample."""
+    import gc
+    import weakref
+
+    ad = get_adapter("fused_moe_down")
+    dims = {"T": 3, "TK": 2, "E": 4, "H": 64, "I": 32, "BM": 16, "BN": 32, "BK": 32, "GM": 1, "NW": 4, "NS": 2}
+    (a1, k1), (a2, k2) = ad.sample(dims, torch.float16, "cpu", 5), ad.sample(dims, torch.float16, "cpu", 5)
+    assert a1[1] is a2[1] and a1[0] is not a2[0] and a1[3] is not a2[3] and torch.equal(a1[0], a2[0])
+    other = ad.sample(dims, torch.float16, "cpu", 6)[0]
+    assert other[1] is not a1[1] and not torch.equal(other[1], a1[1])
+    gone = weakref.ref(a1[1])
+    del a1, a2, k1, k2, other
+    gc.collect()
+    assert gone() is None
