@@ -316,3 +316,46 @@ def test_the_seccomp_filter_denies_other_processes_and_allows_the_worker_itself(
     if machine == "x86_64":
         x32 = (sandbox._NR["kill"][0] | 0x40000000).to_bytes(4, "little") + _call(machine, "kill", me, 0)[4:]
         assert _run_bpf(prog, x32) == eperm
+
+
+@needs_landlock
+def test_a_candidate_cannot_read_the_heldout_secret(setting, tmp_path, monkeypatch):
+    """The secret behind the held-out shapes, given both ways (the variable and the file), reaches neither the
+    judge's environment nor the worker's files: the cheat, wrong from the moment it finds it, stays right."""
+    config = tmp_path / "config"
+    (config / "astra-sglang").mkdir(parents=True)
+    (config / "astra-sglang" / "heldout.key").write_bytes(b"0123456789abcdef")
+    (config / "other.txt").write_text("a neighbour of the secret's folder stays readable")
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(config))
+    monkeypatch.setenv("ASTRA_SGLANG_HELDOUT_SECRET", "fedcba9876543210")
+    r = evaluate(setting.op, CHEATS / "reads_the_heldout_secret.py", CPU)
+    assert setting.lines("reads_the_heldout_secret") == ["file denied errno=13"]
+    assert r.ok, r.model_dump_json(indent=1)[:3000]
+    monkeypatch.setenv(SANDBOX_ENV, "0")  # the control: the file is the only way left, and it is the attack
+    r = evaluate(setting.op, CHEATS / "reads_the_heldout_secret.py", CPU)
+    assert setting.lines("reads_the_heldout_secret")[-1] == "file"
+    failure = r.correctness.first_failure if r.correctness is not None else None
+    assert not r.ok and failure is not None and failure.reason == "mismatch", r.model_dump_json(indent=1)[:2000]
+
+
+@needs_landlock
+def test_only_the_secrets_folder_is_hidden(tmp_path):
+    config = tmp_path / "config"
+    (config / "astra-sglang").mkdir(parents=True)
+    (config / "astra-sglang" / "heldout.key").write_bytes(b"k")
+    (config / "other.txt").write_text("x")
+    code = textwrap.dedent('''
+        import json, sys
+        from astra_sglang.harness.shared import sandbox
+        out = {"level": sandbox.install()}
+        for name, path in (("secret", sys.argv[1]), ("neighbour", sys.argv[2]), ("etc", "/etc/hostname")):
+            try:
+                open(path, "rb").read()
+                out[name] = "ok"
+            except OSError as e:
+                out[name] = f"errno={e.errno}"
+        print(json.dumps(out))
+    ''')
+    out = _probe(tmp_path, {"XDG_CONFIG_HOME": str(config)}, code, str(config / "astra-sglang" / "heldout.key"),
+                 str(config / "other.txt"))
+    assert out == {"level": "landlock+seccomp", "secret": "errno=13", "neighbour": "ok", "etc": "ok"}, out

@@ -322,6 +322,7 @@ SCREENED = {
     "merge_state/cheats/poisons_the_judges_files.py": "forbidden-import",
     "merge_state/cheats/signals_the_judge.py": "forbidden-import",
     "merge_state/cheats/execs_a_shell.py": "forbidden-import",
+    "merge_state/cheats/reads_the_heldout_secret.py": "forbidden-import",
     "fused_add_rmsnorm/cheats/static_ctor_python.cuh": "symbol-interposition",
 }
 

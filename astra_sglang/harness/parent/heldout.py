@@ -8,14 +8,9 @@ derives exist only in the harness's memory and the worker's pipe.
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
-ENV = "ASTRA_SGLANG_HELDOUT_SECRET"
-
-
-def secret_path() -> Path:
-    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
-    return Path(base) / "astra-sglang" / "heldout.key"
+from astra_sglang.harness.shared.sandbox import SECRET_ENV as ENV
+from astra_sglang.harness.shared.sandbox import secret_path
 
 
 def heldout_secret() -> bytes:

@@ -36,6 +36,7 @@ from astra_sglang.harness.shared.protocol import (
     ProtocolError,
     send,
 )
+from astra_sglang.harness.shared.sandbox import SECRET_ENV
 
 M = TypeVar("M", bound=Model)
 
@@ -132,7 +133,7 @@ class Child:
         self.closed = False
         p2c_r, p2c_w = os.pipe()
         c2p_r, c2p_w = os.pipe()
-        env = dict(os.environ)
+        env = {k: v for k, v in os.environ.items() if k != SECRET_ENV}  # a judge or worker never needs it
         # the child imports this very package, wherever the caller runs from (installed or a source checkout)
         root = str(Path(__file__).resolve().parent.parent.parent)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)

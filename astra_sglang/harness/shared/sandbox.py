@@ -50,10 +50,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 SANDBOX_ENV = "ASTRA_SGLANG_SANDBOX"  # unset/"1": both layers; "0": none; "landlock" / "seccomp": that one alone
+SECRET_ENV = "ASTRA_SGLANG_HELDOUT_SECRET"  # the held-out secret given inline: never passed to a judge or worker
 SCRATCH_ENV = "ASTRA_SGLANG_SANDBOX_SCRATCH"  # the worker's own writable folder, made by the judge
 WRITABLE_ENV = "ASTRA_SGLANG_SANDBOX_WRITABLE"  # more writable paths (os.pathsep): tests' marker files
 
 # ----------------------------------------------------------------------------------------- the worker's env
+
+
+def secret_path() -> Path:
+    """Where the held-out secret lives (``~/.config/astra-sglang/heldout.key``): the parent reads it to draw the
+    held-out cases; the worker's Landlock rules hide its folder, so a candidate cannot compute the held-out set
+    and be right exactly there (issue 22)."""
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "astra-sglang" / "heldout.key"
 
 
 def make_scratch() -> Path:
@@ -156,6 +165,7 @@ class Policy:
     writable: list[Path] = field(default_factory=list)
     executable: list[Path] = field(default_factory=list)
     dev: list[Path] = field(default_factory=list)
+    hidden: list[Path] = field(default_factory=list)  # folders whose files the worker may not read (the secret's)
 
 
 def _real(paths: Iterable[str | Path | None]) -> list[Path]:
@@ -205,7 +215,34 @@ def default_policy(env: Mapping[str, str]) -> Policy:
     writable = [env[SCRATCH_ENV]] if env.get(SCRATCH_ENV) else []
     writable += [p for p in env.get(WRITABLE_ENV, "").split(os.pathsep) if p]
     dev = [p for pattern in _DEV_WRITABLE for p in sorted(glob.glob(pattern))]
-    return Policy(writable=_real(writable), executable=_real([sys.executable]) + _toolchain(), dev=_real(dev))
+    return Policy(writable=_real(writable), executable=_real([sys.executable]) + _toolchain(), dev=_real(dev),
+                  hidden=_real([secret_path().parent]))
+
+
+def readable_except(hidden: Path) -> list[Path]:
+    """Where reading stays allowed when ``hidden`` (a folder) may not be read: beneath every entry of each of its
+    ancestors except the next one on the way down to it. Landlock only grants, so "all but one folder" is the
+    siblings of its path; a file created later right inside an ancestor (``/``, ``$HOME``) is not readable then,
+    which no worker needs."""
+    out: list[Path] = []
+    hidden = Path(os.path.realpath(hidden))
+    parts = hidden.parts
+    for depth in range(1, len(parts)):
+        here, next_name = Path(*parts[:depth]), parts[depth]
+        try:
+            names = sorted(os.listdir(here))
+        except OSError:
+            continue
+        for name in names:
+            if name == next_name:
+                continue
+            # a rule follows a symlink to its target: one that leads back up the path (pytest's
+            # ``pytest-current``, a home linked elsewhere) or into the folder would grant it whole
+            target = Path(os.path.realpath(here / name))
+            if target == hidden or hidden.is_relative_to(target) or target.is_relative_to(hidden):
+                continue
+            out.append(here / name)
+    return out
 
 
 def install_landlock(policy: Policy) -> str | None:
@@ -219,6 +256,7 @@ def install_landlock(policy: Policy) -> str | None:
     fs = (FS_EXECUTE | FS_WRITE_FILE | FS_REMOVE_DIR | FS_REMOVE_FILE | FS_MAKE_CHAR | FS_MAKE_DIR | FS_MAKE_REG
           | FS_MAKE_SOCK | FS_MAKE_FIFO | FS_MAKE_BLOCK | FS_MAKE_SYM)
     fs |= (FS_REFER if abi >= 2 else 0) | (FS_TRUNCATE if abi >= 3 else 0)
+    fs |= FS_READ_FILE if policy.hidden else 0  # reading is restricted only to hide a folder (one, the secret's)
     attr = _RulesetAttr(fs, NET_BIND_TCP | NET_CONNECT_TCP if abi >= 4 else 0,
                         SCOPE_ABSTRACT_UNIX_SOCKET | SCOPE_SIGNAL if abi >= 6 else 0)
     size = 24 if abi >= 6 else 16 if abi >= 4 else 8
@@ -227,9 +265,11 @@ def install_landlock(policy: Policy) -> str | None:
     if ruleset < 0:
         return _err("landlock_create_ruleset")
     try:
-        write = fs & ~FS_EXECUTE
+        write = fs & ~FS_EXECUTE & ~FS_READ_FILE
         rules = [(p, write) for p in policy.writable] + [(p, write) for p in policy.dev]
         rules += [(p, FS_EXECUTE) for p in policy.executable]
+        if fs & FS_READ_FILE:
+            rules += [(p, FS_READ_FILE) for p in readable_except(policy.hidden[0])]
         for path, access in rules:
             try:
                 fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
