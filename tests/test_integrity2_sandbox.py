@@ -359,3 +359,23 @@ def test_only_the_secrets_folder_is_hidden(tmp_path):
     out = _probe(tmp_path, {"XDG_CONFIG_HOME": str(config)}, code, str(config / "astra-sglang" / "heldout.key"),
                  str(config / "other.txt"))
     assert out == {"level": "landlock+seccomp", "secret": "errno=13", "neighbour": "ok", "etc": "ok"}, out
+
+
+def test_the_worker_is_told_where_libcuda_is_since_it_may_not_run_a_script_ldconfig(tmp_path, monkeypatch):
+    """Triton finds libcuda with `/sbin/ldconfig -p` at its first launch; on Ubuntu that is a shell script, which
+    the sandbox refuses to run: the judge asks ldconfig itself and hands the worker TRITON_LIBCUDA_PATH."""
+    import subprocess as sp
+
+    seen: list[list[str]] = []
+
+    def fake_run(args, **kw):
+        seen.append(list(args))
+        return sp.CompletedProcess(args, 0, stdout="\tlibcuda.so.1 (libc6,x86-64) => /usr/lib/x86_64-linux-gnu/"
+                                   "libcuda.so.1\n\tlibc.so.6 (libc6,x86-64) => /lib/x86_64-linux-gnu/libc.so.6\n")
+
+    monkeypatch.delenv("TRITON_LIBCUDA_PATH", raising=False)
+    monkeypatch.setattr(sp, "run", fake_run)
+    env = sandbox.worker_env(tmp_path)
+    assert env["TRITON_LIBCUDA_PATH"] == "/usr/lib/x86_64-linux-gnu" and seen == [["/sbin/ldconfig", "-p"]]
+    monkeypatch.setattr(sp, "run", lambda args, **kw: sp.CompletedProcess(args, 0, stdout=""))
+    assert "TRITON_LIBCUDA_PATH" not in sandbox.worker_env(tmp_path)  # a CPU host: nothing to say

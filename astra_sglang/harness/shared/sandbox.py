@@ -88,7 +88,25 @@ def worker_env(scratch: Path) -> dict[str, str]:
         path = scratch / rel
         path.mkdir(parents=True, exist_ok=True)
         env[var] = str(path)
+    libcuda = os.environ.get("TRITON_LIBCUDA_PATH") or libcuda_dir()
+    if libcuda:
+        env["TRITON_LIBCUDA_PATH"] = libcuda
     return env
+
+
+def libcuda_dir() -> str | None:
+    """Where libcuda.so.1 is, found as Triton finds it (``/sbin/ldconfig -p``) but here, outside the sandbox.
+    Triton runs that at its first launch in the worker; where ``/sbin/ldconfig`` is a shell script (Ubuntu's
+    wrapper of ``ldconfig.real``) the sandbox refuses it and every launch would fail, so the worker is told the
+    answer (``TRITON_LIBCUDA_PATH``, which Triton reads first). None without a libcuda (a CPU host)."""
+    import subprocess
+
+    try:
+        out = subprocess.run(["/sbin/ldconfig", "-p"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    found = [line.split()[-1] for line in out.splitlines() if "libcuda.so.1" in line]
+    return os.path.dirname(found[0]) if found else None
 
 
 # ------------------------------------------------------------------------------------------------ Landlock
