@@ -31,6 +31,7 @@ from astra_sglang.extract.extractor import write_op  # noqa: E402
 from astra_sglang.harness.parent.contract_validation import validate_contract, validation_config  # noqa: E402
 from astra_sglang.loader.launch import load_inputs  # noqa: E402
 
+REPO_EXTRACTED = Path(__file__).resolve().parents[1] / "extracted"
 OPS = ("moe.fused_moe_kernel", "moe.fused_moe_down")
 
 
@@ -231,3 +232,12 @@ def test_tune_sweeps_sglangs_config_keys_at_the_served_block_m(tmp_path: Path, m
     with pytest.raises(AstraError, match="no config of the original passed its checks.*outside"):
         sweep_baseline(wrong, EvalConfig(shapes="test", device="cpu", timing=False, dtypes=["float16"],
                                          timing_dtypes=["float16"], seed=3))
+
+
+def test_asking_for_paper_shapes_of_an_op_without_them_names_the_ones_it_has():
+    from astra_sglang.contract.eval_config import EvalConfig
+    from astra_sglang.errors import AstraError
+    from astra_sglang.harness.shared.suite import timed_shapes
+
+    with pytest.raises(AstraError, match="no shapes tagged 'paper'.*decode, prefill, all: pass --shapes decode"):
+        timed_shapes(load_manifest(REPO_EXTRACTED / "fused_moe_kernel"), EvalConfig(shapes="paper"))

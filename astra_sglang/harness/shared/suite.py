@@ -89,7 +89,9 @@ def _selected(manifest: Manifest, which: str) -> list[dict[str, int]]:
 def timed_shapes(manifest: Manifest, config: EvalConfig) -> list[dict[str, int]]:
     shapes = _selected(manifest, config.shapes)
     if not shapes:
-        raise AstraError(f"{manifest.short_name}: no shapes tagged {config.shapes!r} in the manifest")
+        tags = sorted({t for s in manifest.shapes for t in s.tags} & {"paper", "decode", "prefill"})
+        raise AstraError(f"{manifest.short_name}: no shapes tagged {config.shapes!r} in the manifest (its shapes are "
+                         f"{', '.join(tags + ['all'])}: pass --shapes {(tags or ['all'])[0]})")
     return shapes
 
 
