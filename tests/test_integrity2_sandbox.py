@@ -201,6 +201,25 @@ def test_a_missing_landlock_is_reported_not_assumed(tmp_path):
     assert _probe(tmp_path, {SCRATCH_ENV: ""}, code)["level"].startswith("none: no scratch folder given")
 
 
+
+def test_a_gpu_worker_gets_seccomp_alone_by_default_and_says_why(tmp_path):
+    """Landlock made CUDA's initialisation fail on the H200 (error 304): the judge's worker on a GPU runs under
+    seccomp alone unless Landlock is asked for, and its level says why Landlock is off (not as a user's choice)."""
+    gpu = sandbox.worker_env(tmp_path, "cuda")
+    assert gpu[sandbox.DEVICE_ENV] == "cuda"
+    layers, why = sandbox.wanted_layers(gpu)
+    assert layers == ["seccomp"] and why == f"landlock: {sandbox.GPU_LANDLOCK_OFF}"
+    assert sandbox.wanted_layers({**gpu, SANDBOX_ENV: "1"}) == (["landlock", "seccomp"], "")
+    assert sandbox.wanted_layers({**gpu, SANDBOX_ENV: "landlock"})[0] == ["landlock"]
+    assert sandbox.wanted_layers({**gpu, SANDBOX_ENV: "0"})[0] == []
+    assert sandbox.wanted_layers(sandbox.worker_env(tmp_path))[0] == ["landlock", "seccomp"]
+
+
+def test_the_gpu_level_a_worker_reports_names_the_gpu_rule(tmp_path):
+    code = "import json; from astra_sglang.harness.shared import sandbox; print(json.dumps({'level': sandbox.install()}))"
+    level = _probe(tmp_path, {sandbox.DEVICE_ENV: "cuda"}, code)["level"]
+    assert level == f"seccomp only: landlock: {sandbox.GPU_LANDLOCK_OFF}", level
+
 TRITON_BUILD = textwrap.dedent('''
     import json
     from astra_sglang.harness.shared import sandbox

@@ -93,11 +93,7 @@ def main(argv: list[str]) -> None:
             fd = os.memfd_create("astra-arena", 0)
             os.ftruncate(fd, -(-size // ALIGN) * ALIGN)
             scratch = sandbox.make_scratch()  # one per judge: its workers run the same candidate
-            env = sandbox.worker_env(scratch)
-            if job.device != "cpu" and not os.environ.get(sandbox.SANDBOX_ENV):
-                # Landlock breaks CUDA's initialisation on the H200 (cudaGetDeviceCount: error 304, 2026-12-05;
-                # seccomp alone runs): on a GPU the worker gets seccomp until Landlock's CUDA needs are known
-                env[sandbox.SANDBOX_ENV] = "seccomp"
+            env = sandbox.worker_env(scratch, job.device)
 
             def start_worker() -> Child:
                 child = Child("astra_sglang.harness.worker", device=job.device, pass_fds=(fd,), env_extra=env)

@@ -49,10 +49,15 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-SANDBOX_ENV = "ASTRA_SGLANG_SANDBOX"  # unset/"1": both layers; "0": none; "landlock" / "seccomp": that one alone
+SANDBOX_ENV = "ASTRA_SGLANG_SANDBOX"  # "1": both layers; "0": none; "landlock" / "seccomp": that one alone;
+# unset: both on a CPU, seccomp alone on a GPU (wanted_layers)
 SECRET_ENV = "ASTRA_SGLANG_HELDOUT_SECRET"  # the held-out secret given inline: never passed to a judge or worker
 SCRATCH_ENV = "ASTRA_SGLANG_SANDBOX_SCRATCH"  # the worker's own writable folder, made by the judge
 WRITABLE_ENV = "ASTRA_SGLANG_SANDBOX_WRITABLE"  # more writable paths (os.pathsep): tests' marker files
+DEVICE_ENV = "ASTRA_SGLANG_SANDBOX_DEVICE"  # the worker's device, set by the judge: the default layers follow it
+# Landlock breaks CUDA's initialisation on the H200 (cudaGetDeviceCount: error 304, 2026-12-05, with or without
+# the secret's read rules; seccomp alone runs), so a GPU worker gets seccomp alone unless Landlock is asked for
+GPU_LANDLOCK_OFF = "off on a GPU by default (it makes CUDA's initialisation fail, error 304 on the H200)"
 
 # ----------------------------------------------------------------------------------------- the worker's env
 
@@ -72,7 +77,7 @@ def make_scratch() -> Path:
     return Path(tempfile.mkdtemp(prefix="astra-worker-"))
 
 
-def worker_env(scratch: Path) -> dict[str, str]:
+def worker_env(scratch: Path, device: str = "cpu") -> dict[str, str]:
     """The environment the judge gives its worker: every cache and temporary folder inside ``scratch``.
 
     Without it the worker shares the judge's Triton cache (``~/.triton/cache``: the judge loads the original's
@@ -83,7 +88,7 @@ def worker_env(scratch: Path) -> dict[str, str]:
             "TRITON_OVERRIDE_DIR": "triton/override", "TRITON_HOME": "triton", "TORCH_EXTENSIONS_DIR":
             "torch_extensions", "TORCHINDUCTOR_CACHE_DIR": "inductor", "PYTORCH_KERNEL_CACHE_PATH": "torch_kernels",
             "CUDA_CACHE_PATH": "nv"}
-    env = {SCRATCH_ENV: str(scratch), "PYTHONDONTWRITEBYTECODE": "1"}
+    env = {SCRATCH_ENV: str(scratch), DEVICE_ENV: device, "PYTHONDONTWRITEBYTECODE": "1"}
     for var, rel in dirs.items():
         path = scratch / rel
         path.mkdir(parents=True, exist_ok=True)
@@ -436,15 +441,27 @@ def _threads() -> int:
     return 1
 
 
+def wanted_layers(env: Mapping[str, str]) -> tuple[list[str], str]:
+    """The layers to install and, where that is not both, why: what ``ASTRA_SGLANG_SANDBOX`` asks for, else
+    both on a CPU and seccomp alone on a GPU (``GPU_LANDLOCK_OFF``); "1" asks for both on a GPU too."""
+    asked = env.get(SANDBOX_ENV, "").strip().lower()
+    if asked in ("0", "off", "no", "false", "none"):
+        return [], f"switched off ({SANDBOX_ENV}={env.get(SANDBOX_ENV)})"
+    if asked in ("landlock", "seccomp"):
+        return [asked], f"switched to {asked} ({SANDBOX_ENV})"
+    if not asked and env.get(DEVICE_ENV, "cpu") != "cpu":
+        return ["seccomp"], f"landlock: {GPU_LANDLOCK_OFF}"
+    return ["landlock", "seccomp"], ""
+
+
 def install(env: Mapping[str, str] | None = None) -> str:
     """Install what ``ASTRA_SGLANG_SANDBOX`` asks for (both layers by default) and say what is in force:
     "landlock+seccomp", "landlock only: <why not seccomp>", "seccomp only: <why not Landlock>" or
     "none: <why>". Never raises: a worker without a sandbox still runs, and says so."""
     env = os.environ if env is None else env
-    want = env.get(SANDBOX_ENV, "1").strip().lower()
-    if want in ("0", "off", "no", "false", "none"):
-        return f"none: switched off ({SANDBOX_ENV}={env.get(SANDBOX_ENV)})"
-    layers = {"landlock": ["landlock"], "seccomp": ["seccomp"]}.get(want, ["landlock", "seccomp"])
+    layers, chosen = wanted_layers(env)
+    if not layers:
+        return f"none: {chosen}"
     if "landlock" in layers and not env.get(SCRATCH_ENV):
         return f"none: no scratch folder given ({SCRATCH_ENV} unset: not started by the judge)"
     threads = _threads()
@@ -461,7 +478,7 @@ def install(env: Mapping[str, str] | None = None) -> str:
     if not on:
         return f"none: {off}"
     level = "+".join(on) if len(on) == 2 else f"{on[0]} only"
-    notes = [n for n in (off, f"switched to {want} ({SANDBOX_ENV})" if len(layers) == 1 else "",
+    notes = [n for n in (off, chosen,
                          f"{threads - 1} thread(s) started before Landlock are not bound by it"
                          if "landlock" in on and threads > 1 else "") if n]
     return level + (": " + "; ".join(notes) if notes else "")
