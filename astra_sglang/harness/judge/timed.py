@@ -68,6 +68,10 @@ class _Arms:
     guards: dict[str, ReplayGuard] = field(default_factory=dict)  # label -> its sets' outputs, poisoned per replay
     eager: bool = False  # the original could not be captured: both sides timed eagerly
     baseline: str | None = None  # the library kernel timed beside the original
+    # the argument sets the graphs were captured on: a CUDA graph holds raw pointers, not the tensors, so once the
+    # sets' last reference went with _local_arms the caching allocator handed their memory to the next allocation
+    # (a replay guard's copy) and the original's replay read it as kv_indices: illegal address (H200, 2026-12-05)
+    sets: list[list[ArgSet]] = field(default_factory=list)
 
 
 class ShapeTimer:
@@ -197,6 +201,7 @@ class ShapeTimer:
 
         arms = _Arms()
         orig_sets = self._local_sets(case.dims, case.dtype, n_sets, case.seed)
+        arms.sets.append(orig_sets)
         orig_body = body(orig_launch, orig_sets)
         try:
             arms.local.append(("original", s.clock.capture(orig_body)))
@@ -210,6 +215,7 @@ class ShapeTimer:
         if baseline is not None:
             try:
                 base_sets = self._local_sets(case.dims, case.dtype, n_sets, case.seed)
+                arms.sets.append(base_sets)
                 arms.local.append((baseline[0], s.clock.capture(body(baseline[1], base_sets))))
                 arms.guards[baseline[0]] = ReplayGuard(base_sets if cold else base_sets[:1], outputs)
                 arms.baseline = baseline[0]
