@@ -220,6 +220,46 @@ def test_the_gpu_level_a_worker_reports_names_the_gpu_rule(tmp_path):
     level = _probe(tmp_path, {sandbox.DEVICE_ENV: "cuda"}, code)["level"]
     assert level == f"seccomp only: landlock: {sandbox.GPU_LANDLOCK_OFF}", level
 
+
+SETNAME = textwrap.dedent('''
+    import ctypes, json, os, sys, threading
+    from astra_sglang.harness.shared import sandbox
+    level = sandbox.install()
+    libc = ctypes.CDLL(None, use_errno=True)
+    done = threading.Event()
+    t = threading.Thread(target=done.wait)
+    t.start()
+    own = libc.pthread_setname_np(ctypes.c_ulong(t.ident), b"cuda-EvtHandlr")
+    done.set()
+    t.join()
+    try:  # another process's threads stay out of reach
+        open(f"/proc/{os.getppid()}/task/{os.getppid()}/comm", "w").write("x")
+        other = "ok"
+    except OSError as e:
+        other = f"errno={e.errno}"
+    print(json.dumps({"level": level, "own": own, "other": other}))
+''')
+
+
+@needs_landlock
+def test_a_sandboxed_worker_may_name_its_own_threads_as_the_cuda_driver_does(tmp_path):
+    """The CUDA driver names the threads it starts (pthread_setname_np: a write to /proc/self/task/<tid>/comm).
+    Landlock refused that write (EACCES, measured here) and CUDA's initialisation failed on the H200 with error
+    304 under Landlock alone; with every path writable it ran (probe, 2026-12-05)."""
+    out = _probe(tmp_path, {SANDBOX_ENV: "1"}, SETNAME)
+    assert out["level"].startswith("landlock+seccomp"), out
+    assert out["own"] == 0, out
+    assert out["other"] == "errno=13", out
+
+
+@pytest.mark.gpu
+def test_cuda_starts_inside_both_layers(tmp_path):
+    """What would let a GPU worker run under Landlock again (its default is seccomp alone: wanted_layers)."""
+    code = ("import json; from astra_sglang.harness.shared import sandbox; level = sandbox.install(); import torch; "
+            "print(json.dumps({'level': level, 'sum': float(torch.ones(4, device='cuda').sum())}))")
+    out = _probe(tmp_path, {SANDBOX_ENV: "1", sandbox.DEVICE_ENV: "cuda"}, code)
+    assert out["level"].startswith("landlock+seccomp") and out["sum"] == 4.0, out
+
 TRITON_BUILD = textwrap.dedent('''
     import json
     from astra_sglang.harness.shared import sandbox

@@ -238,6 +238,10 @@ def default_policy(env: Mapping[str, str]) -> Policy:
     writable = [env[SCRATCH_ENV]] if env.get(SCRATCH_ENV) else []
     writable += [p for p in env.get(WRITABLE_ENV, "").split(os.pathsep) if p]
     dev = [p for pattern in _DEV_WRITABLE for p in sorted(glob.glob(pattern))]
+    # its own threads' files: naming another thread (pthread_setname_np, as the CUDA driver names the threads it
+    # starts) writes /proc/self/task/<tid>/comm; refused, it fails with EACCES (measured here). Only this
+    # process's: a pid the worker starts later is another folder
+    dev += [f"/proc/{os.getpid()}/task"]
     return Policy(writable=_real(writable), executable=_real([sys.executable]) + _toolchain(), dev=_real(dev),
                   hidden=_real([secret_path().parent]))
 
