@@ -99,3 +99,18 @@ def test_one_candidate_evaluates_on_paper_shapes_within_30_s(name, cand, restore
                                "cases_run": r.correctness.cases_run, "device": r.device,
                                "geomean_speedup": r.timing.geomean_speedup if r.timing else None})
     assert wall <= 30.0, f"{name}: {wall:.1f} s"
+
+
+def test_an_op_with_index_inputs_is_timed_with_its_kept_replays_checked(restored_op):
+    """Decode attention (int kv_indptr / kv_indices / num_kv_splits, which no replay guard holds) against a copy of
+    itself, every timed batch with a kept (and perturbed) replay. Before the judge kept its timing sets alive with
+    their graph, the guard's first copy reused the freed kv_indices and the original's replay died on an illegal
+    memory access: every round-2 decode-attention candidate on the H200, 2026-12-05 (tests/test_timed_sets_alive.py
+    is the CPU half)."""
+    op = restored_op("decode_attention")
+    src = op / "src" / "kernels" / "ops" / "attention" / "decode_attention.py"
+    cfg = UNSCREENED.model_copy(update={"max_timed_shapes": 2, "check_all_shapes": False})
+    r = evaluate(op, src, cfg)
+    assert r.ok, r.model_dump_json(indent=1)[:3000]
+    assert r.timing is not None and len(r.timing.shapes) == 2, r.timing
+    assert all(s.speedup is not None and 0.8 < s.speedup < 1.25 for s in r.timing.shapes), r.timing
