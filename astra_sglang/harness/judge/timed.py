@@ -159,14 +159,19 @@ class ShapeTimer:
         outputs = self._kept_outputs()
         arms = self._local_arms(case, orig_launch, n_sets, cold, outputs, with_baseline=stand_in is None)
         if s.candidate is not None:
+            self._step("time: the candidate's timing sets", dims, dtype)
             self._prepare_candidate(case, n_sets, cold, arms.eager, stand_in)
+        self._step("time: interleaved replays", dims, dtype)
         # the candidate's timed replays are checked too (replay_guard.py): one random replay of each batch,
         # one random timing set of it, against the original on the same arguments
         self._kept_check = (case, n_sets if cold else 1) if not arms.eager and outputs and not s.screening else None
         us = self._interleaved(case, arms)
+        if s.candidate is not None and wall_check:
+            self._step("time: wall-clock batch", dims, dtype)
         wall_reason = self._wall_reason(case, arms, us) if s.candidate is not None and wall_check else None
         if s.candidate is not None:
             if not s.screening:
+                self._step("time: re-check after timing", dims, dtype)
                 self.after_timing_check(case, not arms.eager and not self._warm_inplace())
             s.ask(Release(), case, "timing release")
             reply, _ = s.ask(Verify(), case, "tripwire")
@@ -183,6 +188,11 @@ class ShapeTimer:
         if s.device == "cuda":
             torch.cuda.empty_cache()
         return TimedShape(row=ShapeTiming(**row), method=method, suspect_reason="; ".join(reasons) or None)
+
+    def _step(self, step: str, dims: dict[str, int], dtype: str) -> None:
+        """A timed shape's parts as progress: ASTRA_SGLANG_TRACE times them (where a GPU pass spends its minutes),
+        and a worker that dies or hangs is reported in the part it died in."""
+        self.s.progress(Progress(step=step, dims=dims, dtype=dtype))
 
     def _local_arms(self, case: CaseSpec, orig_launch: Launcher, n_sets: int, cold: bool, outputs: list[str],
                     with_baseline: bool) -> _Arms:
