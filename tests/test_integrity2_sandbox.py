@@ -260,6 +260,39 @@ def test_cuda_starts_inside_both_layers(tmp_path):
     out = _probe(tmp_path, {SANDBOX_ENV: "1", sandbox.DEVICE_ENV: "cuda"}, code)
     assert out["level"].startswith("landlock+seccomp") and out["sum"] == 4.0, out
 
+
+UNDUMPABLE_PARENT = textwrap.dedent('''
+    import ctypes, subprocess, sys
+    ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0, as the judge makes itself
+    child = """
+    import json, os
+    from astra_sglang.harness.shared import sandbox
+    level = sandbox.install()
+    try:
+        open(f"/proc/{os.getppid()}/mem", "rb").close()
+        mem = "ok"
+    except OSError as e:
+        mem = f"errno={e.errno}"
+    print(json.dumps({"level": level, "mem": mem, "caps": sandbox.capabilities()}))
+    """
+    done = subprocess.run([sys.executable, "-c", child], capture_output=True,
+                          text=True)
+    sys.stdout.write(done.stdout or done.stderr)
+''')
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="as a user without capabilities the judge's memory is closed anyway")
+def test_without_landlock_a_root_worker_still_cannot_read_the_judges_memory(tmp_path):
+    """The seccomp layer (alone on a GPU) gives up every capability: as root with CAP_SYS_PTRACE the worker opened
+    its undumpable judge's /proc/<pid>/mem (the secret choosing which timed replay is checked lives there);
+    without any capability the kernel refuses it. ASTRA_SGLANG_SANDBOX_KEEP_CAPS=1 keeps them (the control)."""
+    out = _probe(tmp_path, {SANDBOX_ENV: "seccomp"}, UNDUMPABLE_PARENT)
+    assert out["level"] == f"seccomp only: switched to seccomp ({SANDBOX_ENV})", out
+    assert out["caps"] == 0 and out["mem"] == "errno=13", out
+    kept = _probe(tmp_path, {SANDBOX_ENV: "seccomp", sandbox.KEEP_CAPS_ENV: "1"}, UNDUMPABLE_PARENT)
+    assert kept["level"].endswith(f"capabilities kept ({sandbox.KEEP_CAPS_ENV}=1)") and kept["caps"], kept
+    assert kept["mem"] == "ok", kept
+
 TRITON_BUILD = textwrap.dedent('''
     import json
     from astra_sglang.harness.shared import sandbox

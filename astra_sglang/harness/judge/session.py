@@ -171,6 +171,9 @@ class JudgeSession:
         mode = sandbox.seccomp_mode(self.worker.proc.pid)
         if "seccomp" in level.split(":")[0] and mode is not None and mode != 2:
             level = f"none: the worker reported {level!r} but the kernel shows seccomp mode {mode}"
+        caps = sandbox.capabilities(self.worker.proc.pid)
+        if "seccomp" in level.split(":")[0] and caps and "capabilities kept" not in level:
+            level += f"; but the kernel shows capabilities {caps:#x} (CapEff)"
         if self.sandbox is None:
             self.sandbox = level
         elif level != self.sandbox and len(self.notes) < 20:

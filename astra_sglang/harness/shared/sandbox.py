@@ -432,6 +432,55 @@ def install_seccomp(pid: int | None = None) -> str | None:
     return None
 
 
+# ------------------------------------------------------------------------------------------- capabilities
+
+_PR_CAPBSET_DROP, _PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL = 24, 47, 4
+_SYS_CAPSET = {"x86_64": 126, "aarch64": 91}
+_CAP_V3 = 0x20080522
+KEEP_CAPS_ENV = "ASTRA_SGLANG_SANDBOX_KEEP_CAPS"  # "1": the seccomp layer leaves the worker's capabilities alone
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+
+
+def capabilities(pid: int | str = "self") -> int | None:
+    """The effective capability set the kernel reports for ``pid`` (``CapEff``), read by the judge as a check
+    independent of what the worker says; None where ``/proc`` does not say."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("CapEff:"):
+                return int(line.split()[1], 16)
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+def drop_capabilities() -> str | None:
+    """Give up every capability, for good (bounding and ambient sets too, so no program it starts regains any
+    even as root). The H200 runs the harness as root: with CAP_SYS_PTRACE a worker opens the judge's
+    ``/proc/<pid>/mem`` although the judge is undumpable (measured where Landlock is off), and could read the
+    secret that picks which timed replay is checked. Without it the kernel's ptrace check refuses. A process
+    without capabilities is what CUDA runs as for any non-root user. None when done, else why not."""
+    machine = platform.machine()
+    if sys.platform != "linux" or machine not in _SYS_CAPSET:
+        return f"capabilities not dropped on {sys.platform}/{machine}"
+    libc = _libc()
+    zero = ctypes.c_ulong(0)
+    for cap in range(64):  # needs CAP_SETPCAP, so before the sets below; EINVAL past the kernel's last cap
+        libc.prctl(ctypes.c_int(_PR_CAPBSET_DROP), ctypes.c_ulong(cap), zero, zero, zero)
+    libc.prctl(ctypes.c_int(_PR_CAP_AMBIENT), ctypes.c_ulong(_PR_CAP_AMBIENT_CLEAR_ALL), zero, zero, zero)
+    header, data = _CapHeader(_CAP_V3, 0), (_CapData * 2)()
+    if libc.syscall(ctypes.c_long(_SYS_CAPSET[machine]), ctypes.byref(header), ctypes.byref(data)) != 0:
+        return _err("capset")
+    left = capabilities()
+    return None if left in (0, None) else f"capabilities left after capset: {left:#x}"
+
+
 # ---------------------------------------------------------------------------------------------------- both
 
 
@@ -470,11 +519,17 @@ def install(env: Mapping[str, str] | None = None) -> str:
         return f"none: no scratch folder given ({SCRATCH_ENV} unset: not started by the judge)"
     threads = _threads()
     why: dict[str, str | None] = {}
+    extra = ""
     try:
         if "landlock" in layers:
             why["landlock"] = install_landlock(default_policy(env))
         if "seccomp" in layers:
             why["seccomp"] = install_seccomp()
+            if why["seccomp"] is None and env.get(KEEP_CAPS_ENV) != "1":
+                caps = drop_capabilities()  # one thread yet (as Landlock): every later thread starts without any
+                extra = f"capabilities kept: {caps}" if caps else ""
+            elif why["seccomp"] is None:
+                extra = f"capabilities kept ({KEEP_CAPS_ENV}=1)"
     except Exception as e:  # noqa: BLE001 - a sandbox that cannot be made is reported, never fatal
         return f"none: {type(e).__name__}: {e}"
     on = [name for name, reason in why.items() if reason is None]
@@ -482,7 +537,7 @@ def install(env: Mapping[str, str] | None = None) -> str:
     if not on:
         return f"none: {off}"
     level = "+".join(on) if len(on) == 2 else f"{on[0]} only"
-    notes = [n for n in (off, chosen,
+    notes = [n for n in (off, chosen, extra,
                          f"{threads - 1} thread(s) started before Landlock are not bound by it"
                          if "landlock" in on and threads > 1 else "") if n]
     return level + (": " + "; ".join(notes) if notes else "")
