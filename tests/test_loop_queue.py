@@ -331,3 +331,38 @@ def test_the_rounds_do_not_wait_for_the_sweep_baseline_but_the_winner_does(op_di
     r0 = json.loads((run / "rounds" / "r000" / "record.json").read_text())
     assert r0["sweep_baseline"]["baseline"] is not None and r0["sweep_baseline"].get("pending", []) == []
     assert "the winner beats the sweep baseline (1.050x" in last.stdout
+
+
+def test_a_judge_error_is_not_a_verdict_until_it_happens_twice(op_dir: Path, tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch, capsys):
+    """An exception in the judge's own process ('checker error') says nothing about the candidate: on the H200 a
+    harness bug made every round-2 decode-attention candidate 'fail' that way (2026-12-05). The first such result
+    is kept beside the item, which stays pending for the next pass (after a fix); a second one is final."""
+    import astra_sglang.harness.parent.evaluate as harness_evaluate
+    from astra_sglang.contract.result import BuildReport, CorrectnessReport
+    from astra_sglang.loop.evaluator import CHECKER_ERROR_NAME, queue_status
+
+    queue = tmp_path / "queue"
+    src = _two_correct_scripted(tmp_path)[0]
+    with pytest.raises(EvalPending):
+        QueueEvaluator(op_dir, queue, "run1").evaluate("r001", src, EvalSpec(shapes="test", device="cpu"))
+    answers = ["checker error: AcceleratorError: CUDA error: an illegal memory access was encountered",
+               "checker error: still broken", None]
+
+    def fake(op, candidates, config=None, on_result=None):
+        error = answers.pop(0)
+        r = EvalResult(op_id="x", candidate=str(candidates[0]), device="cpu (TRITON_INTERPRET=1)", sglang_version="0",
+                       build=BuildReport(ok=True), correctness=CorrectnessReport(ok=error is None), error=error)
+        on_result(0, r)
+        return [r]
+
+    monkeypatch.setattr(harness_evaluate, "evaluate_many", fake)
+    item = queue / "run1--r001"
+    assert main(["evaluate", str(queue), "--extracted", str(op_dir.parent), "--device", "cpu"]) == 0
+    assert "the judge failed on its own side, not a verdict; left pending" in capsys.readouterr().out
+    assert (item / CHECKER_ERROR_NAME).is_file() and not (item / RESULT_NAME).exists()
+    assert queue_status(queue) == {"pending": 1, "done": 0}
+    assert main(["evaluate", str(queue), "--extracted", str(op_dir.parent), "--device", "cpu"]) == 0
+    final = EvalResult.model_validate_json((item / RESULT_NAME).read_text())
+    assert final.error == "checker error: still broken" and queue_status(queue) == {"pending": 0, "done": 1}
+    assert answers == [None]  # a third pass has nothing to do

@@ -66,7 +66,10 @@ def handle(args: argparse.Namespace) -> int:
     evaluated: list[EvaluatedItem] = []
     while True:
         done = process_queue(args.queue, args.extracted, args.device,
-                             progress=lambda r: print(f"evaluating {r.item_id} ({r.op}, {r.label})", file=log))
+                             progress=lambda r: print(f"evaluating {r.item_id} ({r.op}, {r.label})", file=log),
+                             on_retry=lambda r, why: print(f"  {r.item_id}: the judge failed on its own side, not a "
+                                                           f"verdict; left pending for one more pass "
+                                                           f"({why.splitlines()[0][:160]})", file=log))
         for item, result in done:
             verdict = "correct" if result.ok else "NOT correct"
             sp = f", geomean {result.geomean_speedup:.3f}x" if result.geomean_speedup is not None else ""

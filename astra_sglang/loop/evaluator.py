@@ -242,6 +242,11 @@ class LocalEvaluator(Evaluator):
 
 RESULT_NAME = "result.json"
 REQUEST_NAME = "request.json"
+# a verdict the judge could not reach for reasons of its own ("checker error": an exception in the judge's
+# process, which runs only SGLang's original and the reference): kept here and the item left pending once, so a
+# harness bug fixed between passes does not stand as the candidate's failure (round 2 of the decode-attention runs,
+# H200 2026-12-05: every candidate "failed" on the judge's freed timing set). The second such result is final
+CHECKER_ERROR_NAME = "result.checker-error.json"
 
 
 def read_queue_result(item_dir: Path, request: QueueRequest) -> EvalResult | None:
@@ -488,14 +493,15 @@ def list_queue(queue_dir: Path) -> list[tuple[Path, QueueRequest, EvalResult | T
 
 
 def process_queue(queue_dir: Path, extracted_root: Path, device: str | None = None,
-                  progress: Any = None) -> list[tuple[str, EvalResult]]:
+                  progress: Any = None, on_retry: Any = None) -> list[tuple[str, EvalResult]]:
     """Fill in every pending request (the GPU-host side of the queue). Returns what was evaluated.
 
     Pending evaluations of one op under one spec (a K-candidate round, or runs sharing a queue) go to the
     harness together, so their builds run in parallel on this host's cores and only the timing is serial;
     each result is written the moment its verdict is final, so a pass cut short keeps what it finished.
     Work runs in queue order, a batch where its first item stands; ``progress(request)`` is called as an
-    item's work starts (a batch's items together), so what it prints is the order things run in."""
+    item's work starts (a batch's items together), so what it prints is the order things run in;
+    ``on_retry(request, error)`` when a judge error leaves an item pending for one more pass (CHECKER_ERROR_NAME)."""
     from astra_sglang.harness import evaluate_many
 
     done: list[tuple[str, EvalResult]] = []
@@ -525,11 +531,21 @@ def process_queue(queue_dir: Path, extracted_root: Path, device: str | None = No
 
         def keep(i: int, result: EvalResult, items: list[tuple[Path, QueueRequest, Path | None]] = items) -> None:
             item_dir, request, _ = items[i]
+            if _judge_error(result) and not (item_dir / CHECKER_ERROR_NAME).exists():
+                atomic_write(item_dir / CHECKER_ERROR_NAME, result.model_dump_json(indent=1))
+                if on_retry is not None:
+                    on_retry(request, result.error or "")
+                return
             atomic_write(item_dir / RESULT_NAME, result.model_dump_json(indent=1))
             done.append((request.item_id, result))
 
         evaluate_many(Path(extracted_root) / op, [c for _, _, c in items], config, on_result=keep)
     return done
+
+
+def _judge_error(result: EvalResult) -> bool:
+    """The judge failed on its own side: not a verdict on the candidate (its worker's crashes and hangs are)."""
+    return bool(result.error and result.error.startswith("checker error"))
 
 
 def queue_status(queue_dir: Path) -> dict[str, int]:
