@@ -13,6 +13,10 @@ from pydantic import Field
 
 from astra_sglang.contract.base import Model
 
+# EvalResult.error of a judge that failed on its own side (an exception in the process that runs only SGLang's
+# original and the reference): no verdict on the candidate
+JUDGE_ERROR = "checker error"
+
 
 class KernelResources(Model):
     """One kernel's line of the ``-Xptxas -v`` report (Triton: from the compiled kernel's metadata)."""
@@ -207,6 +211,11 @@ class EvalResult(Model):
     @property
     def ok(self) -> bool:
         return self.build.ok and self.correctness is not None and self.correctness.ok and self.error is None
+
+    @property
+    def judge_error(self) -> bool:
+        """The judge failed on its own side: not a verdict on the candidate (its worker's crashes and hangs are)."""
+        return bool(self.error and self.error.startswith(f"{JUDGE_ERROR}:"))
 
     @property
     def geomean_speedup(self) -> float | None:

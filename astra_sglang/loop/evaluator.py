@@ -242,8 +242,8 @@ class LocalEvaluator(Evaluator):
 
 RESULT_NAME = "result.json"
 REQUEST_NAME = "request.json"
-# a verdict the judge could not reach for reasons of its own ("checker error": an exception in the judge's
-# process, which runs only SGLang's original and the reference): kept here and the item left pending once, so a
+# a verdict the judge could not reach for reasons of its own (EvalResult.judge_error): kept here and the item
+# left pending once, so a
 # harness bug fixed between passes does not stand as the candidate's failure (round 2 of the decode-attention runs,
 # H200 2026-12-05: every candidate "failed" on the judge's freed timing set). The second such result is final
 CHECKER_ERROR_NAME = "result.checker-error.json"
@@ -531,7 +531,7 @@ def process_queue(queue_dir: Path, extracted_root: Path, device: str | None = No
 
         def keep(i: int, result: EvalResult, items: list[tuple[Path, QueueRequest, Path | None]] = items) -> None:
             item_dir, request, _ = items[i]
-            if _judge_error(result) and not (item_dir / CHECKER_ERROR_NAME).exists():
+            if result.judge_error and not (item_dir / CHECKER_ERROR_NAME).exists():
                 atomic_write(item_dir / CHECKER_ERROR_NAME, result.model_dump_json(indent=1))
                 if on_retry is not None:
                     on_retry(request, result.error or "")
@@ -541,11 +541,6 @@ def process_queue(queue_dir: Path, extracted_root: Path, device: str | None = No
 
         evaluate_many(Path(extracted_root) / op, [c for _, _, c in items], config, on_result=keep)
     return done
-
-
-def _judge_error(result: EvalResult) -> bool:
-    """The judge failed on its own side: not a verdict on the candidate (its worker's crashes and hangs are)."""
-    return bool(result.error and result.error.startswith("checker error"))
 
 
 def queue_status(queue_dir: Path) -> dict[str, int]:

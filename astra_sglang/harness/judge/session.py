@@ -168,12 +168,13 @@ class JudgeSession:
         """Record the sandbox a worker reported before it imported the candidate (``sandbox.install``), checked
         where the kernel can say: a worker claiming seccomp must show a filter in ``/proc/<pid>/status``."""
         assert self.worker is not None
-        mode = sandbox.seccomp_mode(self.worker.proc.pid)
-        if "seccomp" in level.split(":")[0] and mode is not None and mode != 2:
-            level = f"none: the worker reported {level!r} but the kernel shows seccomp mode {mode}"
-        caps = sandbox.capabilities(self.worker.proc.pid)
-        if "seccomp" in level.split(":")[0] and caps and "capabilities kept" not in level:
-            level += f"; but the kernel shows capabilities {caps:#x} (CapEff)"
+        pid = self.worker.proc.pid
+        mode, caps = sandbox.seccomp_mode(pid), sandbox.capabilities(pid)
+        if "seccomp" in level.split(":")[0]:
+            if mode is not None and mode != 2:
+                level = f"none: the worker reported {level!r} but the kernel shows seccomp mode {mode}"
+            elif caps and "capabilities kept" not in level:
+                level += f"; but the kernel shows capabilities {caps:#x} (CapEff)"
         if self.sandbox is None:
             self.sandbox = level
         elif level != self.sandbox and len(self.notes) < 20:

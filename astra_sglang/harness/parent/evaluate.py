@@ -21,6 +21,7 @@ from astra_sglang.contract.base import sha256_file
 from astra_sglang.contract.eval_config import EvalConfig
 from astra_sglang.contract.op import Manifest, ManifestError, load_manifest, states_serving
 from astra_sglang.contract.result import (
+    JUDGE_ERROR,
     BuildReport,
     CorrectnessReport,
     EvalResult,
@@ -320,7 +321,7 @@ def _fill(res: EvalResult, outcome: WorkerOutcome, config: EvalConfig, device: s
         res.error = f"{reason}: {outcome.detail} during {step}"
         return
     if outcome.error is not None:
-        res.error = f"checker error: {outcome.error.error[:1000]}"
+        res.error = f"{JUDGE_ERROR}: {outcome.error.error[:1000]}"
         res.correctness = CorrectnessReport(ok=False, first_failure=FailedCase(
             reason="launch error", detail=(outcome.error.error + "\n" + outcome.error.traceback)[:3000],
             **_progress_case(outcome)))

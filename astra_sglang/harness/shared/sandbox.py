@@ -525,11 +525,11 @@ def install(env: Mapping[str, str] | None = None) -> str:
             why["landlock"] = install_landlock(default_policy(env))
         if "seccomp" in layers:
             why["seccomp"] = install_seccomp()
-            if why["seccomp"] is None and env.get(KEEP_CAPS_ENV) != "1":
-                caps = drop_capabilities()  # one thread yet (as Landlock): every later thread starts without any
-                extra = f"capabilities kept: {caps}" if caps else ""
-            elif why["seccomp"] is None:
+            # dropped with one thread yet (as Landlock): every later thread starts without any
+            if why["seccomp"] is None and env.get(KEEP_CAPS_ENV) == "1":
                 extra = f"capabilities kept ({KEEP_CAPS_ENV}=1)"
+            elif why["seccomp"] is None and (caps := drop_capabilities()):
+                extra = f"capabilities kept: {caps}"
     except Exception as e:  # noqa: BLE001 - a sandbox that cannot be made is reported, never fatal
         return f"none: {type(e).__name__}: {e}"
     on = [name for name, reason in why.items() if reason is None]
