@@ -95,6 +95,21 @@ def test_a_candidate_cannot_write_the_files_the_judge_reads(setting):
     assert r.sandbox == "landlock+seccomp", r.sandbox
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="the mounts layer is for root workers (the H200 runs as root)")
+def test_a_root_worker_without_landlock_cannot_write_the_files_the_judge_reads(setting, monkeypatch):
+    """The GPU's layers (seccomp and the read-only mounts; Landlock is off there) on the same attack, run as root
+    as on the H200: every write refused, the judge's files unchanged, and the judge saw the view itself."""
+    monkeypatch.setenv(SANDBOX_ENV, "seccomp+mounts")
+    r = evaluate(setting.op, CHEATS / "poisons_the_judges_files.py", CPU)
+    lines = setting.lines("poisons_the_judges_files")
+    assert lines and lines[-1] == "done", lines
+    tried = _attempts(lines)
+    assert len(tried) >= 12 and all(": denied " in ln for ln in tried), tried
+    assert setting.files() == setting.before
+    assert r.ok, r.model_dump_json(indent=1)[:3000]
+    assert r.sandbox == f"seccomp+mounts: switched to seccomp+mounts ({SANDBOX_ENV})", r.sandbox
+
+
 def test_without_the_sandbox_the_same_candidate_poisons_the_op_folder_and_the_verdict_says_so(setting, monkeypatch):
     """The control: the attack is real, and a verdict without the sandbox never claims one."""
     monkeypatch.setenv(SANDBOX_ENV, "0")
@@ -136,8 +151,9 @@ def test_a_candidate_cannot_start_a_shell_and_one_the_loader_starts_is_sandboxed
 
 # ------------------------------------------------------------------------------------- the sandbox on its own
 
-PROBE = textwrap.dedent('''
-    import json, os, signal, subprocess, sys, threading
+# a child that installs the sandbox, then tries things: out[name] = "ok" or "errno=N"
+ATTEMPTS = textwrap.dedent('''
+    import ctypes, json, os, signal, subprocess, sys, threading
     from astra_sglang.harness.shared import sandbox
     out = {"level": sandbox.install()}
 
@@ -149,6 +165,8 @@ PROBE = textwrap.dedent('''
             out[name] = f"errno={e.errno}"
 
     attempt("write scratch", lambda: open(os.path.join(os.environ["TMPDIR"], "f"), "w").write("x"))
+''')
+PROBE = ATTEMPTS + textwrap.dedent('''
     attempt("write outside", lambda: open(sys.argv[1], "a").write("x"))
     attempt("exec /bin/sh", lambda: subprocess.run(["/bin/sh", "-c", "true"], check=True))
     attempt("exec python", lambda: subprocess.run([sys.executable, "-c", "pass"], check=True))
@@ -202,23 +220,78 @@ def test_a_missing_landlock_is_reported_not_assumed(tmp_path):
 
 
 
-def test_a_gpu_worker_gets_seccomp_alone_by_default_and_says_why(tmp_path):
+def test_a_gpu_worker_gets_seccomp_and_read_only_mounts_by_default_and_says_why(tmp_path):
     """Landlock made CUDA's initialisation fail on the H200 (error 304): the judge's worker on a GPU runs under
-    seccomp alone unless Landlock is asked for, and its level says why Landlock is off (not as a user's choice)."""
+    seccomp and the read-only mounts unless Landlock is asked for, and its level says why Landlock is off (not as
+    a user's choice)."""
     gpu = sandbox.worker_env(tmp_path, "cuda")
     assert gpu[sandbox.DEVICE_ENV] == "cuda"
     layers, why = sandbox.wanted_layers(gpu)
-    assert layers == ["seccomp"] and why == f"landlock: {sandbox.GPU_LANDLOCK_OFF}"
+    assert layers == ["seccomp", "mounts"] and why == f"landlock: {sandbox.GPU_LANDLOCK_OFF}"
     assert sandbox.wanted_layers({**gpu, SANDBOX_ENV: "1"}) == (["landlock", "seccomp"], "")
     assert sandbox.wanted_layers({**gpu, SANDBOX_ENV: "landlock"})[0] == ["landlock"]
+    assert sandbox.wanted_layers({**gpu, SANDBOX_ENV: "mounts+seccomp"})[0] == ["seccomp", "mounts"]
     assert sandbox.wanted_layers({**gpu, SANDBOX_ENV: "0"})[0] == []
     assert sandbox.wanted_layers(sandbox.worker_env(tmp_path))[0] == ["landlock", "seccomp"]
 
 
+LEVEL = "import json; from astra_sglang.harness.shared import sandbox; print(json.dumps({'level': sandbox.install()}))"
+
+
 def test_the_gpu_level_a_worker_reports_names_the_gpu_rule(tmp_path):
-    code = "import json; from astra_sglang.harness.shared import sandbox; print(json.dumps({'level': sandbox.install()}))"
-    level = _probe(tmp_path, {sandbox.DEVICE_ENV: "cuda"}, code)["level"]
-    assert level == f"seccomp only: landlock: {sandbox.GPU_LANDLOCK_OFF}", level
+    level = _probe(tmp_path, {sandbox.DEVICE_ENV: "cuda"}, LEVEL)["level"]
+    if os.geteuid() == 0:
+        assert level == f"seccomp+mounts: landlock: {sandbox.GPU_LANDLOCK_OFF}", level
+    else:
+        assert level == (f"seccomp only: mounts: {sandbox.MOUNTS_NEED_ROOT}; landlock: {sandbox.GPU_LANDLOCK_OFF}"), level
+    as_user = "import os; os.geteuid = lambda: 1000; " + LEVEL
+    level = _probe(tmp_path, {sandbox.DEVICE_ENV: "cuda"}, as_user)["level"]
+    assert level.startswith(f"seccomp only: mounts: {sandbox.MOUNTS_NEED_ROOT}"), level
+
+
+ROOT_WRITES = ATTEMPTS + textwrap.dedent('''
+    attempt("write the judge's file", lambda: open(sys.argv[1], "a").write("x"))
+    attempt("plant a file", lambda: open(sys.argv[1] + ".planted", "w").write("x"))
+    attempt("open a disk", lambda: open(sys.argv[2], "rb").close())
+    attempt("write a sysctl", lambda: open("/proc/sys/vm/drop_caches", "w").write("3"))
+    attempt("write /dev/null", lambda: open("/dev/null", "w").write("x"))
+    attempt("name its own thread", lambda: open(f"/proc/self/task/{os.getpid()}/comm", "w").write("w"))
+    libc = ctypes.CDLL(None, use_errno=True)
+    out["undo: unshare"] = "ok" if libc.unshare(0x20000) == 0 else f"errno={ctypes.get_errno()}"
+    out["left"] = sandbox.writable_mounts("self", [os.environ["ASTRA_SGLANG_SANDBOX_SCRATCH"], "/dev/"])
+    out["judge sees"] = sandbox.left_writable(os.getpid(), os.environ)
+    print(json.dumps(out))
+''')
+
+
+def _a_disk() -> str | None:
+    return next((d for d in ("/dev/vda", "/dev/sda", "/dev/nvme0n1", "/dev/xvda") if os.path.exists(d)), None)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the mounts layer is for root workers (the H200 runs as root)")
+def test_a_root_gpu_worker_cannot_write_what_root_owns(tmp_path):
+    """A GPU worker runs without Landlock (CUDA does not start under it), as root on the H200. Giving up its
+    capabilities is not enough: a uid-0 process without any still writes every file root owns by its owner bits,
+    the judge's Triton cache, the op folder, the harness's modules, the queue's results among them (measured here
+    before this layer: the write went through), opens a disk for writing and sets sysctls. In its own mount
+    namespace it sees every file system read-only but its scratch folder and the device files it needs."""
+    judges = tmp_path / "judge_file"
+    judges.write_text("judge")
+    disk = _a_disk() or "/dev/null"
+    out = _probe(tmp_path, {sandbox.DEVICE_ENV: "cuda"}, ROOT_WRITES, str(judges), disk)
+    assert out["level"] == f"seccomp+mounts: landlock: {sandbox.GPU_LANDLOCK_OFF}", out
+    assert out["write the judge's file"] == out["plant a file"] == "errno=30", out  # EROFS
+    assert out["write a sysctl"] == "errno=30", out
+    if disk != "/dev/null":
+        assert out["open a disk"] == "errno=13", out  # /dev is nodev but for the bound device files
+    assert out["write scratch"] == out["write /dev/null"] == out["name its own thread"] == "ok", out
+    assert out["undo: unshare"] == "errno=1", out  # seccomp, and no capability left
+    assert out["left"] == [] and out["judge sees"] == [], out
+    assert judges.read_text() == "judge" and not (tmp_path / "judge_file.planted").exists()
+    assert sandbox.left_writable(os.getpid(), {}) != []  # outside the namespace the same check sees "/" writable
+    control = _probe(tmp_path, {SANDBOX_ENV: "seccomp"}, ROOT_WRITES, str(judges), disk)
+    assert control["write the judge's file"] == "ok", control  # seccomp and no capabilities alone: the hole
+    assert judges.read_text() == "judgex"
 
 
 SETNAME = textwrap.dedent('''
@@ -254,11 +327,22 @@ def test_a_sandboxed_worker_may_name_its_own_threads_as_the_cuda_driver_does(tmp
 
 @pytest.mark.gpu
 def test_cuda_starts_inside_both_layers(tmp_path):
-    """What would let a GPU worker run under Landlock again (its default is seccomp alone: wanted_layers)."""
+    """What would let a GPU worker run under Landlock again (its default is seccomp and the mounts: wanted_layers)."""
     code = ("import json; from astra_sglang.harness.shared import sandbox; level = sandbox.install(); import torch; "
             "print(json.dumps({'level': level, 'sum': float(torch.ones(4, device='cuda').sum())}))")
     out = _probe(tmp_path, {SANDBOX_ENV: "1", sandbox.DEVICE_ENV: "cuda"}, code)
     assert out["level"].startswith("landlock+seccomp") and out["sum"] == 4.0, out
+
+
+@pytest.mark.gpu
+def test_cuda_starts_in_the_default_gpu_sandbox(tmp_path):
+    """The worker's default on a GPU (seccomp, the read-only mounts as root, no capabilities) must let the driver
+    start; the device scripts fall back one layer where it does not (sandbox_probe.py)."""
+    code = ("import json; from astra_sglang.harness.shared import sandbox; level = sandbox.install(); import torch; "
+            "print(json.dumps({'level': level, 'sum': float(torch.ones(4, device='cuda').sum())}))")
+    out = _probe(tmp_path, {sandbox.DEVICE_ENV: "cuda"}, code)
+    layers = "seccomp+mounts" if os.geteuid() == 0 else "seccomp only"
+    assert out["level"].startswith(layers) and out["sum"] == 4.0, out
 
 
 UNDUMPABLE_PARENT = textwrap.dedent('''
@@ -430,6 +514,22 @@ def test_a_candidate_cannot_read_the_heldout_secret(setting, tmp_path, monkeypat
     assert not r.ok and failure is not None and failure.reason == "mismatch", r.model_dump_json(indent=1)[:2000]
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="the mounts layer is for root workers (the H200 runs as root)")
+def test_a_gpu_worker_cannot_read_the_heldout_secret_either(setting, tmp_path, monkeypatch):
+    """Where Landlock is off (a GPU) the read-only mounts put an empty folder over the secret's: the same cheat
+    finds no file and stays right; the judge saw the folder covered (no note in the level)."""
+    config = tmp_path / "config"
+    (config / "astra-sglang").mkdir(parents=True)
+    (config / "astra-sglang" / "heldout.key").write_bytes(b"0123456789abcdef")
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(config))
+    monkeypatch.setenv(SANDBOX_ENV, "seccomp+mounts")
+    r = evaluate(setting.op, CHEATS / "reads_the_heldout_secret.py", CPU)
+    assert setting.lines("reads_the_heldout_secret") == ["file denied errno=2"]
+    assert r.ok, r.model_dump_json(indent=1)[:3000]
+    assert r.sandbox == f"seccomp+mounts: switched to seccomp+mounts ({SANDBOX_ENV})", r.sandbox
+    assert (config / "astra-sglang" / "heldout.key").read_bytes() == b"0123456789abcdef"
+
+
 @needs_landlock
 def test_only_the_secrets_folder_is_hidden(tmp_path):
     config = tmp_path / "config"
@@ -471,3 +571,26 @@ def test_the_worker_is_told_where_libcuda_is_since_it_may_not_run_a_script_ldcon
     assert env["TRITON_LIBCUDA_PATH"] == "/usr/lib/x86_64-linux-gnu" and seen == [["/sbin/ldconfig", "-p"]]
     monkeypatch.setattr(sp, "run", lambda args, **kw: sp.CompletedProcess(args, 0, stdout=""))
     assert "TRITON_LIBCUDA_PATH" not in sandbox.worker_env(tmp_path)  # a CPU host: nothing to say
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the mounts layer is for root workers (the H200 runs as root)")
+def test_the_device_probe_falls_back_one_layer_when_the_driver_needs_more(tmp_path):
+    """scripts/device/sandbox_probe.py decides each device call's worker sandbox before any evaluation: nothing when
+    the default starts, else the shell line of the first weaker setting that does (never a failed call, as under
+    Landlock on 2026-12-05). A stand-in for the driver's start: a write outside the scratch folder."""
+    script = REPO / "scripts" / "device" / "sandbox_probe.py"
+    outside = tmp_path / "driver_state"
+
+    def run(check: str) -> subprocess.CompletedProcess[str]:
+        env = {**os.environ, "PYTHONPATH": str(REPO), "ASTRA_SGLANG_PROBE_CHECK": check}
+        env.pop(SANDBOX_ENV, None)
+        return subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300)
+
+    ok = run("pass")
+    assert ok.returncode == 0 and ok.stdout == "", ok
+    assert "seccomp+mounts" in ok.stderr, ok.stderr
+    needs_writes = run(f"open({str(outside)!r}, 'w').write('x')")
+    assert needs_writes.returncode == 0, needs_writes
+    assert needs_writes.stdout.strip() == f"export {SANDBOX_ENV}=seccomp", needs_writes
+    never = run("raise SystemExit(3)")
+    assert never.returncode == 1 and never.stdout == "", never

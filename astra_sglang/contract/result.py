@@ -206,7 +206,8 @@ class EvalResult(Model):
                                       "frozen source the rest of this result evaluated")
     sandbox: str | None = Field(default=None, description="the OS sandbox the candidate's worker ran in, as its "
                                 "trusted code reported it before the candidate was imported: 'landlock+seccomp', "
-                                "'seccomp only: <why>', 'none: <why>' (docs/harness.md); None: no worker ran")
+                                "'seccomp+mounts: <why>' (a GPU), 'seccomp only: <why>', 'none: <why>' "
+                                "(docs/harness.md); None: no worker ran")
 
     @property
     def ok(self) -> bool:

@@ -3,8 +3,6 @@
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
     || { echo "$(basename "$0"): carry .whl (scripts/device/wheels.sh)"; exit 2; }
 export PYTHONPATH=/tmp/site:. PYTHONUNBUFFERED=1
-# the worker's GPU sandbox must let CUDA start; where it does not, keep its capabilities for this call and say so
-if [ -z "${ASTRA_SGLANG_SANDBOX_KEEP_CAPS:-}" ] && ! python3 scripts/device/sandbox_probe.py; then
-    export ASTRA_SGLANG_SANDBOX_KEEP_CAPS=1
-    echo "$(basename "$0"): CUDA did not start in the worker's default GPU sandbox: capabilities kept for this call"
-fi
+# the worker's GPU sandbox must let CUDA start; where it does not, the first weaker one that does, for this call
+fallback=$(python3 scripts/device/sandbox_probe.py) || echo "$(basename "$0"): CUDA did not start in any worker sandbox"
+eval "$fallback"

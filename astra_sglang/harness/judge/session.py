@@ -170,11 +170,16 @@ class JudgeSession:
         assert self.worker is not None
         pid = self.worker.proc.pid
         mode, caps = sandbox.seccomp_mode(pid), sandbox.capabilities(pid)
-        if "seccomp" in level.split(":")[0]:
+        layers = level.split(":")[0]
+        if "seccomp" in layers:
             if mode is not None and mode != 2:
                 level = f"none: the worker reported {level!r} but the kernel shows seccomp mode {mode}"
             elif caps and "capabilities kept" not in level:
                 level += f"; but the kernel shows capabilities {caps:#x} (CapEff)"
+        if "mounts" in layers and (left := sandbox.left_writable(pid, {**os.environ, **self.worker.env_extra})):
+            level = f"none: the worker reported {level!r} but can write through {', '.join(left[:4])}"
+        elif "mounts" in layers and "landlock" not in layers and sandbox.secret_visible(pid):
+            level += "; but the held-out secret's folder is not hidden from it"
         if self.sandbox is None:
             self.sandbox = level
         elif level != self.sandbox and len(self.notes) < 20:

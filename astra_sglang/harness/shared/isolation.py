@@ -131,6 +131,7 @@ class Child:
                  pass_fds: tuple[int, ...] = (), name: str = "worker"):
         self.name = name
         self.closed = False
+        self.env_extra = dict(env_extra or {})  # what it was started with beyond ours (the judge checks its sandbox)
         p2c_r, p2c_w = os.pipe()
         c2p_r, c2p_w = os.pipe()
         env = {k: v for k, v in os.environ.items() if k != SECRET_ENV}  # a judge or worker never needs it

@@ -25,7 +25,12 @@ worker starts too:
   leaving its process group (``setsid``, ``setpgid``: the judge stops and kills the worker by its group), and
   calls no kernel candidate has any use for (mount and namespaces, ``bpf``, ``perf_event_open``, keyrings,
   modules, ``userfaultfd``, ``io_uring``, setting the clock). Each returns EPERM, so a candidate sees an
-  error, not a dead worker. Threads, ``fork`` and ``exec`` stay allowed (exec is Landlock's).
+  error, not a dead worker. Threads, ``fork`` and ``exec`` stay allowed (exec is Landlock's). It also gives up
+  every capability.
+- read-only mounts (``install_readonly_mounts``), where Landlock is off (a GPU: it stops CUDA's start) and the
+  worker is root (the H200): without capabilities a uid-0 process still writes every file root owns, so the
+  worker sees every file system read-only in a mount namespace of its own, but its scratch folder and its
+  device files.
 
 What is in force is said, never assumed: ``install`` returns the level ("landlock+seccomp", "seccomp only:
 ...", "none: <why>"), the worker sends it to the judge before any candidate import (``protocol.Hello``), and
@@ -49,14 +54,14 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-SANDBOX_ENV = "ASTRA_SGLANG_SANDBOX"  # "1": both layers; "0": none; "landlock" / "seccomp": that one alone;
-# unset: both on a CPU, seccomp alone on a GPU (wanted_layers)
+SANDBOX_ENV = "ASTRA_SGLANG_SANDBOX"  # "1": landlock and seccomp; "0": none; layer names joined by "+";
+# unset: landlock and seccomp on a CPU, seccomp and the read-only mounts on a GPU (wanted_layers)
 SECRET_ENV = "ASTRA_SGLANG_HELDOUT_SECRET"  # the held-out secret given inline: never passed to a judge or worker
 SCRATCH_ENV = "ASTRA_SGLANG_SANDBOX_SCRATCH"  # the worker's own writable folder, made by the judge
 WRITABLE_ENV = "ASTRA_SGLANG_SANDBOX_WRITABLE"  # more writable paths (os.pathsep): tests' marker files
 DEVICE_ENV = "ASTRA_SGLANG_SANDBOX_DEVICE"  # the worker's device, set by the judge: the default layers follow it
 # Landlock breaks CUDA's initialisation on the H200 (cudaGetDeviceCount: error 304, 2026-12-05, with or without
-# the secret's read rules; seccomp alone runs), so a GPU worker gets seccomp alone unless Landlock is asked for
+# the secret's read rules; seccomp alone runs), so a GPU worker gets seccomp and the mounts unless it is asked for
 GPU_LANDLOCK_OFF = "off on a GPU by default (it makes CUDA's initialisation fail, error 304 on the H200)"
 
 # ----------------------------------------------------------------------------------------- the worker's env
@@ -319,6 +324,139 @@ def install_landlock(policy: Policy) -> str | None:
     return None
 
 
+# ---------------------------------------------------------------------------------------- read-only mounts
+
+_CLONE_NEWNS = 0x00020000
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT = 1, 2, 4, 8, 32
+MS_NOATIME, MS_NODIRATIME, MS_BIND, MS_REC, MS_PRIVATE, MS_RELATIME = 1 << 10, 1 << 11, 1 << 12, 1 << 14, 1 << 18, 1 << 21
+_KEPT_FLAGS = {"nosuid": MS_NOSUID, "nodev": MS_NODEV, "noexec": MS_NOEXEC, "noatime": MS_NOATIME,
+               "nodiratime": MS_NODIRATIME, "relatime": MS_RELATIME}
+# /proc stays writable (the CUDA driver names its threads through /proc/self/task), except what a root process
+# without capabilities could still change for the whole machine through it (the list container runtimes mount
+# read-only): sysctls (e.g. vm.drop_caches), the magic SysRq key, IRQ affinity, bus and fs settings
+PROC_READONLY = ("/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus", "/proc/fs")
+
+
+@dataclass(frozen=True)
+class Mount:
+    point: str
+    options: frozenset[str]
+
+
+def _unescape(field: str) -> str:
+    """mountinfo writes space, tab, newline and backslash as octal escapes."""
+    out, i = [], 0
+    while i < len(field):
+        if field[i] == "\\" and field[i + 1:i + 4].isdigit():
+            out.append(chr(int(field[i + 1:i + 4], 8)))
+            i += 4
+        else:
+            out.append(field[i])
+            i += 1
+    return "".join(out)
+
+
+def mounts(pid: int | str = "self") -> list[Mount]:
+    """The mounts ``pid`` sees (``/proc/<pid>/mountinfo``), in the kernel's order, with their per-mount options;
+    [] where ``/proc`` does not say. The judge reads the worker's to check the read-only view it claims."""
+    try:
+        lines = Path(f"/proc/{pid}/mountinfo").read_text().splitlines()
+    except OSError:
+        return []
+    out = []
+    for line in lines:
+        fields = line.split()
+        if len(fields) >= 6:
+            out.append(Mount(_unescape(fields[4]), frozenset(fields[5].split(","))))
+    return out
+
+
+def _beneath(path: str, roots: Iterable[str]) -> bool:
+    return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
+
+
+def _proc_writable(point: str) -> bool:
+    return _beneath(point, ["/proc"]) and not _beneath(point, PROC_READONLY)
+
+
+def writable_mounts(pid: int | str, allowed: Iterable[str | Path]) -> list[str]:
+    """The mount points ``pid`` may write through other than ``allowed`` (and ``/proc`` less ``PROC_READONLY``):
+    none when the read-only view is in force. The worker checks its own view with its policy's paths; the judge
+    checks the worker's from outside (``/proc/<pid>/mountinfo``), allowing its scratch folder and the device
+    files the worker bound beneath ``/dev``."""
+    keep = [str(a) for a in allowed]
+    return [m.point for m in _visible(mounts(pid)) if "ro" not in m.options and not _beneath(m.point, keep)
+            and not _proc_writable(m.point)]
+
+
+def _visible(seen: list[Mount]) -> list[Mount]:
+    """One mount per mount point, the one a path reaches: the last mounted there (mountinfo's order); the ones
+    under it are hidden (``/dev/shm`` and ``/dev/pts`` are mounted twice on some hosts)."""
+    return list({m.point: m for m in seen}.values())
+
+
+def left_writable(pid: int, env: Mapping[str, str]) -> list[str]:
+    """The judge's own check of a worker that claims the read-only mounts, from ``/proc/<pid>/mountinfo``: the
+    mount points it can write through besides its scratch folder, a test's extra paths, the device files it bound
+    beneath ``/dev`` and ``/proc`` (less ``PROC_READONLY``). ``env``: what the worker was started with."""
+    allowed = [env.get(SCRATCH_ENV, "")] + env.get(WRITABLE_ENV, "").split(os.pathsep)
+    allowed = [os.path.realpath(a) for a in allowed if a]
+    allowed += [m.point for m in mounts(pid) if m.point.startswith("/dev/")]
+    return writable_mounts(pid, allowed)
+
+
+def secret_visible(pid: int) -> bool:
+    """The judge's check that a worker claiming the mounts cannot read the held-out secret: its folder, where
+    there is one, must be a mount point of the worker's (the empty tmpfs put there)."""
+    folder = os.path.realpath(secret_path().parent)
+    return os.path.isdir(folder) and folder not in {m.point for m in mounts(pid)}
+
+
+def install_readonly_mounts(policy: Policy) -> str | None:
+    """Where Landlock is off (a GPU worker by default) and the worker runs as root (the H200), give it a private
+    mount namespace in which every file system is read-only except its scratch folder, ``policy.dev``'s device
+    files and ``/proc`` (less ``PROC_READONLY``); ``/dev`` itself becomes ``nodev``, so no other device file (a
+    disk) opens at all, and the held-out secret's folder (``policy.hidden``) is an empty read-only one. Without
+    it a root worker without capabilities still writes every file root owns: the judge's Triton cache (the
+    original's compiled kernel), the op folder, the harness's own modules and the queue's results. Needs
+    CAP_SYS_ADMIN (root), so it runs before the capabilities go; seccomp then denies ``mount``/``umount2``/
+    ``unshare``, so the view cannot be undone. None when in force, else why not."""
+    if sys.platform != "linux":
+        return f"no mount namespaces on {sys.platform}"
+    libc = _libc()
+    libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_void_p]
+
+    def mount(source: str | None, target: str, flags: int, fstype: str | None = None, data: str | None = None) -> int:
+        return int(libc.mount(source.encode() if source else None, target.encode(),
+                              fstype.encode() if fstype else None, ctypes.c_ulong(flags),
+                              ctypes.c_char_p(data.encode()) if data else None))
+
+    if libc.unshare(ctypes.c_int(_CLONE_NEWNS)) != 0:
+        return _err("unshare(CLONE_NEWNS)")
+    if mount("none", "/", MS_REC | MS_PRIVATE) != 0:  # nothing done here reaches the judge's namespace
+        return _err("mount --make-rprivate /")
+    keep = [str(p) for p in policy.writable + policy.dev if not _beneath(str(p), ["/proc"])]
+    for path in keep + [p for p in PROC_READONLY if os.path.exists(p)]:
+        if mount(path, path, MS_BIND) != 0:  # its own mount, so the remounts below leave it as it is
+            return _err(f"bind {path}")
+    for hidden in policy.hidden:  # the held-out secret's folder: an empty one in its place
+        if os.path.isdir(hidden) and mount("tmpfs", str(hidden), MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
+                                           "tmpfs", "size=4k,mode=0500") != 0:
+            return _err(f"hide {hidden}")
+    failed = []
+    for m in _visible(mounts()):
+        if _beneath(m.point, keep) or _proc_writable(m.point) or ("ro" in m.options and m.point != "/dev"):
+            continue
+        flags = MS_REMOUNT | MS_BIND | MS_RDONLY | (MS_NODEV if m.point == "/dev" else 0)
+        flags |= sum(bit for name, bit in _KEPT_FLAGS.items() if name in m.options)
+        if mount(None, m.point, flags) != 0:
+            failed.append(_err(m.point))
+    left = writable_mounts("self", keep)
+    if failed or left:
+        return "remount read-only failed: " + "; ".join(failed + [f"{p} still writable" for p in left if p])[:400]
+    return None
+
+
 # ------------------------------------------------------------------------------------------------- seccomp
 
 _AUDIT_ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}
@@ -494,35 +632,46 @@ def _threads() -> int:
     return 1
 
 
+LAYERS = ("landlock", "seccomp", "mounts")  # the order a level names them in
+MOUNTS_NEED_ROOT = "needs root (a worker of another user writes what that user may)"
+
+
 def wanted_layers(env: Mapping[str, str]) -> tuple[list[str], str]:
-    """The layers to install and, where that is not both, why: what ``ASTRA_SGLANG_SANDBOX`` asks for, else
-    both on a CPU and seccomp alone on a GPU (``GPU_LANDLOCK_OFF``); "1" asks for both on a GPU too."""
+    """The layers to install and, where that is not Landlock's, why: what ``ASTRA_SGLANG_SANDBOX`` asks for
+    ("1": landlock and seccomp; "0": none; layer names joined by "+", e.g. "seccomp+mounts"), else landlock and
+    seccomp on a CPU, and seccomp with the read-only mounts on a GPU (``GPU_LANDLOCK_OFF``)."""
     asked = env.get(SANDBOX_ENV, "").strip().lower()
     if asked in ("0", "off", "no", "false", "none"):
         return [], f"switched off ({SANDBOX_ENV}={env.get(SANDBOX_ENV)})"
-    if asked in ("landlock", "seccomp"):
-        return [asked], f"switched to {asked} ({SANDBOX_ENV})"
+    names = [n.strip() for n in asked.replace(",", "+").split("+") if n.strip()]
+    if names and all(n in LAYERS for n in names):
+        return [n for n in LAYERS if n in names], f"switched to {asked} ({SANDBOX_ENV})"
     if not asked and env.get(DEVICE_ENV, "cpu") != "cpu":
-        return ["seccomp"], f"landlock: {GPU_LANDLOCK_OFF}"
+        return ["seccomp", "mounts"], f"landlock: {GPU_LANDLOCK_OFF}"
     return ["landlock", "seccomp"], ""
 
 
 def install(env: Mapping[str, str] | None = None) -> str:
-    """Install what ``ASTRA_SGLANG_SANDBOX`` asks for (both layers by default) and say what is in force:
-    "landlock+seccomp", "landlock only: <why not seccomp>", "seccomp only: <why not Landlock>" or
-    "none: <why>". Never raises: a worker without a sandbox still runs, and says so."""
+    """Install what ``wanted_layers`` says and say what is in force: the layers joined by "+" ("landlock+seccomp",
+    "seccomp+mounts"), "<layer> only", each followed by why a layer is missing, or "none: <why>". Never raises: a
+    worker without a sandbox still runs, and says so. Order matters: Landlock and the mounts while the process has
+    one thread and its capabilities (the mounts need CAP_SYS_ADMIN), then seccomp (which denies mount), then
+    the capabilities go."""
     env = os.environ if env is None else env
     layers, chosen = wanted_layers(env)
     if not layers:
         return f"none: {chosen}"
-    if "landlock" in layers and not env.get(SCRATCH_ENV):
+    if ("landlock" in layers or "mounts" in layers) and not env.get(SCRATCH_ENV):
         return f"none: no scratch folder given ({SCRATCH_ENV} unset: not started by the judge)"
     threads = _threads()
     why: dict[str, str | None] = {}
     extra = ""
     try:
+        policy = default_policy(env) if ("landlock" in layers or "mounts" in layers) else Policy()
         if "landlock" in layers:
-            why["landlock"] = install_landlock(default_policy(env))
+            why["landlock"] = install_landlock(policy)
+        if "mounts" in layers:
+            why["mounts"] = install_readonly_mounts(policy) if os.geteuid() == 0 else MOUNTS_NEED_ROOT
         if "seccomp" in layers:
             why["seccomp"] = install_seccomp()
             # dropped with one thread yet (as Landlock): every later thread starts without any
@@ -532,11 +681,11 @@ def install(env: Mapping[str, str] | None = None) -> str:
                 extra = f"capabilities kept: {caps}"
     except Exception as e:  # noqa: BLE001 - a sandbox that cannot be made is reported, never fatal
         return f"none: {type(e).__name__}: {e}"
-    on = [name for name, reason in why.items() if reason is None]
+    on = [name for name in LAYERS if name in why and why[name] is None]
     off = "; ".join(f"{name}: {reason}" for name, reason in why.items() if reason is not None)
     if not on:
         return f"none: {off}"
-    level = "+".join(on) if len(on) == 2 else f"{on[0]} only"
+    level = "+".join(on) if len(on) > 1 else f"{on[0]} only"
     notes = [n for n in (off, chosen, extra,
                          f"{threads - 1} thread(s) started before Landlock are not bound by it"
                          if "landlock" in on and threads > 1 else "") if n]
