@@ -81,6 +81,17 @@ def arch_of_text(device: str) -> str | None:
     return None
 
 
+def gpu_of_text(device: str) -> str | None:
+    """A harness result's device text -> the GPU's name: 'NVIDIA H200 (sm_90)' -> 'NVIDIA H200'; None off CUDA."""
+    m = re.fullmatch(r"\s*(.+?)\s*\(sm_?\d+[a-z]?\)\s*", device or "")
+    return m.group(1) if m else None
+
+
+def same_gpu(a: str, b: str) -> bool:
+    """Two spellings of one GPU model (case and spacing aside): 'NVIDIA H200' is not 'NVIDIA H100 80GB HBM3'."""
+    return " ".join(a.lower().split()) == " ".join(b.lower().split())
+
+
 def norm_arch(arch: str) -> str:
     """'sm_90a' and 'sm_90' name the same device: validation is per device, the suffix is a compile target."""
     return re.sub(r"(?<=\d)[a-z]$", "", arch.strip().lower())

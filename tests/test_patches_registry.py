@@ -118,6 +118,24 @@ def test_applicability_reasons(root):
     assert registry.device_problem(m, "sm_90") is None          # sm_90a build target == sm_90 device
 
 
+def test_a_patch_measured_on_one_gpu_model_leaves_another_of_its_arch_to_sglang(root):
+    """An H100 and an H200 are both sm_90, with 30% apart in bandwidth: a guard is where the patch won on the GPU
+    it was measured on, so on another model SGLang's kernel serves until the patch is measured there."""
+    e = registry.discover()[0]
+    vo = e.manifest.validated_on.model_copy(update={"archs": ["sm_90"], "gpus": ["NVIDIA H200"]})
+    m = e.manifest.model_copy(update={"validated_on": vo})
+    assert registry.device_problem(m, "sm_90", "NVIDIA H200") is None
+    assert registry.device_problem(m, "sm_90", "nvidia  h200") is None          # one model, other spelling
+    why = registry.device_problem(m, "sm_90", "NVIDIA H100 80GB HBM3")
+    assert why is not None and why.startswith("GPU NVIDIA H100 80GB HBM3, patch measured on NVIDIA H200"), why
+    assert f"patches verify {m.patch_id} --record" in why
+    unrecorded = m.model_copy(update={"validated_on": vo.model_copy(update={"gpus": []})})
+    assert registry.device_problem(unrecorded, "sm_90", "NVIDIA H100 80GB HBM3") is None  # older manifests
+    for shipped in registry.discover(REPO / "patches"):
+        if "sm_90" in shipped.manifest.validated_on.archs:  # every GPU patch says where it was measured
+            assert shipped.manifest.validated_on.gpus == ["NVIDIA H200"], shipped.patch_id
+
+
 def test_list_and_show(root, capsys, monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     assert main(["patches", "list", "--json"]) == 0
@@ -202,6 +220,7 @@ def test_add_with_evidence_serves_only_where_the_evidence_won(root, tmp_path):
     assert not m.guard.accepts_dims({"T": 64, "H": 8192})                   # never measured: not served
     assert any(n.startswith("guard derived from 2 measured shape(s)") for n in m.evidence.notes)
     assert [(row.dims["T"], row.served) for row in m.evidence.guard_table] == [(64, True), (512, False)]
+    assert m.validated_on.archs == ["sm_90"] and m.validated_on.gpus == ["NVIDIA H200"]  # from the evidence's device
 
 
 def test_add_from_run_copies_the_winner(root, tmp_path):

@@ -144,10 +144,11 @@ def _patches(arch: str | None) -> list[PatchFact]:
     )
 
     sglang = installed_sglang_version()
+    gpu = current().name if arch and arch.startswith("sm_") else None
     out = []
     for e in discover():
-        problem = static_problem(e, sglang) or (device_problem(e.manifest, arch) if e.manifest else None)
-        ok, why = validated_here(e, sglang, arch)
+        problem = static_problem(e, sglang) or (device_problem(e.manifest, arch, gpu) if e.manifest else None)
+        ok, why = validated_here(e, sglang, arch, gpu)
         cannot = build_problem(e.manifest) if e.manifest else "unreadable manifest"
         out.append(PatchFact(patch_id=e.patch_id, op=e.op, applies_here=problem is None, why_not=problem,
                              validated_here=ok, validation=why, builds_here=cannot is None, build_problem=cannot))

@@ -111,13 +111,14 @@ def _rows() -> list[dict]:
     )
     from astra_sglang.platform_info import current
 
-    version, arch = installed_sglang_version(), current().arch
+    here = current()
+    version, arch, gpu = installed_sglang_version(), here.arch, here.name if here.cuda else None
     disabled = set(load_state().disabled)
     req = requested_ids()
     rows = []
     for e in discover():
-        problem = static_problem(e, version) or (device_problem(e.manifest, arch) if e.manifest else None)
-        vh, why = validated_here(e, version, arch)
+        problem = static_problem(e, version) or (device_problem(e.manifest, arch, gpu) if e.manifest else None)
+        vh, why = validated_here(e, version, arch, gpu)
         m = e.manifest
         geo = [r.geomean_speedup for r in m.evidence.results if r.geomean_speedup] if m else []
         cannot_build = build_problem(m) if m else "unreadable manifest"
@@ -224,6 +225,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     from astra_sglang.contract.patch import write_patch_manifest
     from astra_sglang.patches.registry import discover, find, installed_sglang_version
     from astra_sglang.patches.tooling.verify import verify_entry
+    from astra_sglang.platform_info import current, same_gpu
 
     def progress(line: str) -> None:  # stderr: a check can take minutes; stdout keeps only the verdicts
         print(line, file=sys.stderr, flush=True)
@@ -265,11 +267,14 @@ def cmd_verify(args: argparse.Namespace) -> int:
                 vo.sglang_versions.append(version)
             if out.arch not in vo.archs:
                 vo.archs.append(out.arch)
+            gpu = current().name if out.arch.startswith("sm_") else ""
+            if gpu and vo.gpus and not any(same_gpu(gpu, g) for g in vo.gpus):
+                vo.gpus.append(gpu)  # measured here now: its guard serves on this model too
             m.op_manifest_sha256 = out.op_manifest_sha256
             if h is not None:
                 m.evidence.results.append(h)
             write_patch_manifest(e.path, m)
-            print(f"  recorded: validated on SGLang {version} / {out.arch}")
+            print(f"  recorded: validated on SGLang {version} / {out.arch}" + (f" ({gpu})" if gpu else ""))
     return 1 if failed else 0
 
 

@@ -93,6 +93,9 @@ class GuardRow(Model):
 class ValidatedOn(Model):
     sglang_versions: list[str]
     archs: list[str] = Field(description="'sm_90' style (torch's compute capability), or 'cpu-interpret'")
+    gpus: list[str] = Field(default_factory=list, description="the GPU models its guard was measured on ('NVIDIA "
+                            "H200'): one arch holds GPUs of other bandwidths (sm_90: H100 and H200), where the "
+                            "shapes it wins on differ; empty: not recorded (any GPU of the archs)")
 
 
 class Provenance(Model):

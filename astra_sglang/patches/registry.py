@@ -39,7 +39,7 @@ from astra_sglang.contract.restore import build_files_problem
 from astra_sglang.data_paths import bundled_extracted, bundled_patches
 from astra_sglang.errors import AstraError
 from astra_sglang.patches.env import ALL_VALUES, ENV_SELECT, OFF_VALUES
-from astra_sglang.platform_info import CPU_INTERPRET_ARCH, norm_arch
+from astra_sglang.platform_info import CPU_INTERPRET_ARCH, norm_arch, same_gpu
 
 ENV_ROOT = "ASTRA_SGLANG_PATCHES_DIR"
 ENV_STATE = "ASTRA_SGLANG_STATE_FILE"
@@ -115,6 +115,7 @@ class VerifyRecord(Model):
     ok: bool
     sglang_version: str
     arch: str
+    gpu: str = ""  # the GPU model it ran on ("" in records written before GPUs were named)
     manifest_sha256: str
     when: str
     geomean_speedup: float | None = None
@@ -237,27 +238,37 @@ def op_problem(m: PatchManifest) -> str | None:
     return target_problem(op, m.targets)
 
 
-def device_problem(m: PatchManifest, arch: str | None) -> str | None:
-    """Why this patch cannot serve on a device of ``arch`` (None = no CUDA device), or None."""
+def device_problem(m: PatchManifest, arch: str | None, gpu: str | None = None) -> str | None:
+    """Why this patch cannot serve on a device of ``arch`` (None = no CUDA device) named ``gpu``, or None. A
+    guard is where the patch won on the GPUs it was measured on: on another model of the same arch (an H100 for
+    one measured on an H200: 30% less bandwidth, the same sm_90) SGLang's kernel serves until it is measured
+    there (``patches verify --record``)."""
     if arch is None:
         return "no CUDA device"
     if arch == CPU_INTERPRET_ARCH and m.source.kind != "triton":
         return "CUDA kernels need a GPU (only Triton runs under TRITON_INTERPRET=1)"
     if norm_arch(arch) not in {norm_arch(a) for a in m.validated_on.archs}:
         return f"GPU arch {arch}, patch validated on {', '.join(m.validated_on.archs)}"
+    gpus = m.validated_on.gpus
+    if gpu and arch != CPU_INTERPRET_ARCH and gpus and not any(same_gpu(gpu, g) for g in gpus):
+        return (f"GPU {gpu}, patch measured on {', '.join(gpus)} (its guard is where it won there; "
+                f"`astra-sglang patches verify {m.patch_id} --record` measures it here and adds it)")
     return None
 
 
-def validated_here(entry: PatchEntry, sglang_version: str | None, arch: str | None) -> tuple[bool, str]:
+def validated_here(entry: PatchEntry, sglang_version: str | None, arch: str | None,
+                   gpu: str | None = None) -> tuple[bool, str]:
     m = entry.manifest
     if m is None or sglang_version is None or arch is None:
         return False, "no " + ("readable manifest" if m is None else "SGLang" if sglang_version is None else "device")
-    if sglang_version in m.validated_on.sglang_versions and norm_arch(arch) in {
-        norm_arch(a) for a in m.validated_on.archs
-    }:
+    if sglang_version in m.validated_on.sglang_versions and device_problem(m, arch, gpu) is None:
         return True, "manifest"
     msha = sha256_file(entry.path / MANIFEST_NAME)
     for r in load_state().verified.get(m.patch_id, []):
-        if r.sglang_version == sglang_version and norm_arch(r.arch) == norm_arch(arch) and r.manifest_sha256 == msha:
+        if (r.sglang_version == sglang_version and norm_arch(r.arch) == norm_arch(arch) and r.manifest_sha256 == msha
+                and (not gpu or not m.validated_on.gpus or same_gpu(r.gpu, gpu))):
             return r.ok, f"verify {r.when}" + ("" if r.ok else f" failed: {r.detail}")
-    return False, f"not validated on SGLang {sglang_version} / {arch}; run `patches verify {m.patch_id}`"
+    where = f"{arch}" + (f" ({gpu})" if gpu else "")
+    return False, f"not validated on SGLang {sglang_version} / {where}; run `patches verify {m.patch_id}`"
+
+

@@ -38,7 +38,7 @@ from astra_sglang.data_paths import user_cache
 from astra_sglang.errors import AstraError
 from astra_sglang.patches.registry import op_folder, patches_root
 from astra_sglang.patches.tooling.guard import derive_guard, describe, measured_rows, within_contract, within_shapes
-from astra_sglang.platform_info import arch_of_text
+from astra_sglang.platform_info import arch_of_text, gpu_of_text
 
 if TYPE_CHECKING:
     from astra_sglang.contract.result import EvalResult
@@ -125,7 +125,8 @@ def add_patch(
         description=description,
         source=PatchSource(kind=kind, file=kernel_name),  # type: ignore[arg-type]
         targets=targets,
-        validated_on=ValidatedOn(sglang_versions=sglang_versions, archs=archs),
+        validated_on=ValidatedOn(sglang_versions=sglang_versions, archs=archs, gpus=sorted(
+            {g for r in evidence.results if (g := gpu_of_text(r.device))})),
         guard=guard,
         check_shapes=covered_check_shapes(ad.default_check_shapes(), guard),
         files=pin_files(dest),

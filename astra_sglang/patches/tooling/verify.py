@@ -125,7 +125,8 @@ def verify_entry(entry: PatchEntry, *, shapes: str = "all", harness: bool = True
     from astra_sglang.patches.runtime import PatchRuntime
 
     version = installed_sglang_version()
-    arch = platform_info.current().arch
+    here = platform_info.current()
+    arch, gpu = here.arch, here.name if here.cuda else None
     m = entry.manifest
     problem = (entry.error or "unreadable manifest") if m is None else file_problem(entry.path, m)
     if problem is None and version is None:
@@ -138,9 +139,10 @@ def verify_entry(entry: PatchEntry, *, shapes: str = "all", harness: bool = True
     # verifying is how a patch becomes validated on a new SGLang, device or re-extracted op: none may stop the check
     patched = m.model_copy(update={"validated_on": m.validated_on.model_copy(update={
         "sglang_versions": list(m.validated_on.sglang_versions) + [version],
-        "archs": list(m.validated_on.archs) + ([arch] if arch else [])}),
+        "archs": list(m.validated_on.archs) + ([arch] if arch else []),
+        "gpus": list(m.validated_on.gpus) + ([gpu] if gpu and m.validated_on.gpus else [])}),
         "op_manifest_sha256": current_op_sha256(m)})
-    problem = device_problem(patched, arch)
+    problem = device_problem(patched, arch, gpu)
     if problem:
         return VerifyOutcome(entry.patch_id, False, arch, problem)
     say = progress or (lambda line: None)
@@ -176,7 +178,8 @@ def verify_entry(entry: PatchEntry, *, shapes: str = "all", harness: bool = True
             out.detail = f"harness: {out.harness.error or 'incorrect'}"
     if record and version and arch:
         record_verify(m.patch_id, VerifyRecord(
-            ok=out.ok, sglang_version=version, arch=arch, manifest_sha256=sha256_file(entry.path / MANIFEST_NAME),
+            ok=out.ok, sglang_version=version, arch=arch, gpu=gpu or "",
+            manifest_sha256=sha256_file(entry.path / MANIFEST_NAME),
             when=now(), geomean_speedup=out.harness.geomean_speedup if out.harness else None, detail=out.detail))
     return out
 
