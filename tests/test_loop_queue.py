@@ -267,6 +267,40 @@ def test_a_queue_pass_cut_short_keeps_the_results_it_finished(op_dir: Path, tmp_
     assert not (queue / "run1--r001-c1" / RESULT_NAME).exists()
 
 
+def test_a_pass_evaluates_every_candidate_before_it_sweeps_an_original(op_dir: Path, tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch):
+    """The round-0 sweep of SGLang's original (decode attention: 64 configs x 14 shapes, longer than a pass) sorts
+    before the next rounds' candidates in the queue; rounds wait for candidates, never for the sweep, so a pass
+    runs the evaluations first and the sweep with the time that is left."""
+    import astra_sglang.harness as harness
+    import astra_sglang.loop.evaluator as evaluator
+    from astra_sglang.loop.evaluator import process_queue
+    from astra_sglang.loop.records import TuneOutcome
+
+    order: list[str] = []
+
+    def swept(*a, **k) -> TuneOutcome:
+        order.append("tune")
+        return TuneOutcome(error="not swept in this test")
+
+    monkeypatch.setattr(evaluator, "_tune_once", swept)
+
+    def judged(op_dir, candidates, config, on_result=None):
+        order.extend(str(c.parent.name) if c else "original" for c in candidates)
+        return []
+
+    monkeypatch.setattr(harness, "evaluate_many", judged)
+    queue = tmp_path / "queue"
+    paper = EvalSpec(shapes="paper", device="cuda")
+    with pytest.raises(EvalPending):
+        QueueEvaluator(op_dir, queue, "run1").sweep_baseline(paper)
+    with pytest.raises(EvalPending):
+        QueueEvaluator(op_dir, queue, "run1").evaluate_many([("r001-c0", _two_correct_scripted(tmp_path)[0])], paper)
+    assert sorted(p.name for p in queue.iterdir()) == ["run1--r000-tune", "run1--r001-c0"]  # the sweep sorts first
+    process_queue(queue, op_dir.parent)
+    assert order == ["run1--r001-c0", "tune"], order
+
+
 def _answer(queue: Path, op_dir: Path, labels: set[str]) -> list[str]:
     """The GPU host's answers for the named labels only: candidates and the original through the real harness on
     the CPU's test shapes, plus the INJECTED timing; the round-0 sweep as a SCRIPTED baseline (1.05x)."""

@@ -499,7 +499,10 @@ def process_queue(queue_dir: Path, extracted_root: Path, device: str | None = No
     Pending evaluations of one op under one spec (a K-candidate round, or runs sharing a queue) go to the
     harness together, so their builds run in parallel on this host's cores and only the timing is serial;
     each result is written the moment its verdict is final, so a pass cut short keeps what it finished.
-    Work runs in queue order, a batch where its first item stands; ``progress(request)`` is called as an
+    Evaluations run in queue order, a batch where its first item stands, and the sweeps of originals (tune
+    jobs) after all of them: no round waits for a sweep, every round waits for its candidates, and a sweep can
+    outlast a pass (decode attention's 64 configs x 14 shapes did, 2026-12-04), so a pass that met the sweep
+    first ran out of time before the candidates queued behind it. ``progress(request)`` is called as an
     item's work starts (a batch's items together), so what it prints is the order things run in;
     ``on_retry(request, error)`` when a judge error leaves an item pending for one more pass (CHECKER_ERROR_NAME)."""
     from astra_sglang.harness import evaluate_many
@@ -519,7 +522,7 @@ def process_queue(queue_dir: Path, extracted_root: Path, device: str | None = No
         candidate = item_dir / request.candidate_file if request.candidate_file else None
         units.setdefault((request.job, request.op, spec.model_dump_json(), tune), []).append(
             (item_dir, request, candidate))
-    for (job, op, spec_json, _), items in units.items():
+    for (job, op, spec_json, _), items in sorted(units.items(), key=lambda u: u[0][0] == "tune"):  # stable
         if progress is not None:
             for _, request, _ in items:
                 progress(request)
