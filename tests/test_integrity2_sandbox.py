@@ -264,6 +264,18 @@ ROOT_WRITES = ATTEMPTS + textwrap.dedent('''
 ''')
 
 
+def test_mounts_that_cannot_be_listed_are_not_claimed_read_only(tmp_path):
+    """With no /proc/self/mountinfo (a sandboxed kernel) the remount loop would see nothing, remount nothing, and
+    find nothing writable: the layer must say it is not in force instead."""
+    code = ("import json; from astra_sglang.harness.shared import sandbox; sandbox.mounts = lambda pid='self': []; "
+            "print(json.dumps({'level': sandbox.install()}))")
+    level = _probe(tmp_path, {SANDBOX_ENV: "seccomp+mounts"}, code)["level"]
+    if os.geteuid() == 0:
+        assert level.startswith("seccomp only: mounts: cannot list the mounts"), level
+    else:
+        assert level.startswith(f"seccomp only: mounts: {sandbox.MOUNTS_NEED_ROOT}"), level
+
+
 def _a_disk() -> str | None:
     return next((d for d in ("/dev/vda", "/dev/sda", "/dev/nvme0n1", "/dev/xvda") if os.path.exists(d)), None)
 
@@ -289,6 +301,7 @@ def test_a_root_gpu_worker_cannot_write_what_root_owns(tmp_path):
     assert out["left"] == [] and out["judge sees"] == [], out
     assert judges.read_text() == "judge" and not (tmp_path / "judge_file.planted").exists()
     assert sandbox.left_writable(os.getpid(), {}) != []  # outside the namespace the same check sees "/" writable
+    assert sandbox.left_writable(2**22 + 7, {})[0].startswith("/ (unverified")  # no mountinfo: never "read-only"
     control = _probe(tmp_path, {SANDBOX_ENV: "seccomp"}, ROOT_WRITES, str(judges), disk)
     assert control["write the judge's file"] == "ok", control  # seccomp and no capabilities alone: the hole
     assert judges.read_text() == "judgex"

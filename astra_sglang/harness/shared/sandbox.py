@@ -399,9 +399,12 @@ def left_writable(pid: int, env: Mapping[str, str]) -> list[str]:
     """The judge's own check of a worker that claims the read-only mounts, from ``/proc/<pid>/mountinfo``: the
     mount points it can write through besides its scratch folder, a test's extra paths, the device files it bound
     beneath ``/dev`` and ``/proc`` (less ``PROC_READONLY``). ``env``: what the worker was started with."""
+    seen = mounts(pid)
+    if not seen:
+        return [f"/ (unverified: /proc/{pid}/mountinfo unreadable)"]
     allowed = [env.get(SCRATCH_ENV, "")] + env.get(WRITABLE_ENV, "").split(os.pathsep)
     allowed = [os.path.realpath(a) for a in allowed if a]
-    allowed += [m.point for m in mounts(pid) if m.point.startswith("/dev/")]
+    allowed += [m.point for m in seen if m.point.startswith("/dev/")]
     return writable_mounts(pid, allowed)
 
 
@@ -443,8 +446,11 @@ def install_readonly_mounts(policy: Policy) -> str | None:
         if os.path.isdir(hidden) and mount("tmpfs", str(hidden), MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
                                            "tmpfs", "size=4k,mode=0500") != 0:
             return _err(f"hide {hidden}")
+    seen = _visible(mounts())
+    if not any(m.point == "/" for m in seen):  # nothing listed would mean nothing remounted, and "all read-only"
+        return "cannot list the mounts (/proc/self/mountinfo)"
     failed = []
-    for m in _visible(mounts()):
+    for m in seen:
         if _beneath(m.point, keep) or _proc_writable(m.point) or ("ro" in m.options and m.point != "/dev"):
             continue
         flags = MS_REMOUNT | MS_BIND | MS_RDONLY | (MS_NODEV if m.point == "/dev" else 0)
