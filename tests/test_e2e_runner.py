@@ -61,6 +61,26 @@ def test_ten_percent_faster_patch_with_placebo_holding_is_a_gain(tmp_path, capsy
         assert (out / "e2e.png").stat().st_size > 0
 
 
+def test_the_report_says_whether_the_slow_processes_ran_on_lower_clocks(tmp_path, capsys, monkeypatch):
+    """Why separate processes differ by 3-6% was never measured: each forward prints its GPU's clocks (ASTRA-GPU,
+    here a STAND-IN GPU whose slow processes ran on low clocks) and the report ranks step time within each arm
+    against them; without the line the report says the state is missing, never guesses."""
+    monkeypatch.setenv("STANDIN_B_FACTOR", "0.9")
+    monkeypatch.setenv("STANDIN_CLOCKS", "1")
+    out = tmp_path / "run"
+    assert main(_e2e(out, rounds=4)) == 0
+    rep = _report(capsys)
+    assert _arm(out, 1, "B")["gpu"]["gpu"] == "STAND-IN GPU"
+    assert [f.split(":")[0] for f in rep["gpu_findings"]] == ["bs 1", "bs 64"]
+    for finding in rep["gpu_findings"]:
+        rho = float(finding.split("median SM clock ")[1].split(";")[0])
+        assert "12 processes" in finding and rho < -0.9, finding  # the slow ones were on low clocks
+        assert "clock-event reasons seen: software power cap" in finding, finding
+    monkeypatch.delenv("STANDIN_CLOCKS")
+    assert main(_e2e(tmp_path / "bare", rounds=4)) == 0
+    assert all("GPU state of 0 of 12 processes" in f for f in _report(capsys)["gpu_findings"])
+
+
 def test_a_run_too_short_for_any_verdict_says_so_before_it_spends_the_device(tmp_path, capsys, monkeypatch):
     """Two rounds of 47 s processes on the H200 could never give a verdict (2026-12-04); the user is told at once."""
     from astra_sglang.e2e.stats import fewest_processes

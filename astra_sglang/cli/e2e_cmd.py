@@ -181,6 +181,8 @@ def print_report(report: object, png: Path | None) -> None:
         need = f"; about {report.rounds_needed} rounds would reach +-{report.config.target_halfwidth:g}" \
             if report.rounds_needed and report.halfwidth > report.config.target_halfwidth else ""
         con.print(f"widest decode B/A half-width {report.halfwidth:.4f}{need}", markup=False)
+    for line in report.gpu_findings:  # why processes differ: were the slow ones on lower clocks?
+        con.print(f"gpu: {line}", markup=False)
     con.print(f"stopped: {report.stopped}", markup=False)
     con.print(f"report: {Path(report.out) / 'report.json'}; "
               + (f"plot: {png}" if png else "no plot (matplotlib is not installed)"), markup=False)

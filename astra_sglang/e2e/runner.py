@@ -37,6 +37,8 @@ from astra_sglang.e2e.stats import MetricSummary, Verdict, fewest_processes, ove
 from astra_sglang.errors import AstraError
 from astra_sglang.patches.env import ALL_VALUES, ENV_PLACEBO, ENV_SELECT
 from astra_sglang.patches.status_file import ENV_STATUS_DIR
+from astra_sglang.profile import gpu_state
+from astra_sglang.profile.gpu_state import GpuState
 
 ARMS = ("A", "B", "C")
 ARM_NAMES = {"A": "patches off", "B": "patches on", "C": "placebo"}
@@ -106,6 +108,8 @@ class ArmRun(Model):
                                                             "counters' or 'none'")
     graphs: bool | None = Field(default=None, description="in-process: the decode graphs were recaptured for this "
                                                           "arm-run (None: a process of its own)")
+    gpu: GpuState | None = Field(default=None, description="the GPU's clocks, temperature and power while it ran "
+                                                          "(its ASTRA-GPU line; None without NVML)")
 
 
 class ShapeReport(Model):
@@ -142,6 +146,8 @@ class E2EReport(Model):
     reasons: list[str]
     halfwidth: float | None = Field(default=None, description="the widest decode B/A half-width")
     rounds_needed: int | None = Field(default=None, description="estimated rounds for the target half-width")
+    gpu_findings: list[str] = Field(default_factory=list, description="per batch size: were the slower processes "
+                                    "the ones on lower clocks (why processes differ; gpu_state.clock_finding)")
 
 
 Progress = Callable[[str], None]
@@ -264,8 +270,12 @@ def run_arm(folder: Path, cfg: E2EConfig, round_no: int, arm: str, position: int
     patches, source = patches_from_records(folder / "status"), "status records"
     if not patches:
         patches, source = patches_from_line(stdout), "ASTRA-PATCHES line"
+    try:
+        gpu = gpu_state.from_stdout(stdout)
+    except (ValueError, ValidationError):
+        gpu = None  # a garbled line costs the finding, never the measurement
     run = ArmRun(round=round_no, arm=arm, position=position, command=cmd, env=extra, seconds=seconds,
-                 results=results, patches=patches, patches_source=source if patches else "none")
+                 results=results, patches=patches, patches_source=source if patches else "none", gpu=gpu)
     write_atomic(folder / ARM_FILE, run.model_dump_json(indent=1) + "\n")
     return run
 
@@ -528,7 +538,10 @@ def build_report(cfg: E2EConfig, runs: Sequence[ArmRun], out: Path) -> E2EReport
     for r in runs:
         arms_of.setdefault(r.round, set()).add(r.arm)
     complete = [k for k, arms in arms_of.items() if arms == set(ARMS)]
-    return E2EReport(created=time.strftime("%Y-%m-%dT%H:%M:%S%z"), out=str(out), config=cfg,
+    findings = [gpu_state.clock_finding(bs, [(r.arm, s.median_decode_latency, r.gpu) for r in runs
+                                             for s in r.results if s.batch_size == bs and s.median_decode_latency])
+                for bs in sorted({k[0] for k in shapes})] if not cfg.in_process else []
+    return E2EReport(created=time.strftime("%Y-%m-%dT%H:%M:%S%z"), out=str(out), config=cfg, gpu_findings=findings,
                      rounds_done=len(complete), warmup_processes=warmups, shapes=reports,
                      patch_calls=patch_calls(runs), problems=trouble, not_reached=skipped,
                      verdict=overall(verdicts) if reports else "no measurable change",

@@ -1,6 +1,7 @@
 """Run SGLang's own ``sglang.benchmark.one_batch`` in this process after ``load_plugins()`` (one_batch does not call
 it), so whatever ``ASTRA_SGLANG_PATCHES`` says is installed the way a server installs it; at exit one line
-``ASTRA-PATCHES {json}`` with each patch's state and calls (``attribution.served_calls`` reads it back).
+``ASTRA-PATCHES {json}`` with each patch's state and calls (``attribution.served_calls`` reads it back) and one
+``ASTRA-GPU {json}`` with the clocks, temperature and power the GPU ran at meanwhile (``gpu_state``).
 The profile runner starts it once per pass: graphs off with the profiler, graphs on for the step time.
 ``scripts/h200_server/forward.py`` runs this from the device's site archive.
 Usage: python -m astra_sglang.profile.one_batch_child <one_batch arguments>
@@ -29,8 +30,12 @@ def _report() -> None:
 def main() -> None:
     from sglang.srt.plugins import load_plugins
 
+    from astra_sglang.profile import gpu_state
+
+    sampler = gpu_state.start_for_this_process()  # the clocks this process ran at, for e2e's noise finding
     load_plugins()
     atexit.register(_report)
+    atexit.register(gpu_state.report, sampler)
     sys.argv = ["sglang.benchmark.one_batch", *sys.argv[1:]]
     runpy.run_module("sglang.benchmark.one_batch", run_name="__main__")
 

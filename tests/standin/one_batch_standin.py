@@ -14,6 +14,8 @@ spread over the whole distribution and no arm is unlucky, so a test's known answ
 with the "original", so C is drawn like A.
 
 STANDIN_FAIL="<round>:<arm>" makes that process exit 3 before writing results (a killed or crashed run).
+STANDIN_CLOCKS=1 prints an ``ASTRA-GPU`` line of a stand-in GPU whose SM clock is 1980 MHz over the process factor
+(slow processes on low clocks), for e2e's noise finding.
 """
 
 from __future__ import annotations
@@ -92,6 +94,11 @@ def main() -> None:
     if st is not None:
         print("ASTRA-PATCHES " + json.dumps({PATCH: {"state": st.state, "reason": st.reason,
                                                      "patch": st.served_by_patch, "original": st.served_by_original}}))
+    if os.environ.get("STANDIN_CLOCKS") == "1":  # a STAND-IN GPU whose slow processes ran on lower clocks
+        sm = round(1980 / process)
+        print("ASTRA-GPU " + json.dumps({"gpu": "STAND-IN GPU", "samples": 40, "sm_mhz_median": sm, "sm_mhz_min": sm - 15,
+                                         "mem_mhz_median": 3201, "temp_c_max": 52, "power_w_median": 410,
+                                         "reasons": ["software power cap"] if process > 1.03 else []}))
 
 
 if __name__ == "__main__":
