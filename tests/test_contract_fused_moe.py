@@ -24,8 +24,8 @@ pytest.importorskip("triton")
 
 from astra_sglang.contract.op import TritonRecipe, load_manifest  # noqa: E402
 from astra_sglang.extract import catalog  # noqa: E402
-from astra_sglang.extract.catalog._fused_moe import DECODE_T, SPLITS  # noqa: E402
-from astra_sglang.extract.catalog._moe_configs import moe_config, moe_down_config  # noqa: E402
+from astra_sglang.extract.catalog._fused_moe import DECODE_T, PREFILL_T, SPLITS  # noqa: E402
+from astra_sglang.extract.catalog._moe_configs import SERVED_GPUS, moe_config, moe_down_config  # noqa: E402
 from astra_sglang.extract.catalog.source_text import FileText  # noqa: E402
 from astra_sglang.extract.extractor import write_op  # noqa: E402
 from astra_sglang.harness.parent.contract_validation import validate_contract, validation_config  # noqa: E402
@@ -132,16 +132,45 @@ def test_routed_batches_are_what_moe_align_gives_the_kernel(op: Path):
         assert scalars(d, "float16")["BLOCK_SIZE_M"] == bm
 
 
-def test_each_case_carries_the_config_sglang_picks_on_an_h200(each_op: Path):
+def test_each_case_carries_the_config_sglang_picks_on_the_gpus_it_is_tagged_for(each_op: Path):
+    """SGLang tunes fused MoE per GPU model (E=..,N=..,device_name=<GPU>.json): a case per served GPU, tagged with
+    the GPUs whose config its dims hold; the H200's (the issue's) and the H100's (this workplace's other GPU)."""
     manifest = load_manifest(each_op)
     down = manifest.short_name == "fused_moe_down"
     assert len(manifest.shapes) >= 20
     for s in manifest.shapes:
         d = s.dims
-        c = moe_down_config(d["E"], d["I"], d["T"], None, None) if down else moe_config(d["E"], d["N"] // 2, d["T"],
-                                                                                        None, None)
-        assert (d["BM"], d["BN"], d["BK"], d["GM"]) == (c["BLOCK_SIZE_M"], c["BLOCK_SIZE_N"], c["BLOCK_SIZE_K"],
-                                                        c["GROUP_SIZE_M"]), s.source
+        assert s.served_on(), s.source
+        for gpu in s.served_on():
+            c = moe_down_config(d["E"], d["I"], d["T"], None, None, gpu) if down else moe_config(
+                d["E"], d["N"] // 2, d["T"], None, None, gpu)
+            assert (d["BM"], d["BN"], d["BK"], d["GM"]) == (c["BLOCK_SIZE_M"], c["BLOCK_SIZE_N"], c["BLOCK_SIZE_K"],
+                                                            c["GROUP_SIZE_M"]), (gpu, s.source)
+    points = len(SPLITS) * len(DECODE_T) + len(PREFILL_T) + 1  # decode, prefill, the edge case
+    for gpu in SERVED_GPUS:  # every served point once per GPU
+        assert len([s for s in manifest.shapes if gpu in s.served_on()]) == points, gpu
+
+
+def test_a_gpu_is_timed_against_the_configs_sglang_serves_on_it(each_op: Path):
+    """On an H100 the H100's tiles are what serves (20 of 23 points differ from the H200's): the named shape sets
+    time the running GPU's cases, the H200's where the GPU is unknown, and a GPU the contract has no configs for
+    gets the H200's with a note saying the original may not be what serves there."""
+    from astra_sglang.contract.eval_config import EvalConfig
+    from astra_sglang.harness.shared.suite import served_on_note, timed_shapes
+
+    manifest = load_manifest(each_op)
+    tagged = {g: [s.dims for s in manifest.shapes if "decode" in s.tags and g in s.served_on()] for g in SERVED_GPUS}
+    h200, h100 = SERVED_GPUS
+    assert timed_shapes(manifest, EvalConfig(shapes="decode")) == tagged[h200]
+    assert timed_shapes(manifest, EvalConfig(shapes="decode", gpu="NVIDIA H200")) == tagged[h200]
+    assert timed_shapes(manifest, EvalConfig(shapes="decode", gpu="NVIDIA H100 80GB HBM3")) == tagged[h100]
+    assert tagged[h100] != tagged[h200] and len(tagged[h100]) == len(tagged[h200])
+    assert len(timed_shapes(manifest, EvalConfig(shapes="all"))) == len(manifest.shapes)  # checks cover both
+    a100 = EvalConfig(shapes="decode", gpu="NVIDIA A100-SXM4-80GB")
+    assert timed_shapes(manifest, a100) == tagged[h200]
+    assert "timed on NVIDIA A100-SXM4-80GB with the launch configs SGLang serves on NVIDIA H200" in served_on_note(
+        manifest, a100)
+    assert served_on_note(manifest, EvalConfig(shapes="decode", gpu=h100)) == ""
     for name in ("BM", "BN", "BK", "GM", "NW", "NS"):  # held-out shapes draw these from the cases' values
         assert len({s.dims[name] for s in manifest.shapes}) <= 4, name
 
@@ -167,7 +196,7 @@ def test_the_down_config_takes_the_up_calls_block_m(monkeypatch: pytest.MonkeyPa
     up = {1: {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 64, "BLOCK_SIZE_K": 64, "GROUP_SIZE_M": 1}}
     tuned_down = {1: {"BLOCK_SIZE_M": 64, "BLOCK_SIZE_N": 128, "BLOCK_SIZE_K": 128, "GROUP_SIZE_M": 8, "num_warps": 8}}
     files = {False: up, True: tuned_down}
-    monkeypatch.setattr(_moe_configs, "_tuned", lambda e, n, dtype, block, down=False: files[down])
+    monkeypatch.setattr(_moe_configs, "_tuned", lambda e, n, dtype, block, down=False, gpu=None: files[down])
     c = moe_down_config(8, 1792, 1, None, None)
     assert c["BLOCK_SIZE_M"] == 16 and c["BLOCK_SIZE_N"] == 128 and c["num_warps"] == 8
     tuned_down[1]["USE_TMA"] = True

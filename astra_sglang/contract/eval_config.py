@@ -49,6 +49,9 @@ class EvalConfig(Model):
 
     device: Literal["auto", "cuda", "cpu"] = "auto"
     arch: str = "sm_90a"
+    gpu: str | None = Field(None, description="the GPU model the timing runs on ('NVIDIA H200'; the parent sets it "
+                            "from the device): where a contract carries SGLang's served launch configs per GPU (fused "
+                            "MoE), the named shape sets time this GPU's; None: the contract's first")
     cache_dir: Path | None = None
     build_workers: int = 8
     max_tune_configs: int = Field(64, ge=1, le=64, description="TUNE points one candidate may declare (a round of "

@@ -362,10 +362,22 @@ def hook_target(entry_point: str) -> str:
     return f"{module}.{attr}"
 
 
+SERVED_ON = "served-on:"  # a tag: the case carries the launch config SGLang serves on this GPU model
+
+
+def served_on_tag(gpu: str) -> str:
+    return SERVED_ON + gpu
+
+
 class ShapeCase(Model):
     dims: dict[str, int]
-    tags: list[str] = Field(description="paper, decode, prefill, edge, traced, ...")
+    tags: list[str] = Field(description="paper, decode, prefill, edge, traced, ...; 'served-on:<GPU>' where the "
+                            "dims hold a launch config SGLang picks per GPU model (fused MoE's tuned JSON)")
     source: str = Field(description="which model/TP/phase or which trace it came from")
+
+    def served_on(self) -> list[str]:
+        """The GPU models whose served config this case carries; [] for a case that is every GPU's."""
+        return [t.removeprefix(SERVED_ON) for t in self.tags if t.startswith(SERVED_ON)]
 
 
 class Manifest(Model):

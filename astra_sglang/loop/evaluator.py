@@ -21,6 +21,7 @@ from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Any
 
+from astra_sglang import platform_info
 from astra_sglang.contract.base import sha256_text
 from astra_sglang.contract.eval_config import EvalConfig, ExtraCase
 from astra_sglang.contract.op import (
@@ -35,6 +36,7 @@ from astra_sglang.errors import AstraError
 from astra_sglang.loop.records import CheckReport, EvalSpec, QueueRequest, TuneOutcome
 from astra_sglang.loop.runfolder import atomic_write, now_iso
 from astra_sglang.loop.static_check import check_source
+from astra_sglang.platform_info import gpu_of_text, same_gpu
 
 
 class EvalPending(Exception):
@@ -415,7 +417,7 @@ def _resources(report: BuildReport) -> str:
 TUNE_RESULT_NAME = "baseline.json"
 
 
-def _same_sweep(op_dir: Path, manifest: Manifest, spec: EvalSpec) -> SweepBaseline | None:
+def _same_sweep(op_dir: Path, manifest: Manifest, spec: EvalSpec, gpu: str | None = None) -> SweepBaseline | None:
     """The op folder's GPU-measured tune_baseline.json when it is the sweep this spec would queue (same op and
     SGLang version, same timed shapes, same L2 mode): several runs sharing a queue, or a run after
     `astra-sglang tune`, then spend no GPU pass sweeping the original again (64 configs for decode_attention)."""
@@ -428,8 +430,11 @@ def _same_sweep(op_dir: Path, manifest: Manifest, spec: EvalSpec) -> SweepBaseli
         return None
     if f"{spec.mode} L2" not in found.method:
         return None
+    measured_on = gpu_of_text(found.device)
+    if gpu and not (measured_on and same_gpu(measured_on, gpu)):  # another GPU's sweep is not this one's bar
+        return None
     try:
-        wanted = sorted(sorted(d.items()) for d in timed_shapes(manifest, EvalConfig(shapes=spec.shapes)))
+        wanted = sorted(sorted(d.items()) for d in timed_shapes(manifest, EvalConfig(shapes=spec.shapes, gpu=gpu)))
     except (AstraError, ValueError):
         return None
     have = sorted(sorted(s.dims.items()) for s in found.shapes)
@@ -452,7 +457,8 @@ def _tune_once(op_dir: Path, spec_json: str, config: EvalConfig, item_dir: Path)
     resumes there in the next pass."""
     from astra_sglang.harness.parent.tune_baseline import BASELINE_NAME, measured_on_gpu, partial_path
 
-    found = _same_sweep(op_dir, load_manifest(op_dir), EvalSpec.model_validate_json(spec_json))
+    found = _same_sweep(op_dir, load_manifest(op_dir), EvalSpec.model_validate_json(spec_json),
+                        platform_info.current().name if platform_info.current().cuda else None)
     if found is not None:
         return TuneOutcome(baseline=found)
     partial = partial_path(item_dir / TUNE_RESULT_NAME)

@@ -4,16 +4,16 @@ token counts served.
 ``fused_experts_impl`` (the Triton MoE runner) calls ``invoke_fused_moe_kernel`` twice per layer on one
 moe_align sort: the up-projection (``fused_moe_kernel``: w1, gate and up, top_k = TK) and, after SiLU-and-mul,
 the down-projection (``fused_moe_down``: w2, top_k = 1, each row scaled by its routing weight). Both take the
-config SGLang picks for the layer's token count on an H200, and the down call's BLOCK_SIZE_M is the up call's
-(one sort serves both).
+config SGLang picks for the layer's token count on the GPU (its tuned JSON per GPU: a case per served GPU), and the
+down call's BLOCK_SIZE_M is the up call's (one sort serves both).
 """
 
 from __future__ import annotations
 
 import torch
 
-from astra_sglang.contract.op import Dim, ScalarArg, ShapeCase, TensorArg
-from astra_sglang.extract.catalog._moe_configs import moe_config, moe_down_config
+from astra_sglang.contract.op import Dim, ScalarArg, ShapeCase, TensorArg, served_on_tag
+from astra_sglang.extract.catalog._moe_configs import PRIMARY_GPU, SERVED_GPUS, moe_config, moe_down_config
 from astra_sglang.extract.shapes import case, dedup
 
 # P: sorted_token_ids as SGLang's moe_align sizes it for the Triton runner: T*TK + E*(BM-1)
@@ -33,32 +33,37 @@ PREFILL_T = {"Mixtral-8x7B TP4": 2048, "Qwen3-30B-A3B TP1": 2048}
 EDGE = ("Qwen3-30B-A3B TP2", 3)  # 24 pairs over 128 experts: most experts idle
 
 
-def config_dims(e: int, inner: int, t: int, down: bool) -> dict[str, int]:
-    """The config's values as the contract's dims: SGLang's up config for T tokens, or its down config."""
-    c = moe_down_config(e, inner, t, None, None) if down else moe_config(e, inner, t, None, None)
+def config_dims(e: int, inner: int, t: int, down: bool, gpu: str = PRIMARY_GPU) -> dict[str, int]:
+    """The config's values as the contract's dims: SGLang's up config on ``gpu`` for T tokens, or its down config."""
+    c = moe_down_config(e, inner, t, None, None, gpu) if down else moe_config(e, inner, t, None, None, gpu)
     return {"BM": c["BLOCK_SIZE_M"], "BN": c["BLOCK_SIZE_N"], "BK": c["BLOCK_SIZE_K"], "GM": c["GROUP_SIZE_M"],
             "NW": c.get("num_warps", 4), "NS": c.get("num_stages", 3)}
 
 
 def served_shapes(widths: str, what: str) -> list[ShapeCase]:
-    """Every split at every served token count. ``widths`` names the GEMM's dims: 'up' gives N (= 2 x the
-    intermediate, gate and up) and K (hidden), 'down' gives H (hidden, the output) and I (the intermediate)."""
+    """Every split at every served token count, once per GPU of ``SERVED_GPUS`` with the config SGLang tunes for it
+    (tagged ``served-on:<GPU>``; a case whose config two GPUs share carries both tags): an H100 serves other
+    tiles than an H200, and a candidate is timed against what serves on the GPU it runs on (suite.timed_shapes).
+    ``widths`` names the GEMM's dims: 'up' gives N (= 2 x the intermediate, gate and up) and K (hidden), 'down'
+    gives H (hidden, the output) and I (the intermediate)."""
     down = widths == "down"
     cases: list[ShapeCase] = []
 
-    def add(tags: list[str], src: str, e: int, tk: int, hidden: int, inner: int, t: int, label: str) -> None:
+    def add(tags: list[str], src: str, e: int, tk: int, hidden: int, inner: int, t: int, label: str, gpu: str) -> None:
         gemm = {"H": hidden, "I": inner} if down else {"N": 2 * inner, "K": hidden}
-        dims = {"T": t, "TK": tk, "E": e, **gemm, **config_dims(e, inner, t, down)}
-        cases.append(case(tags, f"{label}, {what} (H200 config BLOCK_M={dims['BM']})", **dims))
+        dims = {"T": t, "TK": tk, "E": e, **gemm, **config_dims(e, inner, t, down, gpu)}
+        cases.append(case([*tags, served_on_tag(gpu)], f"{label}, {what} ({gpu} config BLOCK_M={dims['BM']})",
+                          **dims))
 
-    for src, e, tk, hidden, inner in SPLITS:
-        for t in (*DECODE_T, *([PREFILL_T[src]] if src in PREFILL_T else [])):
-            tag = "decode" if t <= 256 else "prefill"
-            add([tag], src, e, tk, hidden, inner, t, f"{src} {tag} T={t}")
-    src, t = EDGE
-    _, e, tk, hidden, inner = next(s for s in SPLITS if s[0] == src)
-    add(["edge"], src, e, tk, hidden, inner, t, f"edge: {src}, {t} tokens ({t * tk} pairs over {e} experts: most "
-        "experts idle)")
+    for gpu in SERVED_GPUS:
+        for src, e, tk, hidden, inner in SPLITS:
+            for t in (*DECODE_T, *([PREFILL_T[src]] if src in PREFILL_T else [])):
+                tag = "decode" if t <= 256 else "prefill"
+                add([tag], src, e, tk, hidden, inner, t, f"{src} {tag} T={t}", gpu)
+        src, t = EDGE
+        _, e, tk, hidden, inner = next(s for s in SPLITS if s[0] == src)
+        add(["edge"], src, e, tk, hidden, inner, t, f"edge: {src}, {t} tokens ({t * tk} pairs over {e} experts: most "
+            "experts idle)", gpu)
     return dedup(cases)
 
 
@@ -96,8 +101,9 @@ CALL_TAIL = ["topk_weights", "topk_ids", "sorted_token_ids", "expert_ids", "num_
              "BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M", "num_warps", "num_stages"]
 ROUTING_RELATION = ("sorted_token_ids / expert_ids / num_tokens_post_padded: moe_align_block_size(topk_ids, BM) "
                     "(see inputs.py); every (t, s) pair appears once, padding slots hold T*TK")
-CONFIG_RELATION = ("the config (BM, BN, BK, GM, NW, NS) is SGLang's for this shape on an H200; a replacement may "
-                   "ignore all but BM, which shapes sorted_token_ids")
+CONFIG_RELATION = ("the config (BM, BN, BK, GM, NW, NS) is SGLang's for this shape on the GPU(s) its served-on tag "
+                   "names (an H200's and an H100's differ); a replacement may ignore all but BM, which shapes "
+                   "sorted_token_ids")
 
 # What `tune` sweeps per shape: SGLang's own fused-MoE tuning space (benchmark/kernels/fused_moe_triton,
 # get_configs_compute_bound: BLOCK_SIZE_M 16..256, N 32..256, K 64..256, GROUP_SIZE_M 1/16/32/64, warps 4/8, stages

@@ -1,4 +1,4 @@
-"""SGLang's fused-MoE launch configs on the H200 and the expert splits it serves MoE models with.
+"""SGLang's fused-MoE launch configs per GPU (the H200's first) and the expert splits it serves MoE models with.
 
 Shared by the MoE ops (moe_align_block_size's BLOCK_SIZE_M, fused_moe_kernel's tiles): both must use the config
 SGLang would pick for a shape, or the folder pins a launch SGLang never makes.
@@ -14,7 +14,10 @@ from typing import Any
 from astra_sglang.extract.shapes import MOE_MODELS, TP_SIZES, MoeConfig
 
 _CONFIG_DIR = "srt/layers/moe/moe_runner/triton_utils/configs"
-_DEVICE = "NVIDIA_H200"
+# the GPUs whose tuned configs the fused-MoE contracts carry, as torch names them; the first is the contract's own
+# (the H200 its issue targets). SGLang's file name is the torch name with "_" for " " (get_config_file_name)
+SERVED_GPUS = ("NVIDIA H200", "NVIDIA H100 80GB HBM3")
+PRIMARY_GPU = SERVED_GPUS[0]
 
 
 def served_dtype(model: MoeConfig) -> tuple[str | None, list[int] | None]:
@@ -24,14 +27,15 @@ def served_dtype(model: MoeConfig) -> tuple[str | None, list[int] | None]:
 
 @cache
 def _tuned(e: int, n: int, dtype: str | None, block: tuple[int, ...] | None,
-           down: bool = False) -> dict[int, dict[str, Any]] | None:
-    """SGLang's tuned fused-MoE configs for the H200 (get_moe_configs: this Triton's folder, else newest first;
+           down: bool = False, gpu: str = PRIMARY_GPU) -> dict[int, dict[str, Any]] | None:
+    """SGLang's tuned fused-MoE configs for ``gpu`` (get_moe_configs: this Triton's folder, else newest first;
     ``down``: the down-projection's own file, ``..._down.json``)."""
     import triton
 
     from astra_sglang.extract.sglang_env import sglang_root
 
-    name = f"E={e},N={n},device_name={_DEVICE}" + (f",dtype={dtype}" if dtype else "") + (
+    device = gpu.replace(" ", "_")
+    name = f"E={e},N={n},device_name={device}" + (f",dtype={dtype}" if dtype else "") + (
         f",block_shape={list(block)}" if block else "") + ("_down" if down else "") + ".json"
     root = sglang_root() / _CONFIG_DIR
     own = f"triton_{triton.__version__.replace('.', '_')}"
@@ -44,10 +48,11 @@ def _tuned(e: int, n: int, dtype: str | None, block: tuple[int, ...] | None,
     return None
 
 
-def moe_config(e: int, n: int, m: int, dtype: str | None, block: list[int] | None) -> dict[str, Any]:
-    """The fused_moe_kernel config SGLang picks on an H200 for M tokens (try_get_optimal_moe_config): the tuned
+def moe_config(e: int, n: int, m: int, dtype: str | None, block: list[int] | None,
+               gpu: str = PRIMARY_GPU) -> dict[str, Any]:
+    """The fused_moe_kernel config SGLang picks on ``gpu`` for M tokens (try_get_optimal_moe_config): the tuned
     entry nearest M, else get_default_config's bf16 / block-FP8 default."""
-    tuned = _tuned(e, n, dtype, tuple(block) if block else None)
+    tuned = _tuned(e, n, dtype, tuple(block) if block else None, gpu=gpu)
     if tuned:
         return dict(tuned[min(tuned, key=lambda x: abs(x - m))])
     if dtype == "fp8_w8a8" and block:
@@ -58,17 +63,18 @@ def moe_config(e: int, n: int, m: int, dtype: str | None, block: list[int] | Non
     return {"BLOCK_SIZE_M": 64, "BLOCK_SIZE_N": 64, "BLOCK_SIZE_K": 32, "GROUP_SIZE_M": 8}
 
 
-def moe_down_config(e: int, n: int, m: int, dtype: str | None, block: list[int] | None) -> dict[str, Any]:
+def moe_down_config(e: int, n: int, m: int, dtype: str | None, block: list[int] | None,
+                    gpu: str = PRIMARY_GPU) -> dict[str, Any]:
     """The down-projection's config (try_get_optimal_moe_config(return_down_config=True)): the tuned ``_down``
     entry nearest M with the up config's BLOCK_SIZE_M (one moe_align sort serves both calls), else the up config
     itself (fused_experts_impl passes ``down_config or config``)."""
-    up = moe_config(e, n, m, dtype, block)
-    tuned = _tuned(e, n, dtype, tuple(block) if block else None, down=True)
+    up = moe_config(e, n, m, dtype, block, gpu)
+    tuned = _tuned(e, n, dtype, tuple(block) if block else None, down=True, gpu=gpu)
     if not tuned:
         return up
     down = dict(tuned[min(tuned, key=lambda x: abs(x - m))])
     if down.pop("USE_TMA", False):  # on Hopper SGLang then takes the TMA path (a_use_tma, c_sorted): another call
-        raise ValueError(f"E={e},N={n}: the H200 down config at M={m} asks for TMA, a call form no contract pins")
+        raise ValueError(f"E={e},N={n}: the {gpu} down config at M={m} asks for TMA, a call form no contract pins")
     return {**down, "BLOCK_SIZE_M": up["BLOCK_SIZE_M"]}
 
 

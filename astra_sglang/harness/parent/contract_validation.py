@@ -17,7 +17,7 @@ from astra_sglang.contract.op import Manifest, load_manifest, manifest_sha256
 from astra_sglang.contract.result import EvalResult, FailedCase
 from astra_sglang.contract.validation import ContractValidation, FindingCheck, TimedOriginal
 from astra_sglang.errors import AstraError
-from astra_sglang.harness.parent.evaluate import evaluate, resolve_device
+from astra_sglang.harness.parent.evaluate import evaluate, resolve_device, with_gpu
 from astra_sglang.harness.shared.suite import check_dtypes, distributions, timed_shapes
 
 # What Triton's CPU interpreter (TRITON_INTERPRET=1, Triton 3.8) cannot run, found by running each op with
@@ -111,7 +111,7 @@ def validate_contract(op_dir: Path, config: EvalConfig) -> tuple[ContractValidat
     manifest = load_manifest(op_dir)
     sha = manifest_sha256(op_dir)
     device = resolve_device(config)
-    config, skipped = _without_interpreter_limits(manifest, config, device)
+    config, skipped = _without_interpreter_limits(manifest, with_gpu(config, device), device)
     res = evaluate(op_dir, None, config)
     c = res.correctness
     passed = res.error is None and c is not None and c.ok and c.cases_run > 0

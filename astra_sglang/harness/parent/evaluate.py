@@ -41,7 +41,14 @@ from astra_sglang.harness.shared.isolation import (
     run_checker,
 )
 from astra_sglang.harness.shared.protocol import TIMING_BATCH, CheckJob, TimedShape
-from astra_sglang.harness.shared.suite import build_suite, largest_numel, left_to_gpu_note, timed_shapes, timing_dtypes
+from astra_sglang.harness.shared.suite import (
+    build_suite,
+    largest_numel,
+    left_to_gpu_note,
+    served_on_note,
+    timed_shapes,
+    timing_dtypes,
+)
 
 
 def resolve_device(config: EvalConfig) -> str:
@@ -50,6 +57,15 @@ def resolve_device(config: EvalConfig) -> str:
             raise AstraError("--device cuda but no CUDA GPU is visible")
         return config.device
     return "cuda" if _cuda_available() else "cpu"
+
+
+def with_gpu(config: EvalConfig, device: str) -> EvalConfig:
+    """``config`` with the GPU model it runs on named (EvalConfig.gpu), on CUDA where the caller did not name one."""
+    if device != "cuda" or config.gpu:
+        return config
+    from astra_sglang import platform_info
+
+    return config.model_copy(update={"gpu": platform_info.current().name or None})
 
 
 def _cuda_available() -> bool:
@@ -192,6 +208,7 @@ def evaluate_many(op_dir: Path, candidates: list[Path | None], config: EvalConfi
     op_dir = Path(op_dir).resolve()
     manifest = _load(op_dir)
     device = resolve_device(config)
+    config = with_gpu(config, device)
     if device == "cpu" and manifest.source_kind == "cuda_jit":
         raise AstraError(f"{manifest.short_name} is a CUDA kernel: checking and timing it needs a GPU. Run this on a "
                          "GPU host, or optimize with `--eval-queue DIR` here and run `astra-sglang evaluate DIR` there")
@@ -222,7 +239,7 @@ def evaluate_many(op_dir: Path, candidates: list[Path | None], config: EvalConfi
                                 cuda=device == "cuda") if config.timing or serving else []
     build_wall = time.monotonic() - t0
     warmup, rep = config.timing_protocol()
-    gpu_note = left_to_gpu_note(manifest, config)
+    gpu_note = "; ".join(n for n in (left_to_gpu_note(manifest, config), served_on_note(manifest, config)) if n)
     results: list[EvalResult] = []
     for given, build in zip(submitted, builds):
         sweep = _tune(op_dir, manifest, given, config, device, base_seed)

@@ -211,7 +211,7 @@ def sweep_key(manifest: Manifest, config: EvalConfig, device: str) -> str:
     fields = {"contract": manifest_digest(manifest), "device": device, "shapes": config.shapes,
               "timing_dtypes": config.timing_dtypes, "mode": config.mode, "max_configs": config.max_tune_configs,
               "max_timed_shapes": config.max_timed_shapes, "screen": config.screen, "timing": config.timing,
-              "min_change_pct": config.min_change_pct, "dtypes": config.dtypes}
+              "min_change_pct": config.min_change_pct, "dtypes": config.dtypes, "gpu": config.gpu}
     return sha256_text(repr(sorted(fields.items())))
 
 

@@ -71,7 +71,7 @@ def _sweep_key(text: str, params: list[LaunchParam], config: EvalConfig, device:
     import hashlib
 
     what = [hashlib.sha256(text.encode()).hexdigest(), [(p.name, p.values) for p in params], config.shapes,
-            config.dtypes, config.timing_dtypes, config.mode, config.timing, device]
+            config.dtypes, config.timing_dtypes, config.mode, config.timing, device, config.gpu]
     return hashlib.sha256(repr(what).encode()).hexdigest()[:32]
 
 
@@ -111,7 +111,7 @@ def sweep_baseline(op_dir: Path, config: EvalConfig,
     """The sweep; with ``config.timing`` off (the CPU interpreter) only the checks of every config run, and
     the result has no shapes: it says which configs are correct, never which is faster. ``partial``: where
     each finished chunk is kept and a cut sweep of the same key resumes from (removed once the sweep ends)."""
-    from astra_sglang.harness.parent.evaluate import resolve_device
+    from astra_sglang.harness.parent.evaluate import resolve_device, with_gpu
 
     t0 = time.monotonic()
     op_dir = Path(op_dir).resolve()
@@ -121,6 +121,7 @@ def sweep_baseline(op_dir: Path, config: EvalConfig,
         raise AstraError(str(e)) from None
     params = original_params(op_dir, manifest)
     device = resolve_device(config)
+    config = with_gpu(config, device)
     r = manifest.recipe
     assert isinstance(r, TritonRecipe)
     text = (op_dir / r.source).read_text()

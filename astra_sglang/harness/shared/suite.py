@@ -19,6 +19,7 @@ from astra_sglang.contract.op import Manifest, complete_dims, signature_names
 from astra_sglang.errors import AstraError
 from astra_sglang.harness.shared.protocol import CaseSpec
 from astra_sglang.loader.launch import compile_call
+from astra_sglang.platform_info import same_gpu
 
 Case = CaseSpec  # one case of the suite, as it travels to the checker
 
@@ -77,17 +78,39 @@ def largest_numel(manifest: Manifest, dims: dict[str, int]) -> int:
     return max(math.prod(shape_of(t.shape, dims)) for t in manifest.signature.tensors)
 
 
-def _selected(manifest: Manifest, which: str) -> list[dict[str, int]]:
+def _selected(manifest: Manifest, which: str, gpu: str | None = None) -> list[dict[str, int]]:
     if which == "test":
         tagged = [s.dims for s in manifest.shapes if "test" in s.tags]
         return tagged or test_shapes(manifest)
     if which == "all":
         return [s.dims for s in manifest.shapes]
-    return [s.dims for s in manifest.shapes if which in s.tags]
+    served = served_gpu(manifest, gpu)
+    return [s.dims for s in manifest.shapes
+            if which in s.tags and (served is None or not s.served_on() or served in s.served_on())]
+
+
+def served_gpu(manifest: Manifest, gpu: str | None) -> str | None:
+    """Whose served launch configs a named shape set times, where the contract carries them per GPU model (fused
+    MoE: SGLang's tuned JSON differs between an H100 and an H200): ``gpu`` when the contract has its configs, else
+    the first GPU it names; None for a contract whose cases are every GPU's."""
+    named = list(dict.fromkeys(g for s in manifest.shapes for g in s.served_on()))
+    if not named:
+        return None
+    return next((g for g in named if gpu and same_gpu(g, gpu)), named[0])
+
+
+def served_on_note(manifest: Manifest, config: EvalConfig) -> str:
+    """The note of a timing on a GPU whose served configs the contract does not carry, else ""."""
+    served = served_gpu(manifest, config.gpu)
+    if served is None or not config.gpu or same_gpu(served, config.gpu):
+        return ""
+    return (f"timed on {config.gpu} with the launch configs SGLang serves on {served} (the contract carries its "
+            "per-GPU configs only for " + ", ".join(dict.fromkeys(g for s in manifest.shapes for g in s.served_on()))
+            + "): the original here may not be what SGLang serves on this GPU")
 
 
 def timed_shapes(manifest: Manifest, config: EvalConfig) -> list[dict[str, int]]:
-    shapes = _selected(manifest, config.shapes)
+    shapes = _selected(manifest, config.shapes, config.gpu)
     if not shapes:
         tags = sorted({t for s in manifest.shapes for t in s.tags} & {"paper", "decode", "prefill"})
         raise AstraError(f"{manifest.short_name}: no shapes tagged {config.shapes!r} in the manifest (its shapes are "

@@ -6,7 +6,7 @@ same moe_align sort: A is the activated intermediate, one row per (token, slot) 
 the kernel scales each output row by the pair's routing weight (mul_routed_weight) into ``[T, TK, hidden]``,
 which moe_sum_reduce then sums over the slots. At decode every touched expert's w2 is read once for a few rows:
 this call and the up-projection are the MoE layer's weight traffic. The config is SGLang's down config for the
-layer's token count on an H200 (its ``_down`` tuned JSON where one exists, else the up config, as
+layer's token count on each served GPU (its ``_down`` tuned JSON where one exists, else the up config, as
 ``down_config or config``), with the up call's BLOCK_SIZE_M.
 """
 
@@ -162,9 +162,11 @@ ENTRY = CatalogEntry(
     ],
     notes=[
         "pinned call: unquantized bf16/fp16 down-projection, routing weight applied to the output "
-        "(apply_router_weight_on_input False), no TMA (SGLang's H200 down configs for these models carry none), "
+        "(apply_router_weight_on_input False), no TMA (SGLang's H200 and H100 down configs carry none at these "
+        "token counts; the H100's asks for it from M=4096), "
         "fused sum/all-reduce off (SGLang's default); fp8/int8/int4 are not covered",
-        "config per case = try_get_optimal_moe_config(return_down_config=True) on an H200 (the tuned _down JSON "
+        "config per case = try_get_optimal_moe_config(return_down_config=True) on the GPU its served-on tag "
+        "names, H200 and H100 (the tuned _down JSON "
         "of this Triton version, else the newest, nearest M, BLOCK_SIZE_M forced to the up config's; else the up "
         "config); held-out shapes draw the config dims from the values the cases use",
         "a patch on invoke_fused_moe_kernel serves this contract only for calls of this form (mul_routed_weight "

@@ -4,7 +4,7 @@ Every (token, slot) pair of a routed batch multiplies its token's hidden row by 
 kernel runs one expert per BLOCK_SIZE_M block of ``sorted_token_ids`` (moe_align's output). This folder pins the
 up-projection call SGLang's Triton MoE runner makes for unquantized weights (``fused_experts_impl``: w1, no
 bias, no router weight on the input, c_sorted / TMA off as the shipped configs leave them, every expert local),
-with the config SGLang picks on an H200 for that model, split and batch (its tuned JSON, nearest M).
+with the config SGLang picks on each served GPU for that model, split and batch (its tuned JSON, nearest M).
 
 The wrapper takes a config dict and a Triton compute dtype, which no call list can hold: the op folder's
 ``adapter.py`` (ours) builds both from the contract's scalars and the tensors' dtype.
@@ -157,8 +157,9 @@ ENTRY = CatalogEntry(
     notes=[
         "pinned call: unquantized bf16/fp16 up-projection; the w2 down-projection (mul_routed_weight, top_k=1) "
         "is fused_moe_down; fp8/int8/int4 are not covered",
-        "config per case = try_get_optimal_moe_config on an H200 (tuned JSON of this Triton version, else the "
-        "newest; the nearest M); held-out shapes draw the config dims from the values the cases use",
+        "config per case = try_get_optimal_moe_config on the GPU its served-on tag names, H200 and H100 (tuned "
+        "JSON of this Triton version, else the newest; the nearest M); held-out shapes draw the config dims from "
+        "the values the cases use",
     ],
 )
 
