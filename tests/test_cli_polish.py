@@ -86,8 +86,8 @@ def test_one_run_without_a_finished_round_does_not_sink_the_others(tmp_path: Pat
 
 
 def test_evaluate_prints_items_in_the_order_it_runs_them(tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch):
-    """Evaluations under one spec run together as one batch, so queue order is not run order: the printed
-    order must be the run order."""
+    """Evaluations under one spec run together as one batch, and the originals' sweeps after every evaluation, so
+    queue order is not run order: the printed order must be the run order."""
     import astra_sglang.harness.parent.evaluate as harness_evaluate
     import astra_sglang.loop.evaluator as evaluator
     from astra_sglang.loop.evaluator import EvalPending, QueueEvaluator
@@ -123,7 +123,7 @@ def test_evaluate_prints_items_in_the_order_it_runs_them(tmp_path: Path, capsys,
     assert main(["evaluate", str(queue), "--extracted", str(MERGE_STATE.parent), "--device", "cpu"]) == 0
     lines = capsys.readouterr().out.splitlines()
     printed = [ln.split()[1] for ln in lines if ln.startswith("evaluating ")]
-    assert printed == ran == ["a--r001", "c--r001", "b--r000-tune", "b--r001"]
+    assert printed == ran == ["a--r001", "c--r001", "b--r001", "b--r000-tune"]
     assert [ln.split(":")[0].strip() for ln in lines if ln.startswith("  ")] == ["a--r001", "c--r001", "b--r001"]
 
 

@@ -162,19 +162,28 @@ def test_a_finished_sweep_is_kept_beside_the_candidate_and_reused_only_for_the_s
     cand, first = swept
     assert first.sweep is not None and cand.with_name("candidate.sweep.json").is_file()
     calls: list[int] = []
-    real = sweep.sweep_variants
-    monkeypatch.setattr(sweep, "sweep_variants", lambda *a, **k: calls.append(1) or real(*a, **k))
+
+    class SweptAgain(Exception):
+        """Where a sweep would run again: the test needs to know it starts, not to wait for it."""
+
+    def record(*a, **k):
+        calls.append(1)
+        raise SweptAgain
+
+    monkeypatch.setattr(sweep, "sweep_variants", record)
     Path(first.sweep.frozen_path).unlink()  # the frozen source lost: rewritten from the kept sweep
     again = evaluate(merge_op, cand, SIM)
     assert calls == [] and again.ok, again.error
     assert again.sweep is not None and again.sweep.choice == first.sweep.choice
     assert Path(again.sweep.frozen_path).read_text() == first.sweep.frozen_source
-    evaluate(merge_op, cand, SIM.model_copy(update={"mode": "warm"}))  # other settings: swept again
+    with pytest.raises(SweptAgain):
+        evaluate(merge_op, cand, SIM.model_copy(update={"mode": "warm"}))  # other settings: swept again
     assert calls == [1]
     edited = cand.with_name("edited.py")
     edited.write_text(cand.read_text() + "\n# edited\n")
     shutil.copy(cand.with_name("candidate.sweep.json"), edited.with_name("edited.sweep.json"))
-    evaluate(merge_op, edited, SIM)  # another text under a copied record: swept again
+    with pytest.raises(SweptAgain):
+        evaluate(merge_op, edited, SIM)  # another text under a copied record: swept again
     assert calls == [1, 1]
 
 
