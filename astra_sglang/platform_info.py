@@ -31,6 +31,11 @@ class Platform:
         return self.arch is not None and self.arch.startswith("sm_")
 
     @property
+    def gpu(self) -> str | None:
+        """The GPU model ('NVIDIA H200') on CUDA, else None: what patches and per-GPU contracts are matched on."""
+        return self.name or None if self.cuda else None
+
+    @property
     def interpreted(self) -> bool:
         return self.arch == CPU_INTERPRET_ARCH
 

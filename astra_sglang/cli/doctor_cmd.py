@@ -144,7 +144,7 @@ def _patches(arch: str | None) -> list[PatchFact]:
     )
 
     sglang = installed_sglang_version()
-    gpu = current().name if arch and arch.startswith("sm_") else None
+    gpu = current().gpu if arch and arch.startswith("sm_") else None
     out = []
     for e in discover():
         problem = static_problem(e, sglang) or (device_problem(e.manifest, arch, gpu) if e.manifest else None)

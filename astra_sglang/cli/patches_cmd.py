@@ -112,7 +112,7 @@ def _rows() -> list[dict]:
     from astra_sglang.platform_info import current
 
     here = current()
-    version, arch, gpu = installed_sglang_version(), here.arch, here.name if here.cuda else None
+    version, arch, gpu = installed_sglang_version(), here.arch, here.gpu
     disabled = set(load_state().disabled)
     req = requested_ids()
     rows = []
@@ -267,7 +267,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
                 vo.sglang_versions.append(version)
             if out.arch not in vo.archs:
                 vo.archs.append(out.arch)
-            gpu = current().name if out.arch.startswith("sm_") else ""
+            gpu = (current().gpu or "") if out.arch.startswith("sm_") else ""
             if gpu and vo.gpus and not any(same_gpu(gpu, g) for g in vo.gpus):
                 vo.gpus.append(gpu)  # measured here now: its guard serves on this model too
             m.op_manifest_sha256 = out.op_manifest_sha256

@@ -458,7 +458,7 @@ def _tune_once(op_dir: Path, spec_json: str, config: EvalConfig, item_dir: Path)
     from astra_sglang.harness.parent.tune_baseline import BASELINE_NAME, measured_on_gpu, partial_path
 
     found = _same_sweep(op_dir, load_manifest(op_dir), EvalSpec.model_validate_json(spec_json),
-                        platform_info.current().name if platform_info.current().cuda else None)
+                        platform_info.current().gpu)
     if found is not None:
         return TuneOutcome(baseline=found)
     partial = partial_path(item_dir / TUNE_RESULT_NAME)

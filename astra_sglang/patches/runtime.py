@@ -187,7 +187,7 @@ class PatchRuntime:
         except Exception as e:
             self.fail(f"cannot query the device ({type(e).__name__}: {e})")
             return False
-        problem = device_problem(self.m, here.arch, here.name if here.cuda else None)
+        problem = device_problem(self.m, here.arch, here.gpu)
         if problem:
             self.fail(problem)
             return False

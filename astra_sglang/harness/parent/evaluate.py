@@ -65,7 +65,7 @@ def with_gpu(config: EvalConfig, device: str) -> EvalConfig:
         return config
     from astra_sglang import platform_info
 
-    return config.model_copy(update={"gpu": platform_info.current().name or None})
+    return config.model_copy(update={"gpu": platform_info.current().gpu})
 
 
 def _cuda_available() -> bool:

@@ -126,7 +126,7 @@ def verify_entry(entry: PatchEntry, *, shapes: str = "all", harness: bool = True
 
     version = installed_sglang_version()
     here = platform_info.current()
-    arch, gpu = here.arch, here.name if here.cuda else None
+    arch, gpu = here.arch, here.gpu
     m = entry.manifest
     problem = (entry.error or "unreadable manifest") if m is None else file_problem(entry.path, m)
     if problem is None and version is None:
