@@ -6,6 +6,8 @@
 #   .srv/site312.tar.xz    the SGLang runtime the device image lacks (h200_server/build_site.sh)
 #   .srv/astra_sglang-*.whl  this commit's wheel, built from a clean export (a stale build/ leaks deleted files),
 #                          checked against the tree (check_wheel.py); device.sh refuses any other
+#   extracted/*/src/       SGLang's source files the contracts pin (extract --restore; git-ignored, carried as
+#                          "extracted": without them the device has no kernel to evaluate)
 #   runs/                  the kept model runs (runs_keep.sh restore), when model-runs/ holds any
 # Usage: scripts/device/prepare.sh [--no-site]   (--no-site: skip the ~2-minute SGLang runtime archive)
 set -euo pipefail
@@ -13,6 +15,7 @@ cd "$(dirname "$0")/../.."
 PY=.venv/bin/python
 [ -x "$PY" ] || { echo "prepare.sh: run scripts/setup_env.sh first"; exit 2; }
 grep -qx '/.whl/' .git/info/exclude 2>/dev/null || echo '/.whl/' >> .git/info/exclude
+"$PY" -m astra_sglang extract --restore > /dev/null && echo "prepare.sh: extracted/*/src restored and verified"
 bash scripts/device/wheels.sh > /dev/null && echo "prepare.sh: .whl/ $(ls .whl | wc -l) wheels"
 if [ "${1:-}" != "--no-site" ]; then
   PY312=""
