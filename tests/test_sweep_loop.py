@@ -327,3 +327,27 @@ def test_kept_chunks_of_another_gpu_are_never_mixed_into_one_baseline(monkeypatc
     monkeypatch.setattr(tune_baseline, "sweep_variants", fake)
     with pytest.raises(AstraError, match="measured on NVIDIA H100 .sm_90., this run is on NVIDIA H200"):
         tune_baseline.sweep_baseline(op, config, partial=partial, chunk=16)
+
+
+def test_a_sweep_cut_in_its_16th_config_keeps_the_configs_before_it(monkeypatch, tmp_path, restored_op):
+    """decode_attention's sweep (64 configs) went to the judge 16 configs a worker; a device call's limit struck
+    in config 16, ~230 s in, and kept nothing (2026-12-05, H100). With the default chunk only the last few are lost."""
+    from astra_sglang.contract.eval_config import EvalConfig
+    from astra_sglang.contract.result import SweepConfig
+    from astra_sglang.harness.parent import tune_baseline
+
+    op = restored_op("decode_attention")
+    seen = [0]
+
+    def fake(op_dir, manifest, configs, sources, config, device, seed, progress):
+        if seen[0] + len(configs) >= 16:
+            raise KeyboardInterrupt  # the limit strikes while config 16 is timed
+        seen[0] += len(configs)
+        return [SweepConfig(config=c, ok=True) for c in configs], "", 0
+
+    monkeypatch.setattr(tune_baseline, "sweep_variants", fake)
+    partial = tmp_path / "tune_baseline.partial.json"
+    with pytest.raises(KeyboardInterrupt):
+        tune_baseline.sweep_baseline(op, EvalConfig(shapes="test", device="cpu", timing=False), partial=partial)
+    kept = tune_baseline.TunePartial.model_validate_json(partial.read_text())
+    assert len(kept.done) >= 12
