@@ -23,6 +23,7 @@ from functools import cache
 from pathlib import Path
 
 from astra_sglang.extract.sglang_env import sglang_root
+from astra_sglang.extract.source_scan import parsed
 
 # Process-wide serving state: a kernel that needs one of these at import cannot run stand-alone.
 RUNTIME_STATE: dict[str, str] = {
@@ -280,7 +281,7 @@ def _touches(node: ast.stmt) -> set[str]:
 
 @cache
 def _statements(module: str, path: Path) -> tuple[_Stmt, ...]:
-    tree = ast.parse(path.read_text(), filename=str(path))
+    tree = parsed(path)
     future_annotations = any(isinstance(s, ast.ImportFrom) and s.module == "__future__" and
                              any(a.name == "annotations" for a in s.names) for s in tree.body)
     out = []

@@ -57,7 +57,7 @@ def scan_module(module: str) -> ModuleScan | None:
         return None
     result = ModuleScan(path=path)
     try:
-        tree = ast.parse(path.read_text(), filename=str(path))
+        tree = parsed(path)
     except (SyntaxError, UnicodeDecodeError) as e:
         result.error = f"cannot parse {path.name}: {e}"
         return result
@@ -81,28 +81,42 @@ def scan_module(module: str) -> ModuleScan | None:
     return result
 
 
-@cache
 def imported_modules_of(module: str, qualname: str) -> tuple[str, ...]:
     """Modules that the function ``qualname`` of ``module`` imports inside its body (``forward_jit`` style)."""
+    return _function_imports(module).get(qualname.split(".")[-1], ())
+
+
+@cache
+def _function_imports(module: str) -> dict[str, tuple[str, ...]]:
+    """Function name -> the modules its body imports, for every function of ``module`` at once: discovery asks
+    per registered op, ~430 times over a few dozen files, and parsing the file for each ask was most of the
+    16 s `extract --list` took (2026-12-05)."""
     path = module_file(module)
     if path is None:
-        return ()
+        return {}
     try:
-        tree = ast.parse(path.read_text())
+        tree = parsed(path)
     except (SyntaxError, UnicodeDecodeError):
-        return ()
-    wanted = qualname.split(".")[-1]
-    found: list[str] = []
+        return {}
+    found: dict[str, list[str]] = {}
     for node in ast.walk(tree):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == wanted:
-            for inner in ast.walk(node):
-                if isinstance(inner, ast.ImportFrom) and inner.module:
-                    base = inner.module
-                    if inner.level:  # relative import inside a package module
-                        pkg = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
-                        for _ in range(inner.level - 1):
-                            pkg = pkg.rsplit(".", 1)[0]
-                        base = f"{pkg}.{inner.module}"
-                    found.append(base)
-                    found += [f"{base}.{a.name}" for a in inner.names]
-    return tuple(dict.fromkeys(found))
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        names = found.setdefault(node.name, [])
+        for inner in ast.walk(node):
+            if isinstance(inner, ast.ImportFrom) and inner.module:
+                base = inner.module
+                if inner.level:  # relative import inside a package module
+                    pkg = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
+                    for _ in range(inner.level - 1):
+                        pkg = pkg.rsplit(".", 1)[0]
+                    base = f"{pkg}.{inner.module}"
+                names.append(base)
+                names += [f"{base}.{a.name}" for a in inner.names]
+    return {name: tuple(dict.fromkeys(mods)) for name, mods in found.items()}
+
+
+@cache
+def parsed(path: Path) -> ast.Module:
+    """One parse per file for every scan of it (the tree is shared: callers read it and never change it)."""
+    return ast.parse(path.read_text(), filename=str(path))
