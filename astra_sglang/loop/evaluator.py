@@ -91,9 +91,33 @@ def check_from_result(result: EvalResult, shapes: int | None = None) -> CheckRep
     log = result.build.log if not built else ""
     if built and result.error and correct is None:
         log = result.error
+    if correct is False and interpreter_too_slow(result):
+        return CheckReport(built=True, correct=None, how="harness", result=result,
+                           ran=_too_slow_text(result, shapes))
     return CheckReport(built=built, correct=correct, how="harness", log=log[-6000:],
                        first_failure=_failure_text(result) if correct is False else None, result=result,
                        ran=what_ran(result, shapes))
+
+
+def interpreter_too_slow(result: EvalResult) -> bool:
+    """A check under the Triton interpreter that stopped on its no-progress limit: the interpreter's speed on this
+    host, not a verdict on the kernel. A decode-attention case of B 512 runs 512 x heads x splits programs in
+    numpy; five checks sharing 2 cores hit the 180 s limit at their first such case, and check_candidate told the
+    model "WRONG ... INCORRECT: timeout" about kernels it had not judged (2026-12-05). A kernel that really hangs
+    is caught where it is timed, on the GPU."""
+    c = result.correctness
+    return (result.device.startswith("cpu") and c is not None and not c.ok and c.first_failure is not None
+            and c.first_failure.reason == "timeout")
+
+
+def _too_slow_text(result: EvalResult, shapes: int | None) -> str:
+    c = result.correctness
+    assert c is not None and c.first_failure is not None
+    on = f"{shapes} test shape(s)" if shapes else "the test shapes"
+    where = f" at dims={c.first_failure.dims}" if c.first_failure.dims else ""
+    return (f"ran under the Triton interpreter on {on}: NO VERDICT; {c.cases_run} case(s) passed, then the "
+            f"interpreter made no progress within its time limit{where}: too slow on this host, which says nothing "
+            "about the kernel (the round's evaluation on the GPU checks every case and catches a kernel that hangs)")
 
 
 def what_ran(result: EvalResult, shapes: int | None) -> str:
