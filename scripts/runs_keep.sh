@@ -9,17 +9,20 @@
 # Usage: scripts/runs_keep.sh save|restore
 set -euo pipefail
 cd "$(dirname "$0")/.."
+PY=${PYTHON:-.venv/bin/python}
 case "${1:-}" in
   save)
     [ -d runs ] || { echo "runs_keep.sh: no runs/ here"; exit 2; }
     mkdir -p model-runs
     tar -C runs --exclude='*/calls' --exclude='calls' --exclude='*/build' --exclude='__pycache__' -cf - . \
       | tar -C model-runs -xf -
+    "$PY" scripts/runs_keep_original.py strip model-runs  # round 0's verbatim SGLang kernel
     du -sh model-runs ;;
   restore)
     [ -d model-runs ] || { echo "runs_keep.sh: no model-runs/ in this checkout"; exit 2; }
     mkdir -p runs
     tar -C model-runs -cf - . | tar -C runs -xf -
+    "$PY" scripts/runs_keep_original.py fill runs  # from extracted/ (extract --restore first)
     echo "restored into runs/: $(ls model-runs | tr '\n' ' ')" ;;
   *) echo "usage: scripts/runs_keep.sh save|restore"; exit 2 ;;
 esac
