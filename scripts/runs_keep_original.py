@@ -20,7 +20,10 @@ MARK = "<<astra-sglang: the original SGLang kernel {path}, sha256 {sha}, left ou
 def _original(op: str) -> tuple[str, str] | None:
     op_dir = Path("extracted") / op
     try:
-        path = op_dir / load_manifest(op_dir).recipe.source
+        source = getattr(load_manifest(op_dir).recipe, "source", None)  # a Triton op's one file
+        if source is None:
+            return None
+        path = op_dir / source
         return path.read_text(), MARK.format(path=path, sha=hashlib.sha256(path.read_bytes()).hexdigest())
     except (OSError, ValueError):
         return None
@@ -42,8 +45,8 @@ def main(mode: str, root: Path) -> int:
             continue
         found = _original(op_root.name)
         if found is None:
-            print(f"runs_keep: no extracted/{op_root.name} here (extract --restore): its runs are left as they are",
-                  file=sys.stderr)
+            print(f"runs_keep: no extracted/{op_root.name} Triton source here (extract --restore): its runs are left "
+                  "as they are", file=sys.stderr)
             continue
         text, mark = found
         old, new = (text, mark) if mode == "strip" else (mark, text)
