@@ -6,15 +6,16 @@ extracted file is not the one the marker names. The model's own kernels (candida
 
 from __future__ import annotations
 
-import hashlib
 import json
 import sys
 from pathlib import Path
 from typing import Any
 
+from astra_sglang.contract.base import sha256_bytes
 from astra_sglang.contract.op import load_manifest
 
 MARK = "<<astra-sglang: the original SGLang kernel {path}, sha256 {sha}, left out of model-runs/>>"
+MARK_START = MARK.split("{")[0]
 
 
 def _original(op: str) -> tuple[str, str] | None:
@@ -24,7 +25,7 @@ def _original(op: str) -> tuple[str, str] | None:
         if source is None:
             return None
         path = op_dir / source
-        return path.read_text(), MARK.format(path=path, sha=hashlib.sha256(path.read_bytes()).hexdigest())
+        return path.read_text(), MARK.format(path=path, sha=sha256_bytes(path.read_bytes()))
     except (OSError, ValueError):
         return None
 
@@ -52,7 +53,7 @@ def main(mode: str, root: Path) -> int:
         old, new = (text, mark) if mode == "strip" else (mark, text)
         for f in sorted(op_root.rglob("*.json")):
             raw = f.read_text()
-            if mode == "fill" and "<<astra-sglang: the original SGLang kernel" in raw and mark not in raw:
+            if mode == "fill" and MARK_START in raw and mark not in raw:
                 print(f"runs_keep: {f}: the extracted original is not the one this run measured", file=sys.stderr)
                 return 1
             data = json.loads(raw)

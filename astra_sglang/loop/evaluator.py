@@ -113,17 +113,21 @@ def interpreter_too_slow(result: EvalResult) -> bool:
 def _too_slow_text(result: EvalResult, shapes: int | None) -> str:
     c = result.correctness
     assert c is not None and c.first_failure is not None
-    on = f"{shapes} test shape(s)" if shapes else "the test shapes"
+    on = _shapes_phrase(shapes)
     where = f" at dims={c.first_failure.dims}" if c.first_failure.dims else ""
     return (f"ran under the Triton interpreter on {on}: NO VERDICT; {c.cases_run} case(s) passed, then the "
             f"interpreter made no progress within its time limit{where}: too slow on this host, which says nothing "
             "about the kernel (the round's evaluation on the GPU checks every case and catches a kernel that hangs)")
 
 
+def _shapes_phrase(shapes: int | None) -> str:
+    return f"{shapes} test shape(s)" if shapes else "the test shapes"
+
+
 def what_ran(result: EvalResult, shapes: int | None) -> str:
     """"ran under the Triton interpreter on 3 test shapes: correct", said from the result itself."""
     where = ("under the Triton interpreter" if result.device.startswith("cpu") else f"on {result.device}")
-    on = f"{shapes} test shape(s)" if shapes else "the test shapes"
+    on = _shapes_phrase(shapes)
     if not result.build.ok:
         return f"did not run: the build failed ({'parse only' if result.device.startswith('cpu') else 'compiler'})"
     c = result.correctness
