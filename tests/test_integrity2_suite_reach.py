@@ -158,3 +158,22 @@ def test_a_correct_candidate_and_the_original_still_pass_the_wider_suite(small_m
     for cand in (REPO / "tests" / "candidates" / "merge_state" / "h_correct.py", None):
         r = evaluate(small_merge, cand, cfg)
         assert r.ok and r.correctness.heldout_cases_run > 0, r.model_dump_json(indent=1)
+
+
+def test_the_interpreter_runs_an_agents_wide_batch_case_after_the_cheap_ones() -> None:
+    """A check under the Triton interpreter stops at the first case that makes no progress in time (NO VERDICT):
+    the K = 4 decode-attention run's Testing agent added B = 512 (few elements, 512 x heads x splits programs),
+    and every check of its round 1 stopped there with the cases behind it never run. Cheapest first puts it last."""
+    from astra_sglang.contract.eval_config import ExtraCase
+
+    m = _manifest("decode_attention")
+    wide = {"B": 512, "S": 3, "NK": 2, "G": 4, "D": 32, "P": 1, "R": 1, "X": 1, "KX": 0, "MS": 8}
+    small = {"B": 2, "S": 5, "NK": 1, "G": 1, "D": 16, "P": 1, "R": 2, "X": 1, "KX": 0, "MS": 8}
+    cfg = EvalConfig(shapes="test", extra_cases=[ExtraCase(dims=wide, dtype="float16"),
+                                                  ExtraCase(dims=small, dtype="float16")])
+    cases = build_suite(m, cfg, 7, None)
+    assert cases[-1].dims["B"] == 512 and any(c.dims == small for c in cases)
+    cost = [suite.total_numel(m, c.dims) for c in cases]
+    assert cost == sorted(cost)
+    gpu = build_suite(m, EvalConfig(shapes="paper"), 7, None)  # a GPU suite keeps its order: timed shapes first
+    assert [c.dims for c in gpu[:1]] == [suite.timed_shapes(m, EvalConfig(shapes="paper"))[0]]

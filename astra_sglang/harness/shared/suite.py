@@ -78,6 +78,14 @@ def largest_numel(manifest: Manifest, dims: dict[str, int]) -> int:
     return max(math.prod(shape_of(t.shape, dims)) for t in manifest.signature.tensors)
 
 
+def total_numel(manifest: Manifest, dims: dict[str, int]) -> int:
+    """The elements of every tensor of a case: what the Triton interpreter's time grows with, roughly. A check
+    stops at its first case that makes no progress within the limit (NO VERDICT), so the interpreter runs the
+    cheapest first: the K = 4 decode-attention run's Testing agent added a B = 512 case, and every one of the 18
+    checks of its round 1 stopped there: the cases queued behind it never ran (2026-12-05)."""
+    return sum(math.prod(shape_of(t.shape, dims)) for t in manifest.signature.tensors)
+
+
 def _selected(manifest: Manifest, which: str, gpu: str | None = None) -> list[dict[str, int]]:
     if which == "test":
         tagged = [s.dims for s in manifest.shapes if "test" in s.tags]
@@ -260,7 +268,10 @@ def build_suite(manifest: Manifest, config: EvalConfig, base_seed: int, secret: 
         if secret is None:
             raise AstraError("held-out cases need the private secret")
         cases += heldout_cases(manifest, config, secret, dtypes, dists)
-    return cases + form_cases(manifest, cases)
+    cases += form_cases(manifest, cases)
+    if config.shapes == "test":  # the interpreter: cheapest first (stable), so a case too slow for it comes last
+        cases.sort(key=lambda c: total_numel(manifest, c.dims))
+    return cases
 
 
 def _left_to_gpu(manifest: Manifest, config: EvalConfig, dims: dict[str, int]) -> bool:
