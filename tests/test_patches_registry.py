@@ -378,3 +378,21 @@ def test_every_shipped_patch_hooks_the_kernel_sglang_serves_for_its_op():
         assert e.manifest.targets == served_targets(load_op(e.manifest)), e.manifest.patch_id
     fused = [e for e in entries if e.manifest.op == "fused_add_rmsnorm"]
     assert fused and all(e.manifest.targets == ["sgl_kernel.fused_add_rmsnorm"] for e in fused)
+
+
+def test_verify_under_the_interpreter_leaves_a_dtype_it_computes_wrongly_unjudged():
+    """The decode-attention patch serves bfloat16 only, which the Triton interpreter computes on raw bits for
+    that op (contract validation leaves it out by name). `patches verify` under TRITON_INTERPRET=1 said FAILED
+    (448 of 2000 elements off SGLang's original, both run by the interpreter): NOT VERIFIED, with why, instead."""
+    from astra_sglang import platform_info
+    from astra_sglang.patches.tooling.verify import unverifiable_here
+
+    da = load_patch_manifest(REPO / "patches" / "decode_attention" / "mr-da2-single-r1")
+    assert da.guard.dtypes == ["bfloat16"]
+    why = unverifiable_here(da, platform_info.CPU_INTERPRET_ARCH)
+    assert why is not None and "interpreter cannot check bfloat16" in why and "GPU host" in why
+    fp16 = da.model_copy(update={"guard": da.guard.model_copy(update={"dtypes": ["float16", "bfloat16"]})})
+    assert unverifiable_here(fp16, platform_info.CPU_INTERPRET_ARCH) is None  # float16 is still checked there
+    assert unverifiable_here(da, "sm_90") is None
+    ms = load_patch_manifest(REPO / "patches" / "merge_state" / "merge-state-mr-k1")
+    assert unverifiable_here(ms, platform_info.CPU_INTERPRET_ARCH) is None  # no interpreter limit
