@@ -396,3 +396,13 @@ def test_verify_under_the_interpreter_leaves_a_dtype_it_computes_wrongly_unjudge
     assert unverifiable_here(da, "sm_90") is None
     ms = load_patch_manifest(REPO / "patches" / "merge_state" / "merge-state-mr-k1")
     assert unverifiable_here(ms, platform_info.CPU_INTERPRET_ARCH) is None  # no interpreter limit
+
+
+def test_a_patch_not_yet_run_inside_sglang_serves_only_where_named(monkeypatch, tmp_path):
+    """mr-da2-single-r1 was measured against SGLang's kernel in the harness only: until `validate` and `e2e` have
+    run it inside SGLang, ASTRA_SGLANG_PATCHES=all leaves decode attention to SGLang; naming it installs it."""
+    monkeypatch.setenv("ASTRA_SGLANG_PATCHES_DIR", str(REPO / "patches"))
+    monkeypatch.setenv("ASTRA_SGLANG_STATE_FILE", str(tmp_path / "state.json"))
+    entries = registry.discover()
+    assert "mr-da2-single-r1" not in [e.patch_id for e in registry.selected(entries, "all")[0]]
+    assert [e.patch_id for e in registry.selected(entries, "mr-da2-single-r1")[0]] == ["mr-da2-single-r1"]
