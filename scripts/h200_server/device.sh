@@ -6,7 +6,8 @@
 # entry point is what SGLang's load_plugins finds), check sgl_kernel's kernels against torch, make a
 # random-weights LLaMA, then `astra-sglang validate`.
 # SERVER_ARGS: extra launch_server arguments (default --disable-radix-cache: a clean floor, docs/patches.md says why).
-# Usage: device.sh [smoke|validate|forward|profile|e2e] [that step's options...]   Results go to $OUT.
+# Usage: device.sh [site|smoke|validate|forward|profile|e2e] [that step's options...]   Results go to $OUT.
+# site: only the set-up above (for a command that runs `python3 -m astra_sglang ...` in this site afterwards).
 # profile/e2e: `astra-sglang profile|e2e` with the options given (server arguments after `--`); their stdout is the
 # command's own (set-up lines go to stderr), so `device.sh profile ... --json > F` keeps F clean.
 # Environment: STEP_S (profile/e2e: stop there, keep the files), MAKE_MODEL="DIR NAME" (make_model.py first),
@@ -48,6 +49,7 @@ fi
 export PYTHONPATH=$SITE/astra:$SITE$FI
 T0=$(date +%s); python3 -c "import sgl_kernel" > $OUT/ops-build.log 2>&1 || { tail -30 $OUT/ops-build.log; exit 1; }
 echo "sgl_kernel imported with the torch-2.11 ops in $(( $(date +%s) - T0 )) s"
+[ "$STEP" = site ] && exit 0
 # SMOKE=0 skips the once-per-machine smoke (only when the same site archive passed it before: it costs a minute)
 if [ "$STEP" = smoke ] || { [ ! -f $SITE/.smoked ] && [ "${SMOKE:-1}" != 0 ]; }; then  # the site and ops do not change
   python3 scripts/h200_server/smoke.py 2>&1 | tee $OUT/smoke.log | tail -25
