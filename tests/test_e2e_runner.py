@@ -186,3 +186,22 @@ def test_the_default_forward_is_in_the_installed_package_not_the_checkout():
     cmd = default_forward()
     assert cmd[:2] == [sys.executable, "-m"] and importlib.util.find_spec(cmd[2]) is not None
     assert cmd[2] == "astra_sglang.profile.one_batch_child"
+
+
+def test_a_forward_that_died_is_named_by_its_exception_not_the_teardown_warning_after_it(tmp_path):
+    """H100, 2026-12-05: the e2e error quoted NCCL's "destroy_process_group() was not called" warning, printed after
+    the traceback of the OutOfMemoryError that killed arm A; the exception is what the user must see."""
+    from astra_sglang.e2e.runner import _why_it_died
+
+    log = tmp_path / "stderr.log"
+    log.write_text("[rank0]: Traceback (most recent call last):\n"
+                   "[rank0]:   File \"activation.py\", line 148, in forward_cuda\n"
+                   "[rank0]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 3.50 GiB.\n"
+                   "[rank0]:[W1205 15:38:58.968684730 ProcessGroupNCCL.cpp:1575] Warning: WARNING: "
+                   "destroy_process_group() was not called before program exit\n")
+    why = _why_it_died(log)
+    assert why.startswith("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 3.50 GiB.")
+    assert "--mem-fraction-static" in why
+    log.write_text("stand-in: simulated crash\n")
+    assert _why_it_died(log) == "stand-in: simulated crash"
+    assert _why_it_died(tmp_path / "none.log") == "no output on stderr"

@@ -133,7 +133,28 @@ def test_a_patch_measured_on_one_gpu_model_leaves_another_of_its_arch_to_sglang(
     assert registry.device_problem(unrecorded, "sm_90", "NVIDIA H100 80GB HBM3") is None  # older manifests
     for shipped in registry.discover(REPO / "patches"):
         if "sm_90" in shipped.manifest.validated_on.archs:  # every GPU patch says where it was measured
-            assert shipped.manifest.validated_on.gpus == ["NVIDIA H200"], shipped.patch_id
+            assert "NVIDIA H200" in shipped.manifest.validated_on.gpus, shipped.patch_id
+
+
+def test_a_patch_on_a_gpu_it_was_never_measured_on_is_not_applicable_not_a_failed_check(root, monkeypatch):
+    """H100, 2026-12-05: a patch measured on H200s only fell back (right) but said "failed: ..." in its first-call
+    check, so `validate` failed every H100 server run with ASTRA_SGLANG_PATCHES=all. Not being measured on a GPU
+    is the guard at work: the original serves, the warning says why, and no check failed."""
+    from astra_sglang.patches import runtime
+    from astra_sglang.platform_info import Platform
+
+    e = registry.discover()[0]
+    vo = e.manifest.validated_on.model_copy(update={"archs": ["sm_90"], "gpus": ["NVIDIA H200"]})
+    m = e.manifest.model_copy(update={"validated_on": vo})
+    monkeypatch.setattr(runtime, "of_device", lambda device: Platform(arch="sm_90", name="NVIDIA H100 80GB HBM3"))
+    status.reset(PID)
+    rt = runtime.PatchRuntime(e.path, m)
+    assert rt.activate("cuda", lambda *a, **k: None) is False
+    st = status.statuses()[PID]
+    assert st.state == "inapplicable" and st.reason.startswith("GPU NVIDIA H100 80GB HBM3, patch measured on")
+    assert st.first_call_check.startswith("not applicable: GPU NVIDIA H100")
+    assert rt.activate("cuda", lambda *a, **k: None) is False   # decided once: no rebuild, no second warning
+    status.reset(PID)
 
 
 def test_list_and_show(root, capsys, monkeypatch):

@@ -143,6 +143,21 @@ def test_an_expected_patch_that_no_process_reports_fails(standin_env: Path, tmp_
     assert any("no-such-patch" in f for f in rep["failures"])
 
 
+def test_an_expected_patch_the_selection_does_not_enable_is_refused_before_any_server_starts(
+        standin_env: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """H100, 2026-12-05: ship_check expected a patch with in_all false while the patched server ran 'all'; both
+    servers started (3.5 min) before validate said the patch was never reported."""
+    repo = Path(__file__).resolve().parents[1]
+    monkeypatch.setenv("ASTRA_SGLANG_PATCHES_DIR", str(repo / "patches"))
+    code = main(["validate", "--launch-module", "sglang_standin", "--workdir", str(tmp_path / "w"),
+                 "--expect", "mr-da2-single-r1", "--", "--model-path", "m"])
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err
+    assert "--expect mr-da2-single-r1, but --patches all does not enable it (its manifest has in_all false" in err
+    assert "--patches mr-da2-single-r1" in err and not (tmp_path / "w").exists()
+
+
 def test_a_server_that_dies_at_startup_is_one_error_quoting_its_log(standin_env: Path, tmp_path: Path,
                                                                     monkeypatch: pytest.MonkeyPatch,
                                                                     capsys: pytest.CaptureFixture[str]) -> None:

@@ -326,7 +326,7 @@ def status_table(srv: dict) -> object:
         t.add_column(col)
     for r in srv["patches"]:
         states = r["states"].values()
-        why = r["fallbacks"] or [x for x in r["reasons"] if "failed" in states]
+        why = r["fallbacks"] or [x for x in r["reasons"] if {"failed", "inapplicable"} & set(states)]
         check = "; ".join(r["first_call_checks"]) or ("not run yet" if "pending" in states else "not run")
         t.add_row(r["patch_id"], r["op"], states_text(r["states"]), str(r["served_by_patch"]),
                   str(r["served_by_original"]), f"{r['captured_by_patch']}/{r['captured_by_original']}",

@@ -98,6 +98,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
     if not sglang_args:
         raise AstraError("nothing to launch: give the server arguments after `--` (e.g. -- --model-path M), "
                          "or --url-off and --url-on")
+    not_on = _expected_but_not_selected(args.patches, args.expect)
+    if not_on:
+        raise AstraError(not_on)
     if args.launch_module == "sglang.launch_server" and importlib.util.find_spec("sglang") is None:
         raise AstraError("SGLang is not installed in this Python: validate launches `python -m sglang.launch_server`")
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="astra-validate-"))
@@ -118,6 +121,26 @@ def cmd_validate(args: argparse.Namespace) -> int:
             launch.stop(srv)
     report = ab.with_status(report, ab.read_status(servers[1]) or report.servers[1].status)
     return _finish(report, args)
+
+
+def _expected_but_not_selected(patches: str, expect: list[str]) -> str | None:
+    """An --expect patch the patched server will not even try fails only after minutes of server start-up (H100,
+    2026-12-05: `ship_check` expected an in_all-false patch under ASTRA_SGLANG_PATCHES=all), so say it first.
+    Ids this registry does not know are left to the server's report: it may read another patches folder."""
+    from astra_sglang.patches.registry import discover, selected
+
+    try:
+        entries = discover()
+    except AstraError:
+        return None
+    on = {e.patch_id for e in selected(entries, patches)[0]}
+    for e in entries:
+        if e.patch_id in expect and e.patch_id not in on:
+            why = (" (its manifest has in_all false: it serves only where named)"
+                   if e.manifest is not None and not e.manifest.in_all and patches.strip().lower() == "all" else "")
+            return (f"--expect {e.patch_id}, but --patches {patches} does not enable it{why}; "
+                    f"name it: --patches {e.patch_id}")
+    return None
 
 
 def _checkpoint(args: argparse.Namespace, say):  # type: ignore[no-untyped-def]

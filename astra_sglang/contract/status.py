@@ -19,7 +19,9 @@ from pydantic import Field, ValidationError
 from astra_sglang.contract.base import Model, validation_reason
 
 STATUS_SCHEMA_VERSION = 1
-PatchState = Literal["pending", "active", "failed", "disabled"]
+# inapplicable: the device is outside what the patch was measured on (no CUDA, another arch, a GPU model it was never
+# timed on): SGLang's original serves by design, which is no failed check
+PatchState = Literal["pending", "active", "failed", "inapplicable", "disabled"]
 
 
 class PatchCounts(Model):
@@ -31,7 +33,8 @@ class PatchCounts(Model):
     served_by_original: int = Field(default=0, description="calls outside the guard, or after a refusal/fallback")
     captured_by_patch: int = Field(default=0, description="of served_by_patch, made during CUDA-graph capture")
     captured_by_original: int = 0
-    first_call_check: str = Field(default="", description="'' = not run yet; 'passed ...' or 'failed: ...'")
+    first_call_check: str = Field(default="", description="'' = not run yet; 'passed ...', 'failed: ...' or "
+                                                           "'not applicable: ...'")
     fallbacks: list[str] = Field(default_factory=list,
                                  description="reasons the patch stopped serving after it had been active")
 

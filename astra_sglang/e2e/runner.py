@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -265,7 +266,7 @@ def run_arm(folder: Path, cfg: E2EConfig, round_no: int, arm: str, position: int
         raise AstraError(f"{who}: unreadable results {result} ({e})") from None
     if rc != 0 or not results:
         why = f"exited with {rc}" if rc != 0 else "wrote no results"
-        raise AstraError(f"{who}: the forward {why} ({_last_line(folder / 'stderr.log')}); "
+        raise AstraError(f"{who}: the forward {why} ({_why_it_died(folder / 'stderr.log')}); "
                          f"see {folder}")
     patches, source = patches_from_records(folder / "status"), "status records"
     if not patches:
@@ -315,9 +316,23 @@ def _stop(proc: subprocess.Popen[Any]) -> None:
             continue
 
 
-def _last_line(path: Path) -> str:
+_RAISED = re.compile(r"^(?:\[rank\d+\]:\s*)?((?:[\w.]+\.)?\w*(?:Error|Exception|Interrupt)\b:?.*)$")
+
+
+def _why_it_died(path: Path) -> str:
+    """The exception a dead forward raised, else its last stderr line. torch's distributed teardown prints a
+    warning after the traceback (H100, 2026-12-05: "destroy_process_group() was not called" hid an OOM)."""
     lines = [ln.strip() for ln in path.read_text(errors="replace").splitlines() if ln.strip()] if path.is_file() else []
-    return lines[-1][:300] if lines else "no output on stderr"
+    if not lines:
+        return "no output on stderr"
+    for ln in reversed(lines):
+        m = _RAISED.match(ln)
+        if m:
+            why = m.group(1)[:300]
+            if "OutOfMemoryError" in why:
+                why += " [a smaller --mem-fraction-static leaves the forward more room]"
+            return why
+    return lines[-1][:300]
 
 
 # ------------------------------------------------------------------------------------------------ the run

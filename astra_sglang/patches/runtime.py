@@ -152,8 +152,8 @@ class PatchRuntime:
         hook.astra_original = original  # type: ignore[attr-defined]
         return hook
 
-    def fail(self, reason: str) -> None:
-        status.fail(self.m.patch_id, reason, self.m.op)
+    def fail(self, reason: str, state: status.State = "failed") -> None:
+        status.fail(self.m.patch_id, reason, self.m.op, state)
         status_file.write_now()
 
     # ----------------------------------------------------------------------------------------- activation
@@ -170,7 +170,9 @@ class PatchRuntime:
             if st.state != "pending":
                 return st.state == "active"
             ok = self._activate(st, device, original)
-            st.first_call_check = f"passed: {st.reason}" if ok else f"failed: {st.reason}"
+            after: str = st.state  # _activate changed it: not the "pending" narrowed above
+            verdict = "passed" if ok else "not applicable" if after == "inapplicable" else "failed"
+            st.first_call_check = f"{verdict}: {st.reason}"
         status_file.write_now()
         return ok
 
@@ -189,7 +191,7 @@ class PatchRuntime:
             return False
         problem = device_problem(self.m, here.arch, here.gpu)
         if problem:
-            self.fail(problem)
+            self.fail(problem, "inapplicable")
             return False
         from astra_sglang.patches.kernels import load_kernel
 

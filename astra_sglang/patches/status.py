@@ -15,7 +15,7 @@ from typing import Literal
 
 logger = logging.getLogger("astra_sglang.patches")
 
-State = Literal["pending", "active", "failed", "disabled"]
+State = Literal["pending", "active", "failed", "inapplicable", "disabled"]  # contract.status.PatchState says why
 
 
 @dataclass
@@ -28,7 +28,7 @@ class PatchStatus:
     served_by_original: int = 0
     captured_by_patch: int = 0
     captured_by_original: int = 0
-    first_call_check: str = ""  # "" = not run; "passed ..." / "failed: ..."
+    first_call_check: str = ""  # "" = not run; "passed ..." / "failed: ..." / "not applicable: ..."
     fallbacks: list[str] = field(default_factory=list)  # failures after the patch had been active
     targets: tuple[str, ...] = ()
 
@@ -46,8 +46,11 @@ def get(patch_id: str, op: str = "") -> PatchStatus:
         return st
 
 
-def fail(patch_id: str, reason: str, op: str = "") -> None:
+def fail(patch_id: str, reason: str, op: str = "", state: State = "failed") -> None:
     """Mark the patch failed (the original serves from now on) and warn once, naming patch and reason.
+
+    ``state="inapplicable"`` for a device the patch was never measured on: the same fallback and warning, but
+    no failed check (``validate`` must not fail an H100 server over a patch measured on H200s only).
 
     The reason is made one line of at most 400 characters: an exception's message can span a page (sgl_kernel's
     "could not load common_ops" is 20 lines), and one warning must stay one line in SGLang's log."""
@@ -57,7 +60,7 @@ def fail(patch_id: str, reason: str, op: str = "") -> None:
     st = get(patch_id, op)
     if st.state == "active":
         st.fallbacks.append(reason)
-    st.state = "failed"
+    st.state = state
     st.reason = reason
     with _lock:
         if patch_id in _warned:
