@@ -110,3 +110,25 @@ def test_the_device_rig_refuses_a_wheel_that_is_not_the_tree(installed, tmp_path
                         (changed, "changed: astra_sglang/patches/runtime.py")):
         r = subprocess.run([*check, str(wheel), str(ROOT)], capture_output=True, text=True)
         assert r.returncode == 1 and word in r.stdout and "rebuild" in r.stdout, r.stdout
+
+
+def test_a_wheel_whose_patches_are_not_served_is_not_refused_for_them(installed, tmp_path):
+    """H100, 2026-12-05: `ship_check.sh RECORD=1` recorded the GPU into a patch manifest on the device, and the
+    wheel check then refused the wheel for that one file, though the servers read ASTRA_SGLANG_PATCHES_DIR."""
+    import os
+
+    check = [sys.executable, str(ROOT / "scripts" / "h200_server" / "check_wheel.py")]
+    fresh = next(installed.parent.glob("astra_sglang-*.whl"))
+    edited = tmp_path / fresh.name
+    manifest = next(n for n in zipfile.ZipFile(fresh).namelist()
+                    if n.startswith("astra_sglang/_data/patches/") and n.endswith("/manifest.json"))
+    with zipfile.ZipFile(fresh) as src, zipfile.ZipFile(edited, "w") as dst:
+        for item in src.infolist():
+            dst.writestr(item, src.read(item) + (b" " if item.filename == manifest else b""))
+    env = {k: v for k, v in os.environ.items() if k != "ASTRA_SGLANG_PATCHES_DIR"}
+    r = subprocess.run([*check, str(edited), str(ROOT)], capture_output=True, text=True, env=env)
+    assert r.returncode == 1 and f"changed: {manifest}" in r.stdout      # the wheel's patches would be served
+    r = subprocess.run([*check, str(edited), str(ROOT)], capture_output=True, text=True,
+                       env={**env, "ASTRA_SGLANG_PATCHES_DIR": str(ROOT / "patches")})
+    assert r.returncode == 0, r.stdout                                    # they are not: the folder's are
+

@@ -6,11 +6,15 @@ lacked) and 500 device-seconds measured nothing. A run costs too much to find th
 wheel is compared with the tree first: same bytes for every packaged file, and nothing the tree would package
 missing from it.
 
+With ASTRA_SGLANG_PATCHES_DIR set, the servers read patches from that folder, not the wheel's copy, so the wheel's
+patches are not compared (ship_check.sh RECORD=1 rewrites a manifest on the device just before validate).
+
 Usage: check_wheel.py WHEEL [ROOT]   exit 0 = the wheel is the tree; 1 = stale (one line says what differs).
 """
 
 from __future__ import annotations
 
+import os
 import sys
 import zipfile
 from pathlib import Path
@@ -36,12 +40,15 @@ def expected(root: Path) -> set[str]:
     return names
 
 
-def differences(wheel: Path, root: Path) -> list[str]:
+def differences(wheel: Path, root: Path, patches_elsewhere: bool = False) -> list[str]:
+    """``patches_elsewhere``: the wheel's patches are not what will be served, so they are not compared."""
+    skip = f"{PACKAGE}/_data/patches/" if patches_elsewhere else "\0"
     with zipfile.ZipFile(wheel) as z:
-        members = [n for n in z.namelist() if n.startswith(f"{PACKAGE}/") and not n.endswith("/")]
+        members = [n for n in z.namelist()
+                   if n.startswith(f"{PACKAGE}/") and not n.endswith("/") and not n.startswith(skip)]
         diff = [f"changed: {n}" for n in members
                 if not tree_path(root, n).is_file() or tree_path(root, n).read_bytes() != z.read(n)]
-    diff += [f"missing: {n}" for n in sorted(expected(root) - set(members))]
+    diff += [f"missing: {n}" for n in sorted(expected(root) - set(members)) if not n.startswith(skip)]
     return diff
 
 
@@ -50,7 +57,7 @@ def main(argv: list[str]) -> int:
         print(__doc__.strip().splitlines()[-1])
         return 2
     wheel, root = Path(argv[0]), Path(argv[1] if len(argv) > 1 else ".")
-    diff = differences(wheel, root)
+    diff = differences(wheel, root, patches_elsewhere=bool(os.environ.get("ASTRA_SGLANG_PATCHES_DIR")))
     if diff:
         print(f"{wheel.name} is not this tree ({len(diff)} file(s): {'; '.join(diff[:4])}"
               f"{' ...' if len(diff) > 4 else ''}): rebuild it (pip wheel --no-deps -w .srv .)")
