@@ -205,3 +205,22 @@ def test_a_forward_that_died_is_named_by_its_exception_not_the_teardown_warning_
     log.write_text("stand-in: simulated crash\n")
     assert _why_it_died(log) == "stand-in: simulated crash"
     assert _why_it_died(tmp_path / "none.log") == "no output on stderr"
+
+
+def test_a_run_folder_resumed_on_another_gpu_model_is_refused(tmp_path, capsys, monkeypatch):
+    """A run carried back from one device call and resumed on the next can land on an H200 after an H100: pooling
+    the two models' step times would read their difference as the patch's. Resuming on the same model goes on."""
+    from astra_sglang.profile import gpu_state
+
+    out = tmp_path / "run"
+    monkeypatch.setenv("STANDIN_CLOCKS", "1")                       # the processes name their GPU: STAND-IN GPU
+    monkeypatch.setattr(gpu_state, "this_gpu", lambda nvml=None: "")  # the parent without NVML: nothing to compare
+    assert main(_e2e(out, rounds=2)) == 0
+    capsys.readouterr()
+    monkeypatch.setattr(gpu_state, "this_gpu", lambda nvml=None: "NVIDIA H200")
+    assert main(_e2e(out, rounds=3)) == 2
+    err = capsys.readouterr().err
+    assert "ran on STAND-IN GPU, this machine has NVIDIA H200" in err and "Traceback" not in err
+    monkeypatch.setattr(gpu_state, "this_gpu", lambda nvml=None: "stand-in  gpu")
+    assert main(_e2e(out, rounds=3)) == 0
+

@@ -390,6 +390,19 @@ def load_warmups(out: Path) -> dict[int, ArmRun]:
     return {r.position + 1: r for r in _finished(sorted(out.glob(f"r000/W*/{ARM_FILE}"))) if r.round == 0}
 
 
+def _refuse_another_gpu(out: Path, kept: Sequence[ArmRun]) -> None:
+    """A run folder carried back from one device call and resumed on the next may land on another GPU model (the
+    lab lends H100s and H200s alike): their step times differ by a third, and pooling them would make noise look like
+    a patch's effect. One measurement is one GPU model; where NVML cannot name this one, nothing is refused."""
+    from astra_sglang.platform_info import same_gpu
+
+    here = gpu_state.this_gpu()
+    there = sorted({r.gpu.gpu for r in kept if r.gpu is not None and r.gpu.gpu})
+    if here and there and not all(same_gpu(here, g) for g in there):
+        raise AstraError(f"{out}: its finished processes ran on {', '.join(there)}, this machine has {here}; one "
+                         "e2e measurement is one GPU model: give another --out here")
+
+
 def run(cfg: E2EConfig, out: Path, progress: Progress | None = None) -> E2EReport:
     """Rounds until ``rounds`` are done and then until the decode B/A intervals are narrow enough or
     ``max_rounds``; the report is rewritten after every round, so a killed run leaves one."""
@@ -399,6 +412,7 @@ def run(cfg: E2EConfig, out: Path, progress: Progress | None = None) -> E2ERepor
     done = load_done(out)
     warm = load_warmups(out)
     kept = len(done) + len(warm)
+    _refuse_another_gpu(out, [*done.values(), *warm.values()])
     say(f"resuming {out}: {kept} finished process(es) kept" if kept else f"run folder {out}")
     fewest = fewest_processes()
     if cfg.max_rounds < fewest:

@@ -118,6 +118,11 @@ class Sampler:
                         reasons=[name for bit, name in REASONS.items() if seen & bit and bit != 0x1])
 
 
+def this_gpu(nvml: Any = None) -> str:
+    """The model of the GPU a forward started here would run on (NVML's name); "" where NVML cannot say."""
+    return Sampler(nvml).name
+
+
 def _first_visible() -> int:
     """NVML counts every GPU of the host; CUDA_VISIBLE_DEVICES names the one this process uses first (an index)."""
     first = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0].strip()
