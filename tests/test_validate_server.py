@@ -334,3 +334,19 @@ def test_a_run_cut_during_the_load_passes_keeps_its_token_verdict(standin_env: P
     assert rep["load_measured"] is False and rep["servers"][0]["load"] == []
     assert rep["agreement"]["identical_rate"] == 1.0 and rep["failures"] == []
     assert "tokens judged (PASS)" in capsys.readouterr().err
+
+
+def test_a_throughput_ratio_with_no_patch_serving_is_called_noise_not_a_speedup() -> None:
+    """The H100 report of 2026-12-05 (docs/measurements/2026-12-05-d): 1.150x patched over unpatched throughput, pass
+    ratios 1.044-1.267, while no patch served one call. validate must not let that read as a speedup."""
+    from astra_sglang.serving.ab import ValidateReport, throughput_note
+
+    repo = Path(__file__).resolve().parents[1]
+    rep = ValidateReport.model_validate_json(
+        (repo / "docs" / "measurements" / "2026-12-05-d" / "validate_all_h100.json").read_text())
+    assert rep.throughput_ratio > 1.1 and rep.throughput_ratio_range[0] > 1.0
+    assert throughput_note(rep).startswith("no patch served a call in the patched server")
+    assert rep.servers[1].status is not None
+    rep.servers[1].status["patches"][0]["served_by_patch"] = 3840
+    note = throughput_note(rep)
+    assert "do not measure speed" in note and "astra-sglang e2e" in note and "noise" not in note

@@ -182,6 +182,7 @@ def _finish(report, args: argparse.Namespace) -> int:  # type: ignore[no-untyped
 def _print(report) -> None:  # type: ignore[no-untyped-def]
     from astra_sglang.cli.output import Table, console
     from astra_sglang.cli.patches_cmd import status_table
+    from astra_sglang.serving.ab import throughput_note
 
     c = console(width=200)
     a, f = report.agreement, report.floor
@@ -214,9 +215,8 @@ def _print(report) -> None:  # type: ignore[no-untyped-def]
                    f"{s.latency_p90_s * 1e3:.1f} ms")
     c.print(lt)
     lo, hi = report.throughput_ratio_range
-    noise = " (within pass-to-pass noise)" if lo <= 1.0 <= hi else ""
-    print(f"throughput patched / unpatched: {report.throughput_ratio:.3f}x (medians; pass ratios {lo:.3f}-{hi:.3f}"
-          f"){noise}")
+    print(f"throughput patched / unpatched: {report.throughput_ratio:.3f}x (medians; pass ratios {lo:.3f}-{hi:.3f})"
+          f": {throughput_note(report)}")
     on = report.servers[1]
     for line in on.plugin_lines:
         print(f"  log: {line}")

@@ -217,6 +217,20 @@ def ratio_range(off: list[LoadPass], on: list[LoadPass]) -> tuple[float, float]:
     return (min(b) / max(a), max(b) / min(a))
 
 
+def throughput_note(report: ValidateReport) -> str:
+    """How far the load passes' throughput ratio may be read. H100, 2026-12-05: 1.150x (passes 1.044-1.267) while no
+    patch served a single call: separate servers with the same kernels differ that much, so the ratio is never
+    a speed claim (``e2e`` makes those: alternated processes, intervals, a placebo arm)."""
+    status = report.servers[1].status if len(report.servers) > 1 else None
+    if status is not None and not sum(r.get("served_by_patch", 0) for r in status.get("patches", [])):
+        return ("no patch served a call in the patched server: both ran SGLang's kernels, so this ratio is "
+                "server-to-server noise, not a speedup")
+    lo, hi = report.throughput_ratio_range
+    noise = "within pass-to-pass noise; " if lo <= 1.0 <= hi else ""
+    return (f"{noise}load passes check the patched server under load, they do not measure speed: "
+            "`astra-sglang e2e` does (alternated processes, intervals, a placebo arm)")
+
+
 def with_status(report: ValidateReport, status: dict[str, Any] | None) -> ValidateReport:
     """The patched server's counters (read again after it stopped: each process writes its last record at
     exit, while serving only once a second) and the verdict that depends on them."""
