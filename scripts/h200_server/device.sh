@@ -11,6 +11,7 @@
 # profile/e2e: `astra-sglang profile|e2e` with the options given (server arguments after `--`); their stdout is the
 # command's own (set-up lines go to stderr), so `device.sh profile ... --json > F` keeps F clean.
 # Environment: STEP_S (profile/e2e: stop there, keep the files), MAKE_MODEL="DIR NAME" (make_model.py first),
+# E2E_RESUME (e2e: a carried run-folder tar to go on with, below),
 # SMOKE=0 (skip the once-per-machine smoke: only for a site archive that passed it before), FLASHINFER=1 (below).
 set -uo pipefail
 STEP=${1:-validate}; shift || true
@@ -62,6 +63,10 @@ if [ "$STEP" = profile ] || [ "$STEP" = e2e ]; then
   if [ -n "${MAKE_MODEL:-}" ] && [ ! -f "${MAKE_MODEL%% *}/config.json" ]; then
     python3 scripts/h200_server/make_model.py $MAKE_MODEL > $OUT/make_model.log 2>&1 || { tail -20 $OUT/make_model.log; exit 1; }
   fi
+  # E2E_RESUME=F.tar (carried): an e2e run folder that an earlier call sent back, unpacked as $OUT/e2e so that
+  # `--out $OUT/e2e` with the same arguments resumes it (more rounds over several calls; e2e refuses a folder
+  # whose processes ran on another GPU model: name nvidia-h100-x1 to stay on one)
+  if [ -n "${E2E_RESUME:-}" ]; then mkdir -p "$OUT/e2e" && tar xf "$E2E_RESUME" -C "$OUT/e2e" || exit 1; fi
   # STEP_S: stop the step there and still return its files. The device returns $OUT's files only a few folders
   # deep: an e2e run folder (r001/A/...) came back empty (2026-12-04), so each one under $OUT goes back as a tar.
   timeout "${STEP_S:-86400}" python3 -m astra_sglang "$STEP" "$@" 1>&3
