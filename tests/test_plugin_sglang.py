@@ -317,7 +317,8 @@ def test_every_fail_closed_case_keeps_the_original_with_one_warning(tmp_path):
         assert case in r["warnings"][0] and reason in r["warnings"][0], (case, r["warnings"])
         assert r["installed"] is installed, (case, r)   # activation-time failures: hook present, original serves
         assert r["original_calls"] >= 1 and r["correct"], (case, r)  # (the load-time check calls it too)
-        assert r["state"] == "failed", (case, r)
+        # another arch is the guard at work (the original serves by design), not a failed check
+        assert r["state"] == ("inapplicable" if case == "arch" else "failed"), (case, r)
         if installed:
             assert r["counters"] == {"patch": 0, "original": 1}, (case, r)
 
