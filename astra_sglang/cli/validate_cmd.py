@@ -127,7 +127,7 @@ def _expected_but_not_selected(patches: str, expect: list[str]) -> str | None:
     """An --expect patch the patched server will not even try fails only after minutes of server start-up (H100,
     2026-12-05: `ship_check` expected an in_all-false patch under ASTRA_SGLANG_PATCHES=all), so say it first.
     Ids this registry does not know are left to the server's report: it may read another patches folder."""
-    from astra_sglang.patches.registry import discover, selected
+    from astra_sglang.patches.registry import discover, requested_ids, selected
 
     try:
         entries = discover()
@@ -137,7 +137,7 @@ def _expected_but_not_selected(patches: str, expect: list[str]) -> str | None:
     for e in entries:
         if e.patch_id in expect and e.patch_id not in on:
             why = (" (its manifest has in_all false: it serves only where named)"
-                   if e.manifest is not None and not e.manifest.in_all and patches.strip().lower() == "all" else "")
+                   if e.manifest is not None and not e.manifest.in_all and requested_ids(patches) == "all" else "")
             return (f"--expect {e.patch_id}, but --patches {patches} does not enable it{why}; "
                     f"name it: --patches {e.patch_id}")
     return None
