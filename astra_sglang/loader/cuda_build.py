@@ -22,6 +22,7 @@ compiler's message); it never returns a report with ``ok=False``.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import hashlib
 import json
@@ -247,7 +248,9 @@ class CudaBuildSpec:
             else:
                 try:
                     report = _build(entry, self.module_name, cuda_cu, ninja_text, ninja, key)
-                except PermissionError as e:  # the sandboxed worker: it loads what the parent built, never builds
+                except OSError as e:  # the sandboxed worker: it loads what the parent built, never builds
+                    if not _not_writable(e):
+                        raise
                     raise AstraError(f"{self.module_name}: not built yet and {root} is not writable here ({e}); the "
                                      "harness builds every CUDA module before its worker starts") from None
         module = _load(so_path) if load else None
@@ -374,6 +377,13 @@ def _valid_entry(entry: Path, so_path: Path) -> BuildReport | None:
     return report
 
 
+def _not_writable(e: OSError) -> bool:
+    """Whether ``e`` says "you may not write here". Landlock answers EACCES, but the GPU sandbox's read-only
+    mounts answer EROFS, which is no PermissionError: treating only the latter as "load, don't build" failed every
+    CUDA candidate's build on the H100 (2026-12-05)."""
+    return e.errno in (errno.EACCES, errno.EPERM, errno.EROFS)
+
+
 @contextlib.contextmanager
 def _lock(root: Path, name: str) -> Iterator[None]:
     """One build per entry across processes and threads (flock on separate opens excludes threads too).
@@ -384,7 +394,9 @@ def _lock(root: Path, name: str) -> Iterator[None]:
     try:
         root.mkdir(parents=True, exist_ok=True)
         fd = os.open(root / f".{name}.lock", os.O_CREAT | os.O_RDWR, 0o644)
-    except PermissionError:
+    except OSError as e:
+        if not _not_writable(e):
+            raise
         try:
             fd = os.open(root / f".{name}.lock", os.O_RDONLY)
         except OSError:
