@@ -46,12 +46,14 @@ def _times(speedup_div: float = 1.0) -> list[ShapeTiming]:
 
 
 def _make_run(runs: Path, run_id: str, label: str, k: int, per_round: list[list[tuple[str, float | None]]],
-              winner: tuple[int, int | None, float], sweep: bool) -> Path:
+              winner: tuple[int, int | None, float], sweep: bool, gpus: list[str] | None = None) -> Path:
+    """``gpus``: the GPU each candidate of a round was timed on (by candidate index), as the queue reported it."""
     folder = RunFolder.create(runs, "merge_state", run_id)
     folder.finish_round(RoundRecord(round=0, status="ok", correct=True, label=label))
     for i, cands in enumerate(per_round, 1):
         entries = [RoundRecord(round=i, candidate=j if k > 1 else None, status=status,  # type: ignore[arg-type]
                                correct=status == "ok", geomean_speedup=speed, label=label,
+                               timing_source=f"{gpus[j]} (sm_90); {INJECTED}" if gpus else INJECTED,
                                tokens=TokenCount(requests=1, input_tokens=100, output_tokens=20), wall_s=1.5)
                    for j, (status, speed) in enumerate(cands)]
         best = max(entries, key=lambda e: e.geomean_speedup if e.correct and e.geomean_speedup else 0.0)
@@ -142,6 +144,27 @@ def test_report_page_tables_and_plots(two_runs: tuple[Path, Path], tmp_path: Pat
     assert [round(p.get_height(), 6) for p in left.patches if isinstance(p, Rectangle)] == [2.0, 2.0]
     assert [round(p.get_height(), 6) for p in right.patches if isinstance(p, Rectangle)] == [20.0, 25.0]
     assert [t.get_text() for t in left.get_xticklabels()] == ["T=5,NH=3,D=64 bfloat16", "T=64,NH=8,D=128 bfloat16"]
+
+
+def test_a_run_timed_on_two_gpus_says_so_beside_each_speedup(tmp_path: Path):
+    """The device pool gave one K=4 round an H200 for c0 and an H100 for c1-c3 (2026-12-05): each speedup is against
+    SGLang's kernel on its own GPU, so the page names the GPU of each and says the ranking is not like for like."""
+    run = _make_run(tmp_path / "runs", "mixed", "SCRIPTED mixed-GPU run (tests), not a model", 4,
+                    [[("ok", 1.2), ("ok", 1.3), ("incorrect", 2.0), ("ok", 0.7)]], (1, 1, 1.3), sweep=False,
+                    gpus=["NVIDIA H200", "NVIDIA H100 80GB HBM3", "NVIDIA H100 80GB HBM3", "NVIDIA H100 80GB HBM3"])
+    out = tmp_path / "site" / "report.md"
+    assert main(["report", str(run), "--out", str(out)]) == 0
+    page = out.read_text()
+    assert ("Note: candidates were timed on 2 GPUs (NVIDIA H200, NVIDIA H100 80GB HBM3): each speedup is against "
+            "SGLang's kernel on its own GPU, so the ranking across GPUs is not like for like.") in page
+    assert ("c0 ok 1.200x (NVIDIA H200), c1 ok 1.300x (NVIDIA H100 80GB HBM3), c2 incorrect 2.000x (NVIDIA H100 80GB "
+            "HBM3), c3 ok 0.700x (NVIDIA H100 80GB HBM3)") in page
+
+
+def test_a_run_timed_on_one_gpu_has_no_such_note(two_runs: tuple[Path, Path], tmp_path: Path):
+    out = tmp_path / "site" / "report.md"
+    assert main(["report", str(two_runs[0]), "--out", str(out)]) == 0
+    assert "timed on 2 GPUs" not in out.read_text() and "(NVIDIA" not in out.read_text()
 
 
 def test_report_bad_input_is_one_line(tmp_path: Path, capsys):

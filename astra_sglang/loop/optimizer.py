@@ -69,7 +69,7 @@ from astra_sglang.loop.runfolder import RunFolder, atomic_write, now_iso
 from astra_sglang.loop.static_check import candidate_suffix, original_source_path
 from astra_sglang.loop.stopping import stop_reason
 from astra_sglang.loop.view import LiveView
-from astra_sglang.loop.winner import flat, pick_base, ranked, round_best
+from astra_sglang.loop.winner import flat, mixed_gpus_note, pick_base, ranked, round_best
 
 
 class Optimizer:
@@ -541,6 +541,10 @@ class Optimizer:
         if winner.round is None and not winner.reason:
             winner.reason = ("no correct candidate beat the original" if timed else "no correct timed candidate")
             winner.rejected = rejected
+        mixed = mixed_gpus_note(entries)
+        if mixed:
+            winner.reason += f"; {mixed}"
+            self.view.event(f"note: {mixed}")
         self.write_best(winner, records)
         return winner
 

@@ -23,6 +23,7 @@ from astra_sglang.errors import AstraError
 from astra_sglang.loop.records import RoundRecord, RunMeta, StepRecord, TuneOutcome
 from astra_sglang.loop.runfolder import RunFolder, atomic_write
 from astra_sglang.loop.stopping import best_per_round
+from astra_sglang.loop.winner import flat, gpu_of, mixed_gpus_note
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -295,13 +296,17 @@ def run_section(run: RunReport) -> list[str]:
     so_far = dict(run.best_so_far())
     if not run.timed:
         lines += ["Untimed: no candidate was timed, so the verdicts here are correctness only.", ""]
+    mixed = mixed_gpus_note(flat(run.records))
+    if mixed:
+        lines += [f"Note: {mixed}.", ""]
     rows = []
     for r in run.records:
         if r.round == 0:
             continue
         entries = r.entries()
         tried = ", ".join(f"{'c' + str(e.candidate) + ' ' if e.candidate is not None else ''}{e.status}"
-                          + (f" {e.geomean_speedup:.3f}x" if e.geomean_speedup is not None else "") for e in entries)
+                          + (f" {e.geomean_speedup:.3f}x" if e.geomean_speedup is not None else "")
+                          + (f" ({gpu_of(e)})" if mixed and gpu_of(e) else "") for e in entries)
         best = dict(best_per_round([r])).get(r.round)
         rows.append([str(r.round), str(len(entries)), tried, _f(best, missing="none timed and correct"),
                      _f(so_far.get(r.round)) if run.timed else "untimed", f"{r.wall_s:.1f}",

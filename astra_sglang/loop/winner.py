@@ -6,15 +6,45 @@ no ranking: the base is then the latest correct kernel, as in the paper's loop.
 
 With K candidates a round every candidate competes on its own: ``flat`` lists them all, and a round's own
 line (``round_best``) is only what tables and plots show of it.
+
+Each speedup is against SGLang's kernel timed beside it on the GPU that ran it. A run whose evaluations landed on
+different GPUs (the device pool hands out H100s and H200s) compares ratios from different GPUs, which are not like
+for like (the same kernel measured 1.755x on an H200 and 1.549x on an H100, 2026-12-05): ``timing_gpus`` names them
+so that the winner and the report say so.
 """
 
 from __future__ import annotations
 
 from astra_sglang.loop.records import RoundRecord
+from astra_sglang.platform_info import gpu_of_text
 
 
 def _competes(r: RoundRecord) -> bool:
     return bool(r.correct) and not r.timing_suspect
+
+
+def gpu_of(r: RoundRecord) -> str | None:
+    """The GPU a record's times come from ('NVIDIA H200 (sm_90); cuda-graph replay...' -> 'NVIDIA H200')."""
+    return gpu_of_text((r.timing_source or "").split(";", 1)[0]) if r.geomean_speedup is not None else None
+
+
+def timing_gpus(records: list[RoundRecord]) -> list[str]:
+    """The GPUs that timed the candidates (round > 0) of ``records``, in order of first appearance."""
+    seen: list[str] = []
+    for r in records:
+        g = gpu_of(r) if r.round > 0 else None
+        if g and g not in seen:
+            seen.append(g)
+    return seen
+
+
+def mixed_gpus_note(records: list[RoundRecord]) -> str | None:
+    """One sentence when candidates were timed on more than one GPU, else None."""
+    gpus = timing_gpus(records)
+    if len(gpus) < 2:
+        return None
+    return (f"candidates were timed on {len(gpus)} GPUs ({', '.join(gpus)}): each speedup is against SGLang's "
+            "kernel on its own GPU, so the ranking across GPUs is not like for like")
 
 
 def flat(records: list[RoundRecord]) -> list[RoundRecord]:
