@@ -151,11 +151,11 @@ def test_an_expected_patch_the_selection_does_not_enable_is_refused_before_any_s
     repo = Path(__file__).resolve().parents[1]
     monkeypatch.setenv("ASTRA_SGLANG_PATCHES_DIR", str(repo / "patches"))
     code = main(["validate", "--launch-module", "sglang_standin", "--workdir", str(tmp_path / "w"),
-                 "--expect", "mr-da2-single-r1", "--", "--model-path", "m"])
+                 "--expect", "triton-silu-and-mul-v1", "--", "--model-path", "m"])
     err = capsys.readouterr().err
     assert code == 2 and "Traceback" not in err
-    assert "--expect mr-da2-single-r1, but --patches all does not enable it (its manifest has in_all false" in err
-    assert "--patches mr-da2-single-r1" in err and not (tmp_path / "w").exists()
+    assert "--expect triton-silu-and-mul-v1, but --patches all does not enable it (its manifest has in_all false" in err
+    assert "--patches triton-silu-and-mul-v1" in err and not (tmp_path / "w").exists()
 
 
 def test_a_server_that_dies_at_startup_is_one_error_quoting_its_log(standin_env: Path, tmp_path: Path,
