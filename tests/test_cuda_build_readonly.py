@@ -35,7 +35,7 @@ def _refuse_writes(monkeypatch: pytest.MonkeyPatch, under: Path, err: int) -> No
             raise OSError(err, os.strerror(err), str(self))
         return real_mkdir(self, *a, **k)
 
-    monkeypatch.setattr(cuda_build.os, "open", fake_open)
+    monkeypatch.setattr(os, "open", fake_open)  # the module cuda_build calls it through
     monkeypatch.setattr(Path, "mkdir", fake_mkdir)
 
 

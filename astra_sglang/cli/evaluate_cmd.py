@@ -57,6 +57,7 @@ def _refuse_untimed(queue: Path, device: str | None) -> None:
 
 def handle(args: argparse.Namespace) -> int:
     from astra_sglang.loop.evaluator import process_queue, queue_status
+    from astra_sglang.loop.records import NOT_RETIMED
 
     if not args.queue.is_dir():
         raise AstraError(f"{args.queue} is not a queue folder")
@@ -71,7 +72,8 @@ def handle(args: argparse.Namespace) -> int:
                                                            f"verdict; left pending for one more pass "
                                                            f"({why.splitlines()[0][:160]})", file=log))
         for item, result in done:
-            verdict = "correct" if result.ok else "NOT correct"
+            retime = (result.error or "").startswith(NOT_RETIMED)
+            verdict = "correct" if result.ok else f"{NOT_RETIMED} (its own times stand)" if retime else "NOT correct"
             sp = f", geomean {result.geomean_speedup:.3f}x" if result.geomean_speedup is not None else ""
             print(f"  {item}: {verdict}{sp} on {result.device}", file=log)
             evaluated.append(EvaluatedItem(item=item, result=result))

@@ -33,7 +33,7 @@ from astra_sglang.contract.op import (
 )
 from astra_sglang.contract.result import BuildReport, EvalResult, SweepBaseline
 from astra_sglang.errors import AstraError
-from astra_sglang.loop.records import CheckReport, EvalSpec, QueueRequest, TuneOutcome
+from astra_sglang.loop.records import NOT_RETIMED, CheckReport, EvalSpec, QueueRequest, TuneOutcome
 from astra_sglang.loop.runfolder import atomic_write, now_iso
 from astra_sglang.loop.static_check import check_source
 from astra_sglang.platform_info import gpu_of_text, same_gpu
@@ -178,6 +178,18 @@ class Evaluator(ABC):
         """A round's candidates (label, source) at once, results in order."""
         return [self.evaluate(label, candidate, spec) for label, candidate in items]
 
+    def evaluate_round(self, items: list[tuple[str, Path | None]], spec: EvalSpec,
+                       base: tuple[str, Path, str] | None = None) -> tuple[list[EvalResult], EvalResult | None]:
+        """A round's candidates, and its base kernel (label, source, the GPU its times came from) timed beside
+        them where they run on another GPU; the base's result is None or NOT_RETIMED where none was needed."""
+        results = self.evaluate_many(items, spec)
+        if base is None:
+            return results, None
+        here = platform_info.current().gpu
+        if not here or same_gpu(here, base[2]):
+            return results, None
+        return results, self.evaluate(base[0], base[1], spec)
+
     def static(self, candidate: Path, spec: EvalSpec | None = None) -> CheckReport | None:
         source = Path(candidate).read_text()
         problem = check_source(source, self.op_dir, self.manifest) or _tune_problem(source, spec)
@@ -306,7 +318,8 @@ class QueueEvaluator(Evaluator):
         self.local = LocalEvaluator(op_dir, self.manifest, check_cache)
         self.description = f"evaluation queue {queue_dir}"
 
-    def _item(self, label: str, candidate: Path | None, spec: EvalSpec) -> tuple[Path, QueueRequest]:
+    def _item(self, label: str, candidate: Path | None, spec: EvalSpec,
+              retime_unless_on: str | None = None) -> tuple[Path, QueueRequest]:
         content = Path(candidate).read_text() if candidate is not None else None
         sha = sha256_text(content) if content is not None else None
         item_id = f"{self.run_id}--{label}"
@@ -314,12 +327,12 @@ class QueueEvaluator(Evaluator):
         request = QueueRequest(item_id=item_id, run_id=self.run_id, label=label, op=self.manifest.short_name,
                                op_id=self.manifest.op_id, spec=spec, created=now_iso(), note=self.note,
                                candidate_file=("candidate" + Path(candidate).suffix) if candidate else None,
-                               candidate_sha256=sha)
+                               candidate_sha256=sha, retime_unless_on=retime_unless_on)
         existing = item_dir / REQUEST_NAME
         if existing.is_file():
             try:
                 old = QueueRequest.model_validate_json(existing.read_text())
-                if old.candidate_sha256 == sha and old.spec == spec:
+                if old.candidate_sha256 == sha and old.spec == spec and old.retime_unless_on == retime_unless_on:
                     return item_dir, old
             except ValueError:
                 pass
@@ -332,9 +345,19 @@ class QueueEvaluator(Evaluator):
     def evaluate(self, label: str, candidate: Path | None, spec: EvalSpec) -> EvalResult:
         return self.evaluate_many([(label, candidate)], spec)[0]
 
-    def evaluate_many(self, items: list[tuple[str, Path | None]], spec: EvalSpec) -> list[EvalResult]:
+    def evaluate_round(self, items: list[tuple[str, Path | None]], spec: EvalSpec,
+                       base: tuple[str, Path, str] | None = None) -> tuple[list[EvalResult], EvalResult | None]:
+        """The base goes into the same batch as the candidates, marked with its GPU: the GPU host times it only
+        if it has another GPU (no trip is added either way), else answers NOT_RETIMED."""
+        extra = [(base[0], base[1], base[2])] if base is not None else []
+        results = self.evaluate_many([*items, *[(label, path) for label, path, _ in extra]], spec,
+                                     unless_on={label: gpu for label, _, gpu in extra})
+        return (results[:-1], results[-1]) if base is not None else (results, None)
+
+    def evaluate_many(self, items: list[tuple[str, Path | None]], spec: EvalSpec,
+                      unless_on: dict[str, str] | None = None) -> list[EvalResult]:
         """Every item is written before any wait, so the GPU host sees the whole batch at once."""
-        queued = [self._item(label, candidate, spec) for label, candidate in items]
+        queued = [self._item(label, candidate, spec, (unless_on or {}).get(label)) for label, candidate in items]
         deadline = time.monotonic() + self.wait_s
         while True:
             results = [read_queue_result(item_dir, request) for item_dir, request in queued]
@@ -544,6 +567,7 @@ def process_queue(queue_dir: Path, extracted_root: Path, device: str | None = No
     done: list[tuple[str, EvalResult]] = []
     # (job, op, spec, tune item or "") -> its items; a dict keeps the order units first appear in: the run order
     units: dict[tuple[str, str, str, str], list[tuple[Path, QueueRequest, Path | None]]] = {}
+    here: str | None = None
     for item_dir, request, result in list_queue(queue_dir):
         if result is not None:
             continue
@@ -551,6 +575,13 @@ def process_queue(queue_dir: Path, extracted_root: Path, device: str | None = No
         manifest = load_manifest(op_dir)
         if canonical_op_id(manifest.op_id) != canonical_op_id(request.op_id):  # either written before issue 24
             raise AstraError(f"{item_dir}: request is for op {request.op_id}, {op_dir} holds {manifest.op_id}")
+        if request.retime_unless_on:
+            here = here if here is not None else (platform_info.current().gpu or "")
+            if here and same_gpu(here, request.retime_unless_on):
+                answer = _not_retimed(request, manifest, here)
+                atomic_write(item_dir / RESULT_NAME, answer.model_dump_json(indent=1))
+                done.append((request.item_id, answer))
+                continue
         spec = request.spec if device is None else request.spec.model_copy(update={"device": device})
         tune = str(item_dir) if request.job == "tune" else ""  # a tune job runs alone
         candidate = item_dir / request.candidate_file if request.candidate_file else None
@@ -578,6 +609,14 @@ def process_queue(queue_dir: Path, extracted_root: Path, device: str | None = No
 
         evaluate_many(Path(extracted_root) / op, [c for _, _, c in items], config, on_result=keep)
     return done
+
+
+def _not_retimed(request: QueueRequest, manifest: Manifest, gpu: str) -> EvalResult:
+    """The answer to a base re-time on the GPU the base was timed on: nothing ran, its own times stand."""
+    return EvalResult(op_id=request.op_id, candidate=request.candidate_file, candidate_sha256=request.candidate_sha256,
+                      device=gpu, sglang_version=manifest.sglang_version,
+                      build=BuildReport(ok=False, log="not built: no re-time needed"),
+                      error=f"{NOT_RETIMED}: this host's GPU ({gpu}) is the one its times came from")
 
 
 def queue_status(queue_dir: Path) -> dict[str, int]:

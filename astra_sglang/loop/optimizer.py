@@ -20,6 +20,7 @@ from typing import Any
 from agents import RunConfig, Runner
 from agents.exceptions import ModelBehaviorError
 
+from astra_sglang import platform_info
 from astra_sglang.agents.config import TokenCount
 from astra_sglang.agents.recording import ModelAuthFailed, RecordingModel, jsonable, short_error
 from astra_sglang.agents.run_context import AgentContext
@@ -50,6 +51,8 @@ from astra_sglang.loop import agent_views as views
 from astra_sglang.loop.evaluator import EvalPending, Evaluator
 from astra_sglang.loop.plans import distinct_plans
 from astra_sglang.loop.records import (
+    NOT_RETIMED,
+    BaseRetime,
     CheckReport,
     CodeAttempt,
     CodeOutcome,
@@ -69,7 +72,7 @@ from astra_sglang.loop.runfolder import RunFolder, atomic_write, now_iso
 from astra_sglang.loop.static_check import candidate_suffix, original_source_path
 from astra_sglang.loop.stopping import stop_reason
 from astra_sglang.loop.view import LiveView
-from astra_sglang.loop.winner import flat, mixed_gpus_note, pick_base, ranked, round_best
+from astra_sglang.loop.winner import flat, gpu_of, mixed_gpus_note, pick_base, ranked, ranking_gpu, round_best
 
 
 class Optimizer:
@@ -260,7 +263,9 @@ class Optimizer:
             path = self._take_code(record, code)
             if path is not None:
                 try:
-                    self._take_result(record, self.evaluate(i, f"r{i:03d}", path))
+                    results, record.base_retime = self.evaluate_round(i, [(None, f"r{i:03d}", path)],
+                                                                      self._base_ask(i, base, records))
+                    self._take_result(record, results[0])
                 except AstraError as e:  # the harness could not judge this candidate: the round fails
                     record.error = f"evaluation failed: {e}"
         record.transcript = [t for step in (diag, plan, code) if step is not None for t in step.transcript]
@@ -322,9 +327,12 @@ class Optimizer:
             candidates.append(rec)
         if judge:
             try:
-                results = self.evaluate_many(i, [(j, f"r{i:03d}-c{j}", path) for j, path in judge])
+                results, retime = self.evaluate_round(i, [(j, f"r{i:03d}-c{j}", path) for j, path in judge],
+                                                      self._base_ask(i, base, records))
                 for (j, _), result in zip(judge, results):
                     self._take_result(candidates[j], result)
+                for rec in candidates:
+                    rec.base_retime = retime
             except AstraError as e:  # the harness could not judge the batch: those candidates fail
                 for j, _ in judge:
                     candidates[j].error = f"evaluation failed: {e}"
@@ -613,22 +621,45 @@ class Optimizer:
         self._eval_step(rnd, name, cand, started, time.monotonic() - t0, result)
         return result
 
-    def evaluate_many(self, rnd: int, items: list[tuple[int, str, Path]]) -> list[EvalResult]:
-        """A round's K candidates (index, label, source) in one evaluation; each result is its own checkpoint,
-        so a resumed round asks only for the ones it lacks (and a queue run stops once for the whole batch)."""
+    def _base_ask(self, i: int, base: RoundRecord, records: list[RoundRecord]) -> tuple[str, Path, str] | None:
+        """Round i's base, to be timed again beside its candidates should they run on another GPU than the one
+        its speed was ranked on (winner.py); None for the original (timed beside every candidate anyway)."""
+        gpu = ranking_gpu(flat(records))
+        if base.round == 0 or not base.candidate_file or gpu is None:
+            return None
+        return f"r{i:03d}-base", self.folder.path / base.candidate_file, gpu
+
+    def evaluate_round(self, rnd: int, items: list[tuple[int | None, str, Path]],
+                       base: tuple[str, Path, str] | None = None) -> tuple[list[EvalResult], BaseRetime | None]:
+        """A round's candidates (index, label, source) in one evaluation, and its base re-timed beside them where
+        they ran on another GPU; each result is its own checkpoint, so a resumed round asks only for the ones it
+        lacks (and a queue run stops once for the whole batch)."""
         done = {j: self.folder.load_step(rnd, _step_name(j, "result"), EvalResult) for j, _, _ in items}
         todo = [(j, label, path) for j, label, path in items if done[j] is None]
-        if todo:
+        base_done = self.folder.load_step(rnd, RETIME_STEP, EvalResult) if base is not None else None
+        ask = base if base_done is None else None
+        if todo or ask is not None:
             self.view.update(rnd, "harness", f"evaluating {len(todo)} candidate(s) ({self.evaluator.description})")
             started, t0 = now_iso(), time.monotonic()
-            fresh = self.evaluator.evaluate_many([(label, path) for _, label, path in todo], self.spec)
+            fresh, base_result = self.evaluator.evaluate_round([(label, path) for _, label, path in todo], self.spec,
+                                                               ask)
             wall = time.monotonic() - t0
             for (j, _, _), result in zip(todo, fresh):
                 self.folder.save_step(rnd, _step_name(j, "result"), result)
                 # builds ran in parallel, checks one after another: each candidate is charged its own share
-                self._eval_step(rnd, _step_name(j, "result"), j, started, result.wall_s or wall / len(todo), result)
+                self._eval_step(rnd, _step_name(j, "result"), j, started,
+                                result.wall_s or wall / max(1, len(todo)), result)
                 done[j] = result
-        return [r for r in (done[j] for j, _, _ in items) if r is not None]
+            if base_result is not None:
+                self.folder.save_step(rnd, RETIME_STEP, base_result)
+                self._eval_step(rnd, RETIME_STEP, None, started, base_result.wall_s, base_result)
+                base_done = base_result
+        retime = _retime_of(base_done)
+        if retime is not None and self.base is not None:
+            self.view.event(f"round {rnd}: base {self.base.key} re-timed on {retime.gpu} beside the candidates: "
+                            + (f"{retime.geomean_speedup:.3f}x" if retime.geomean_speedup else "no timing")
+                            + f" (its own: {self.base.geomean_speedup or 0:.3f}x on {gpu_of(self.base)})")
+        return [r for r in (done[j] for j, _, _ in items) if r is not None], retime
 
     def _eval_step(self, rnd: int, name: str, cand: int | None, started: str, wall: float,
                    result: EvalResult) -> None:
@@ -711,6 +742,20 @@ class Optimizer:
 def _step_name(cand: int | None, name: str) -> str:
     """A step file of the round, or of candidate ``cand`` of a K-candidate round (``c<cand>/<name>``)."""
     return name if cand is None else f"c{cand}/{name}"
+
+
+RETIME_STEP = "base-retime"  # a round's step file: its base timed beside its candidates (evaluate_round)
+
+
+def _retime_of(result: EvalResult | None) -> BaseRetime | None:
+    """A base re-time's result as the round records it; None where none ran (NOT_RETIMED) or nothing was timed."""
+    if result is None or (result.error or "").startswith(NOT_RETIMED):
+        return None
+    gpu = platform_info.gpu_of_text(result.device)
+    if gpu is None:
+        return None
+    return BaseRetime(gpu=gpu, geomean_speedup=result.geomean_speedup if result.ok else None,
+                      timing_source=_timing_source(result), correct=result.ok)
 
 
 def _timing_source(result: EvalResult) -> str | None:

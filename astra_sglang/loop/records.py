@@ -72,6 +72,22 @@ class QueueRequest(Model):
     note: str | None = None
     job: Literal["evaluate", "tune"] = Field("evaluate", description="tune: `sweep_baseline` of the op's original "
                                              "(no candidate); its answer is <item>/baseline.json (TuneOutcome)")
+    retime_unless_on: str | None = Field(None, description="a round's base kernel, already timed on this GPU: a host "
+                                         "with that GPU answers NOT_RETIMED at once, another one times it beside "
+                                         "the round's candidates, so the round's ranking is like for like")
+
+
+NOT_RETIMED = "not re-timed"  # the error of a re-time answered without running: the host has the base's GPU
+
+
+class BaseRetime(Model):
+    """A round's base kernel timed again beside the round's candidates, on their GPU, because its own times came
+    from another GPU (the device pool hands out H100s and H200s; ratios from different GPUs are not comparable)."""
+
+    gpu: str
+    geomean_speedup: float | None = None
+    timing_source: str | None = None
+    correct: bool = True
 
 
 class TuneOutcome(Model):
@@ -267,7 +283,7 @@ class RoundRecord(Extended):
     With K > 1 candidates a round, ``candidates`` holds one record per candidate (``candidate`` = its index)
     and the round's own fields are those of its best candidate, so tables and plots read one line a round."""
 
-    added = ("candidate", "base_candidate", "candidates", "plan_note")
+    added = ("candidate", "base_candidate", "candidates", "plan_note", "base_retime")
 
     round: int
     status: RoundStatus
@@ -298,6 +314,8 @@ class RoundRecord(Extended):
     base_candidate: int | None = None
     candidates: list[RoundRecord] = Field(default_factory=list)
     plan_note: str | None = Field(default=None, description="K > 1: what the planner's answers needed")
+    base_retime: BaseRetime | None = Field(default=None, description="the base (base_round, base_candidate) timed "
+                                           "on this round's GPU, where its own times came from another")
 
     def entries(self) -> list[RoundRecord]:
         """The round's candidates (itself when it had one)."""

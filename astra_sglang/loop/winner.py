@@ -7,16 +7,18 @@ no ranking: the base is then the latest correct kernel, as in the paper's loop.
 With K candidates a round every candidate competes on its own: ``flat`` lists them all, and a round's own
 line (``round_best``) is only what tables and plots show of it.
 
-Each speedup is against SGLang's kernel timed beside it on the GPU that ran it. A run whose evaluations landed on
-different GPUs (the device pool hands out H100s and H200s) compares ratios from different GPUs, which are not like
-for like (the same kernel measured 1.755x on an H200 and 1.549x on an H100, 2026-12-05): ``timing_gpus`` names them
-so that the winner and the report say so.
+Each speedup is against SGLang's kernel timed beside it on the GPU that ran it, and ratios from different GPUs are
+not like for like (the same kernel measured 1.755x on an H200 and 1.549x on an H100, 2026-12-05), while the device
+pool hands out H100s and H200s. So a run ranks on one GPU, the one that timed its latest candidates
+(``ranking_gpu``): a kernel competes with its own times from that GPU, or with a re-time there (a round's base is
+timed again beside the round's candidates when they ran on another GPU: ``RoundRecord.base_retime``); a candidate
+timed only on another GPU does not compete, and ``mixed_gpus_note`` says so.
 """
 
 from __future__ import annotations
 
 from astra_sglang.loop.records import RoundRecord
-from astra_sglang.platform_info import gpu_of_text
+from astra_sglang.platform_info import gpu_of_text, same_gpu
 
 
 def _competes(r: RoundRecord) -> bool:
@@ -38,13 +40,49 @@ def timing_gpus(records: list[RoundRecord]) -> list[str]:
     return seen
 
 
+def ranking_gpu(records: list[RoundRecord]) -> str | None:
+    """The GPU the run ranks on: the one that timed its latest timed candidate; None for an untimed run."""
+    for r in reversed(records):
+        g = gpu_of(r) if r.round > 0 else None
+        if g:
+            return g
+    return None
+
+
+def _retimes(records: list[RoundRecord]) -> dict[tuple[int, int | None], list[tuple[str, float | None]]]:
+    """(round, candidate) of a base -> its re-times: (GPU, geomean speedup there, None where it was not correct)."""
+    out: dict[tuple[int, int | None], list[tuple[str, float | None]]] = {}
+    for r in records:
+        t = r.base_retime
+        if t is not None and r.base_round is not None:
+            out.setdefault((r.base_round, r.base_candidate), []).append(
+                (t.gpu, t.geomean_speedup if t.correct else None))
+    return out
+
+
+def speed_on(r: RoundRecord, gpu: str | None, records: list[RoundRecord]) -> float | None:
+    """``r``'s geomean speedup on ``gpu``: its own, or a re-time there; None where it has none (the original is
+    1.0 everywhere). With ``gpu`` None (an untimed run) its own, whatever it is."""
+    if r.round == 0:
+        return 1.0
+    own = gpu_of(r)
+    if gpu is None or (own is not None and same_gpu(own, gpu)):
+        return r.geomean_speedup
+    return next((v for g, v in _retimes(records).get((r.round, r.candidate), []) if same_gpu(g, gpu)), None)
+
+
 def mixed_gpus_note(records: list[RoundRecord]) -> str | None:
     """One sentence when candidates were timed on more than one GPU, else None."""
     gpus = timing_gpus(records)
     if len(gpus) < 2:
         return None
+    gpu = ranking_gpu(records)
+    left = [r.key for r in records if r.round > 0 and _competes(r) and r.geomean_speedup is not None
+            and speed_on(r, gpu, records) is None]
     return (f"candidates were timed on {len(gpus)} GPUs ({', '.join(gpus)}): each speedup is against SGLang's "
-            "kernel on its own GPU, so the ranking across GPUs is not like for like")
+            f"kernel on its own GPU, and ratios from different GPUs are not like for like, so the ranking uses "
+            f"times from {gpu} only (the latest), with bases re-timed there"
+            + (f"; not competing, timed only on another GPU: {', '.join(left)}" if left else ""))
 
 
 def flat(records: list[RoundRecord]) -> list[RoundRecord]:
@@ -53,22 +91,27 @@ def flat(records: list[RoundRecord]) -> list[RoundRecord]:
 
 
 def pick_base(records: list[RoundRecord]) -> RoundRecord:
-    """The best correct kernel so far (round 0, the original, counts as 1.0x); ties go to the latest."""
-    pool = [r for r in records if _competes(r) or r.round == 0]
+    """The best correct kernel so far on the run's ranking GPU (round 0, the original, counts as 1.0x); ties go to
+    the latest. Untimed (a CPU host): the latest correct kernel."""
+    gpu = ranking_gpu(records)
+    pool = [r for r in records if r.round == 0 or (_competes(r) and (gpu is None
+                                                                       or speed_on(r, gpu, records) is not None))]
     if not pool:
         raise ValueError("no round 0 record: the original must be measured first")
 
     def key(r: RoundRecord) -> tuple[float, int, int]:
-        speed = 1.0 if r.round == 0 else (r.geomean_speedup if r.geomean_speedup is not None else 1.0)
-        return speed, r.round, -(r.candidate or 0)  # within a round, the first (most promising) plan
+        speed = speed_on(r, gpu, records)
+        return (speed if speed is not None else 1.0), r.round, -(r.candidate or 0)  # within a round, the first plan
 
     return max(pool, key=key)
 
 
 def ranked(records: list[RoundRecord]) -> list[RoundRecord]:
-    """Candidates (round > 0) that may win, fastest first."""
-    pool = [r for r in records if r.round > 0 and _competes(r) and r.geomean_speedup is not None]
-    return sorted(pool, key=lambda r: (-(r.geomean_speedup or 0.0), r.round, r.candidate or 0))
+    """Candidates (round > 0) that may win, fastest first, by their speed on the run's ranking GPU."""
+    gpu = ranking_gpu(records)
+    speeds = {id(r): speed_on(r, gpu, records) for r in records}
+    pool = [r for r in records if r.round > 0 and _competes(r) and speeds[id(r)] is not None]
+    return sorted(pool, key=lambda r: (-(speeds[id(r)] or 0.0), r.round, r.candidate or 0))
 
 
 _STATUS_ORDER = {"ok": 0, "incorrect": 1, "build_failed": 2, "failed": 3}

@@ -1,0 +1,168 @@
+"""A run whose evaluations land on different GPUs ranks like for like.
+
+The device pool hands out H100s and H200s. A speedup is a ratio against SGLang's kernel timed beside it on one
+GPU, and the same kernel measured 1.755x on an H200 and 1.549x on an H100 (2026-12-05), so ratios from two GPUs
+do not rank candidates. The run ranks on the GPU of its latest candidates; a round's base is timed again beside
+the round's candidates when they run on another GPU than the one its speed was ranked on (the GPU host does it
+in the same pass, and answers "not re-timed" at once where it has that GPU).
+
+The times here are SCRIPTED (``INJECTED BY TEST``): this host has no GPU. The queue test plays the GPU host with
+the real ``process_queue`` and the harness's real correctness verdicts, then adds timing it did not measure.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from fake_openai_server import FakeOpenAIServer, Script, final
+from loop_support import (
+    API_KEY,
+    INJECTED,
+    candidate,
+    code_reply,
+    diagnosis_reply,
+    inject_timing,
+    loop_env,
+    merge_state_dir,
+    only_run,
+    optimize_args,
+    plan_reply,
+    run_cli,
+    suite_reply,
+)
+
+from astra_sglang.contract.result import EvalResult
+from astra_sglang.loop.evaluator import REQUEST_NAME, RESULT_NAME, list_queue, process_queue
+from astra_sglang.loop.records import NOT_RETIMED, BaseRetime, QueueRequest, RoundRecord
+from astra_sglang.loop.winner import mixed_gpus_note, pick_base, ranked, ranking_gpu
+from astra_sglang.platform_info import Platform
+
+pytestmark = pytest.mark.timeout(500)
+H200, H100 = f"{INJECTED}: NVIDIA H200", f"{INJECTED}: NVIDIA H100 80GB HBM3"
+
+
+def _rec(rnd: int, speed: float | None, gpu: str | None, cand: int | None = None, base: tuple[int, int | None] = (0, None),
+         retime: BaseRetime | None = None) -> RoundRecord:
+    return RoundRecord(round=rnd, candidate=cand, status="ok", correct=True, geomean_speedup=speed,
+                       timing_source=f"{gpu} (sm_90); cuda-graph replay" if gpu else None,
+                       base_round=base[0], base_candidate=base[1], base_retime=retime,
+                       candidate_file=f"rounds/r{rnd:03d}/candidate.py")
+
+
+def test_a_base_re_timed_on_the_new_gpu_competes_with_that_time_not_its_old_one():
+    r0 = _rec(0, 1.0, None)
+    r1 = _rec(1, 1.8, H200)  # 1.8x against SGLang's kernel on the H200
+    r2 = _rec(2, 1.5, H100, base=(1, None), retime=BaseRetime(gpu=H100, geomean_speedup=1.3))
+    records = [r0, r1, r2]
+    assert ranking_gpu(records) == H100
+    assert pick_base(records) is r2  # 1.5 beats round 1's 1.3 on the H100; its 1.8 came from the H200
+    assert [r.round for r in ranked(records)] == [2, 1]
+
+
+def test_a_candidate_timed_only_on_another_gpu_does_not_compete_and_is_named():
+    """K=4 round 1 of the decode-attention run: c0 on the H200, c1-c3 on the H100 (2026-12-05)."""
+    r0 = _rec(0, 1.0, None)
+    round1 = [_rec(1, 1.6, H200, cand=0), _rec(1, 1.2, H100, cand=1), _rec(1, 0.7, H100, cand=2),
+              _rec(1, 1.1, H100, cand=3)]
+    records = [r0, *round1]
+    assert pick_base(records) is round1[1]
+    assert [r.candidate for r in ranked(records)] == [1, 3, 2]
+    note = mixed_gpus_note(records)
+    assert note is not None and f"the ranking uses times from {H100} only" in note
+    assert note.endswith(f"not competing, timed only on another GPU: {round1[0].key}")
+
+
+def test_one_gpu_ranks_as_before():
+    r0, r1, r2 = _rec(0, 1.0, None), _rec(1, 1.8, H200), _rec(2, 1.5, H200, base=(1, None))
+    assert pick_base([r0, r1, r2]) is r1 and mixed_gpus_note([r0, r1, r2]) is None
+    untimed = [_rec(0, None, None), _rec(1, None, None), _rec(2, None, None)]
+    assert pick_base(untimed) is untimed[2] and ranked(untimed) == []  # a CPU run: the latest correct kernel
+
+
+# ------------------------------------------------------------------------------------------ through the queue
+SPEEDUPS = {"r000-original": 1.0, "r001": 1.8, "r002": 1.5, "r002-base": 1.3, "r003": 0.7, "r002-heldout": 1.4}
+GPU_OF = {"r000-original": H200, "r001": H200}  # every later label: the H100
+
+
+@pytest.fixture(scope="module")
+def op_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return merge_state_dir(tmp_path_factory.getbasetemp())
+
+
+def _gpu_host(queue: Path, extracted: Path, stop: threading.Event, timed: list[str], answered: list[str],
+              monkeypatch: pytest.MonkeyPatch) -> None:
+    """`evaluate QUEUE` (process_queue, for real) on a host whose GPU depends on the round it is asked for; the
+    harness's verdicts are real (CPU, interpreter), their timing and device are SCRIPTED."""
+    import astra_sglang.harness as harness
+    from astra_sglang import platform_info
+
+    real = harness.evaluate_many
+
+    def judged(op, candidates, config=None, on_result=None):
+        def keep(i, result):
+            label = Path(candidates[i]).parent.name.split("--", 1)[1] if candidates[i] else "r000-original"
+            timed.append(label)
+            gpu = GPU_OF.get(label, H100)
+            result = inject_timing(result, SPEEDUPS[label]).model_copy(update={"device": f"{gpu} (sm_90)"})
+            on_result(i, result)
+        return real(op, candidates, config, on_result=keep)
+
+    monkeypatch.setattr(harness, "evaluate_many", judged)
+    while not stop.is_set():
+        pending = [r.label for _, r, res in list_queue(queue) if res is None]
+        if pending:
+            gpu = GPU_OF.get(pending[0], H100)
+            monkeypatch.setattr(platform_info, "current", lambda gpu=gpu: Platform(arch="sm_90", name=gpu))
+            answered += [item.split("--", 1)[1] for item, _ in process_queue(queue, extracted)]
+        time.sleep(0.2)
+
+
+def test_the_queue_re_times_the_base_where_the_round_ran_on_another_gpu(op_dir: Path, tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "1")  # this process plays the GPU host
+    runs, queue = tmp_path / "runs", tmp_path / "queue"
+    s = Script()
+    s.add("testing", final(suite_reply()))
+    s.add("profiling", final(diagnosis_reply()), final(diagnosis_reply("round 2")), final(diagnosis_reply("round 3")))
+    s.add("planning", final(plan_reply("r1")), final(plan_reply("r2")), final(plan_reply("r3")))
+    s.add("coding", final(code_reply(candidate("r5.py"), "big tiles")), final(code_reply(candidate("r3.py"), "chunks")),
+          final(code_reply(candidate("r4.py"), "rows")))
+    stop = threading.Event()
+    timed: list[str] = []
+    answered: list[str] = []
+    host = threading.Thread(target=_gpu_host, args=(queue, op_dir.parent, stop, timed, answered, monkeypatch),
+                            daemon=True)
+    host.start()
+    try:
+        with FakeOpenAIServer(s, api_key=API_KEY) as srv:
+            out = run_cli(optimize_args(op_dir, runs, srv.url, "--rounds", "3", "--eval-queue", str(queue),
+                                        "--run-id", "rt", "--eval-wait-s", "300"), loop_env(interpret=False),
+                          timeout=480)
+    finally:
+        stop.set()
+        host.join(timeout=60)
+    assert out.returncode == 0, out.stdout + out.stderr
+    # Round 2 ran on the H100: its base (round 1, timed on the H200) was timed beside it in the same pass. Round 3
+    # ran on the H100 too, where its base (round 2) already had times: the host answered without running it.
+    assert timed == ["r000-original", "r001", "r002", "r002-base", "r003", "r002-heldout"]
+    assert "r003-base" in answered and "r003-base" not in timed
+    base3 = queue / "rt--r003-base"
+    assert QueueRequest.model_validate_json((base3 / REQUEST_NAME).read_text()).retime_unless_on == H100
+    assert (EvalResult.model_validate_json((base3 / RESULT_NAME).read_text()).error or "").startswith(NOT_RETIMED)
+
+    run = only_run(runs)
+    log = [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines()]
+    assert [(r["round"], r["geomean_speedup"]) for r in log] == [(0, 1.0), (1, 1.8), (2, 1.5), (3, 0.7)]
+    assert log[2]["base_retime"] == {"gpu": H100, "geomean_speedup": 1.3, "correct": True,
+                                     "timing_source": f"{H100} (sm_90); {INJECTED}"}
+    assert "base_retime" not in log[3]
+    # Without the re-time, round 1's 1.8x (H200) would have been round 3's base; on the H100 round 2 is faster.
+    assert [r["base_round"] for r in log[1:]] == [0, 1, 2]
+    winner = json.loads((run / "run.json").read_text())["winner"]
+    assert winner["round"] == 2 and winner["heldout_ok"] is True
+    assert f"the ranking uses times from {H100} only" in winner["reason"]
+    assert "re-timed on" in out.stdout
