@@ -351,3 +351,32 @@ def test_a_sweep_cut_in_its_16th_config_keeps_the_configs_before_it(monkeypatch,
         tune_baseline.sweep_baseline(op, EvalConfig(shapes="test", device="cpu", timing=False), partial=partial)
     kept = tune_baseline.TunePartial.model_validate_json(partial.read_text())
     assert len(kept.done) >= 12
+
+
+def test_a_queue_sweep_keeps_one_partial_per_gpu_so_alternating_passes_both_progress(tmp_path, restored_op,
+                                                                                      monkeypatch):
+    """Queue passes alternate between H100s and H200s (2026-12-05). A sweep is keyed by its GPU, so one shared
+    partial file was dropped as "another sweep" at every switch and decode_attention's 64-config sweep never
+    finished; each GPU now resumes its own kept chunks."""
+    import shutil
+
+    from astra_sglang import platform_info
+    from astra_sglang.loop import evaluator
+
+    root = tmp_path / "extracted"
+    op = root / "merge_state"
+    shutil.copytree(restored_op("merge_state"), op)
+    (op / "tune_baseline.json").unlink(missing_ok=True)
+    given = []
+    monkeypatch.setattr(evaluator, "run_tune", lambda op_dir, config, partial=None: given.append(partial) or TuneOutcome(
+        error="cut by the pass's limit (scripted)"))
+    queue = tmp_path / "queue"
+    with pytest.raises(EvalPending):
+        QueueEvaluator(op, queue, "runA").sweep_baseline(EvalSpec(shapes="paper", device="auto"))
+    for gpu in ("NVIDIA H200", "NVIDIA H100 80GB HBM3", "NVIDIA H200"):
+        monkeypatch.setattr(platform_info, "current", lambda gpu=gpu: platform_info.Platform(arch="sm_90", name=gpu))
+        (queue / "runA--r000-tune" / TUNE_RESULT_NAME).unlink(missing_ok=True)
+        process_queue(queue, root)
+    item = queue / "runA--r000-tune"
+    assert given == [item / "baseline.nvidia-h200.partial.json", item / "baseline.nvidia-h100-80gb-hbm3.partial.json",
+                     item / "baseline.nvidia-h200.partial.json"]

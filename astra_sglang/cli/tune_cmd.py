@@ -39,6 +39,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
+    from astra_sglang import platform_info
     from astra_sglang.contract.base import write_atomic
     from astra_sglang.harness import resolve_device, sweep_baseline
     from astra_sglang.harness.parent.tune_baseline import BASELINE_NAME, CHUNK, partial_path
@@ -52,7 +53,7 @@ def handle(args: argparse.Namespace) -> int:
     if resolve_device(config) == "cpu":
         return check_only(args, op_dir, config)
     out = args.out or op_dir / BASELINE_NAME
-    partial = partial_path(out)
+    partial = partial_path(out, platform_info.current().gpu)
     baseline = sweep_baseline(op_dir, config, progress=_stderr, partial=partial, chunk=args.chunk or CHUNK)
     write_atomic(out, baseline.model_dump_json(indent=1) + "\n")
     partial.unlink(missing_ok=True)

@@ -508,11 +508,11 @@ def _tune_once(op_dir: Path, spec_json: str, config: EvalConfig, item_dir: Path)
     resumes there in the next pass."""
     from astra_sglang.harness.parent.tune_baseline import BASELINE_NAME, measured_on_gpu, partial_path
 
-    found = _same_sweep(op_dir, load_manifest(op_dir), EvalSpec.model_validate_json(spec_json),
-                        platform_info.current().gpu)
+    gpu = platform_info.current().gpu
+    found = _same_sweep(op_dir, load_manifest(op_dir), EvalSpec.model_validate_json(spec_json), gpu)
     if found is not None:
         return TuneOutcome(baseline=found)
-    partial = partial_path(item_dir / TUNE_RESULT_NAME)
+    partial = partial_path(item_dir / TUNE_RESULT_NAME, gpu)
     outcome = run_tune(op_dir, config, partial)
     if outcome.baseline is not None and measured_on_gpu(outcome.baseline):
         atomic_write(op_dir / BASELINE_NAME, outcome.baseline.model_dump_json(indent=1) + "\n")

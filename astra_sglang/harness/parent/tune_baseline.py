@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import itertools
 import random
+import re
 import tempfile
 import time
 from collections.abc import Callable
@@ -66,8 +67,12 @@ class TunePartial(Model):
     done: dict[int, SweepConfig] = Field(default_factory=dict, description="config index -> its outcome")
 
 
-def partial_path(out: Path) -> Path:
-    return out.with_name(out.stem + ".partial.json")
+def partial_path(out: Path, gpu: str | None = None) -> Path:
+    """Where a cut sweep keeps its decided chunks: one file per GPU model, because a sweep is keyed by its GPU and
+    queue passes alternate between H100s and H200s; one shared file was dropped as "another sweep" at every switch,
+    so decode_attention's 64-config sweep restarted from zero each pass and never finished (2026-12-05)."""
+    slug = re.sub(r"[^a-z0-9]+", "-", gpu.lower()).strip("-") if gpu else ""
+    return out.with_name(out.stem + (f".{slug}" if slug else "") + ".partial.json")
 
 
 def _sweep_key(text: str, params: list[LaunchParam], config: EvalConfig, device: str) -> str:
