@@ -380,3 +380,36 @@ def test_a_queue_sweep_keeps_one_partial_per_gpu_so_alternating_passes_both_prog
     item = queue / "runA--r000-tune"
     assert given == [item / "baseline.nvidia-h200.partial.json", item / "baseline.nvidia-h100-80gb-hbm3.partial.json",
                      item / "baseline.nvidia-h200.partial.json"]
+
+
+def test_a_sweep_only_pass_leaves_the_candidates_for_the_next_pass(tmp_path, restored_op, monkeypatch):
+    """Sweeps run after every candidate, and decode_attention's never got a pass's time for three sessions
+    (2026-12-05): `evaluate QUEUE --jobs tune` gives them one of their own; `--jobs evaluate` the reverse."""
+    import shutil
+
+    import astra_sglang.harness as harness
+    from astra_sglang.cli.main import main
+    from astra_sglang.loop import evaluator
+    from astra_sglang.loop.evaluator import queue_status
+
+    root = tmp_path / "extracted"
+    op = root / "merge_state"
+    shutil.copytree(restored_op("merge_state"), op)
+    (op / "tune_baseline.json").unlink(missing_ok=True)
+    swept: list[Path] = []
+    monkeypatch.setattr(evaluator, "run_tune", lambda op_dir, config, partial=None: swept.append(op_dir) or TuneOutcome(
+        error="nothing to sweep (scripted)"))
+
+    def no_harness(*a, **k):  # type: ignore[no-untyped-def]
+        raise AssertionError("a sweep-only pass evaluated a candidate")
+
+    monkeypatch.setattr(harness, "evaluate_many", no_harness)
+    queue = tmp_path / "queue"
+    q = QueueEvaluator(op, queue, "runA")
+    for ask in (lambda: q.sweep_baseline(EvalSpec(shapes="paper", device="auto")),
+                lambda: q.evaluate("r001", None, EvalSpec(shapes="paper", device="auto"))):
+        with pytest.raises(EvalPending):
+            ask()
+    assert main(["evaluate", str(queue), "--extracted", str(root), "--jobs", "tune", "--device", "cuda"]) == 0
+    assert swept == [op] and queue_status(queue) == {"pending": 1, "done": 1}
+    assert (queue / "runA--r000-tune" / TUNE_RESULT_NAME).is_file() and not (queue / "runA--r001" / "result.json").exists()

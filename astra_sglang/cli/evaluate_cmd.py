@@ -23,6 +23,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--device", choices=["auto", "cuda", "cpu"], default=None, help="override the requests' device")
     p.add_argument("--watch", type=non_negative_float, default=0.0, metavar="S",
                    help="keep polling the queue for this many seconds (default 0: one pass)")
+    p.add_argument("--jobs", choices=["all", "evaluate", "tune"], default="all",
+                   help="which requests this pass takes: all (candidates first, then the originals' sweeps), only "
+                        "candidates, or only the sweeps (a pass of its own for a sweep that outlasts the passes "
+                        "left after candidates, e.g. decode_attention's 64 configs x 14 shapes)")
     p.add_argument("--json", action="store_true", help="print what was evaluated (item and EvalResult) as JSON")
     p.set_defaults(handler=handle)
 
@@ -66,7 +70,7 @@ def handle(args: argparse.Namespace) -> int:
     deadline = time.monotonic() + args.watch
     evaluated: list[EvaluatedItem] = []
     while True:
-        done = process_queue(args.queue, args.extracted, args.device,
+        done = process_queue(args.queue, args.extracted, args.device, jobs=args.jobs,
                              progress=lambda r: print(f"evaluating {r.item_id} ({r.op}, {r.label})", file=log),
                              on_retry=lambda r, why: print(f"  {r.item_id}: the judge failed on its own side, not a "
                                                            f"verdict; left pending for one more pass "

@@ -550,7 +550,7 @@ def list_queue(queue_dir: Path) -> list[tuple[Path, QueueRequest, EvalResult | T
 
 
 def process_queue(queue_dir: Path, extracted_root: Path, device: str | None = None,
-                  progress: Any = None, on_retry: Any = None) -> list[tuple[str, EvalResult]]:
+                  progress: Any = None, on_retry: Any = None, jobs: str = "all") -> list[tuple[str, EvalResult]]:
     """Fill in every pending request (the GPU-host side of the queue). Returns what was evaluated.
 
     Pending evaluations of one op under one spec (a K-candidate round, or runs sharing a queue) go to the
@@ -561,7 +561,8 @@ def process_queue(queue_dir: Path, extracted_root: Path, device: str | None = No
     outlast a pass (decode attention's 64 configs x 14 shapes did, 2026-12-04), so a pass that met the sweep
     first ran out of time before the candidates queued behind it. ``progress(request)`` is called as an
     item's work starts (a batch's items together), so what it prints is the order things run in;
-    ``on_retry(request, error)`` when a judge error leaves an item pending for one more pass (CHECKER_ERROR_NAME)."""
+    ``on_retry(request, error)`` when a judge error leaves an item pending for one more pass (CHECKER_ERROR_NAME).
+    ``jobs``: "evaluate" or "tune" takes only those requests (a sweep can be given a pass of its own)."""
     from astra_sglang.harness import evaluate_many
 
     done: list[tuple[str, EvalResult]] = []
@@ -569,7 +570,7 @@ def process_queue(queue_dir: Path, extracted_root: Path, device: str | None = No
     units: dict[tuple[str, str, str, str], list[tuple[Path, QueueRequest, Path | None]]] = {}
     here: str | None = None
     for item_dir, request, result in list_queue(queue_dir):
-        if result is not None:
+        if result is not None or jobs not in ("all", request.job):
             continue
         op_dir = Path(extracted_root) / request.op
         manifest = load_manifest(op_dir)
