@@ -607,3 +607,23 @@ def test_the_device_probe_falls_back_one_layer_when_the_driver_needs_more(tmp_pa
     assert needs_writes.stdout.strip() == f"export {SANDBOX_ENV}=seccomp", needs_writes
     never = run("raise SystemExit(3)")
     assert never.returncode == 1 and never.stdout == "", never
+
+
+def test_a_compiler_under_its_own_prefix_may_run_its_own_programs_and_its_interpreter(tmp_path, monkeypatch):
+    """The H100 image's gcc is /opt/gcc/bin/gcc: inside Landlock the worker was refused it ("Permission denied:
+    '/opt/gcc/bin/gcc'", 2026-12-05), as the policy knew only /usr's gcc programs. A compiler's own prefix
+    (libexec/gcc, lib/gcc) and, for a wrapper script, its interpreter are now the toolchain; /usr's whole bin is not."""
+    from astra_sglang.harness.shared import sandbox
+
+    prefix = tmp_path / "opt" / "gcc"
+    (prefix / "bin").mkdir(parents=True)
+    (prefix / "libexec" / "gcc" / "x86_64-linux-gnu" / "13").mkdir(parents=True)
+    gcc = prefix / "bin" / "gcc"
+    gcc.write_text("#!/bin/sh\nexec \"$0-13\" \"$@\"\n")
+    gcc.chmod(0o755)
+    monkeypatch.setenv("CC", str(gcc))
+    allowed = sandbox._toolchain()
+    assert Path(os.path.realpath(gcc)) in allowed and Path(os.path.realpath(prefix / "libexec" / "gcc")) in allowed
+    assert Path(os.path.realpath("/bin/sh")) in allowed
+    assert Path("/usr/bin") not in allowed and Path("/usr") not in allowed
+    assert sandbox._compiler_own(Path("/usr/bin/gcc")) in ([], [Path("/bin/sh")])  # /usr's gcc: nothing of /usr

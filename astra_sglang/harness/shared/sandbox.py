@@ -207,6 +207,30 @@ def _real(paths: Iterable[str | Path | None]) -> list[Path]:
     return out
 
 
+def _compiler_own(cc: Path) -> list[Path]:
+    """A compiler installed under its own prefix (the H100 image's gcc is /opt/gcc/bin/gcc) keeps cc1 and
+    collect2 in <prefix>/libexec/gcc and <prefix>/lib/gcc, not /usr; and a compiler that is a script needs its
+    interpreter. Without them the Landlock probe on the H100 died at the compiler, "Permission denied:
+    '/opt/gcc/bin/gcc'" (2026-12-05), before it could say whether CUDA starts inside Landlock."""
+    out: list[Path] = []
+    real = Path(os.path.realpath(cc))
+    prefix = real.parent.parent
+    if prefix != Path("/usr") and prefix != Path("/"):
+        out += [prefix / "libexec" / "gcc", prefix / "lib" / "gcc", prefix / "lib64" / "gcc"]
+    try:
+        with open(real, "rb") as f:
+            head = f.read(256)
+    except OSError:
+        return out
+    if head.startswith(b"#!"):
+        words = head[2:].split(b"\n", 1)[0].decode(errors="replace").split()
+        if words:
+            out.append(Path(words[0]))
+            if Path(words[0]).name == "env" and len(words) > 1 and shutil.which(words[1]):
+                out.append(Path(str(shutil.which(words[1]))))
+    return out
+
+
 def _toolchain() -> list[Path]:
     """What the worker may execute besides the interpreter: what Triton runs on the GPU at a kernel's first
     launch (its bundled ptxas/cuobjdump/nvdisasm or the ``TRITON_*_PATH`` ones, ``/sbin/ldconfig -p`` to find
@@ -226,6 +250,7 @@ def _toolchain() -> list[Path]:
     if any(cc):  # gcc's own programs (cc1, collect2, lto-wrapper) and the binutils it calls
         found += ["/usr/lib/gcc", "/usr/libexec/gcc"]
         found += [shutil.which(t) for t in ("as", "ld", "ld.bfd", "ld.gold", "ld.lld")]
+        found += [p for c in cc if c for p in _compiler_own(Path(c))]
     # the dynamic loader: the kernel opens it for execution with every dynamically linked program. Running it
     # directly (``ld.so /bin/sh``) runs any readable program: still inside this sandbox, which it inherits
     found += [p for pattern in _LOADERS for p in sorted(glob.glob(pattern))]
