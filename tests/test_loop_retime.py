@@ -166,3 +166,36 @@ def test_the_queue_re_times_the_base_where_the_round_ran_on_another_gpu(op_dir: 
     assert winner["round"] == 2 and winner["heldout_ok"] is True
     assert f"the ranking uses times from {H100} only" in winner["reason"]
     assert "re-timed on" in out.stdout
+
+
+def test_a_local_run_resumed_on_another_gpu_measures_again_instead_of_reusing_the_old_gpus_result(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """The local evaluator caches results by (candidate, spec). A run resumed on another GPU got the old GPU's
+    timed result back for the same candidate, so its base "re-time" would have been the old time again."""
+    import astra_sglang.harness as harness
+    from astra_sglang import platform_info
+    from astra_sglang.contract.result import BuildReport, CorrectnessReport
+    from astra_sglang.loop.evaluator import LocalEvaluator
+    from astra_sglang.loop.records import EvalSpec
+
+    op = merge_state_dir(tmp_path)
+    src = tmp_path / "k.py"
+    src.write_text(candidate("r4.py"))
+    spec = EvalSpec(shapes="paper", device="cuda")
+    runs: list[str] = []
+
+    def harness_on(gpu: str):
+        def fake(op_dir, candidates, config=None, on_result=None):
+            runs.append(gpu)
+            r = inject_timing(EvalResult(op_id="x", device="cpu", sglang_version="0", build=BuildReport(ok=True),
+                                         correctness=CorrectnessReport(ok=True)), 1.2)
+            return [r.model_copy(update={"device": f"{gpu} (sm_90)"}) for _ in candidates]
+        monkeypatch.setattr(harness, "evaluate_many", fake)
+        monkeypatch.setattr(platform_info, "current", lambda: Platform(arch="sm_90", name=gpu))
+
+    ev = LocalEvaluator(op, cache_dir=tmp_path / "evals")
+    harness_on(H200)
+    assert ev.evaluate("r001", src, spec).device == f"{H200} (sm_90)"
+    assert ev.evaluate("r001", src, spec).device == f"{H200} (sm_90)" and runs == [H200]  # cached on its own GPU
+    harness_on(H100)
+    assert ev.evaluate("r002-base", src, spec).device == f"{H100} (sm_90)" and runs == [H200, H100]

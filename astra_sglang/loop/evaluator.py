@@ -197,6 +197,17 @@ class Evaluator(ABC):
                            ran="nothing ran: the form check rejected it before any build") if problem else None
 
 
+def _this_gpu() -> str:
+    return platform_info.current().gpu or ""
+
+
+def _measured_here(result: EvalResult, here: str) -> bool:
+    """Whether a cached timed result came from this host's device: a run resumed on another GPU (or on a GPU after
+    a CPU start) measures again, and a base re-timed on a new GPU is not answered by its old GPU's result."""
+    there = gpu_of_text(result.device) or ""
+    return same_gpu(there, here) if there and here else there == here
+
+
 class LocalEvaluator(Evaluator):
     """The harness on this host; results cached by (candidate content, spec) so nothing is measured twice."""
 
@@ -222,13 +233,15 @@ class LocalEvaluator(Evaluator):
         return None
 
     def _lookup(self, candidate: Path | None, spec: EvalSpec, timing: bool) -> EvalResult | None:
+        here = _this_gpu() if timing else ""
         hit = self._cached(self._key(candidate, spec, timing))
-        if hit is not None:
+        if hit is not None and (not timing or _measured_here(hit, here)):
             return hit
         # A full evaluation answers the check too; and on a device that cannot time, a correctness-only
         # result is the full evaluation, so the round's verdict reuses the coding agent's last check.
         other = self._cached(self._key(candidate, spec, not timing))
-        if other is not None and (not timing or other.timing is None and other.device.startswith("cpu")):
+        if other is not None and (not timing or other.timing is None and other.device.startswith("cpu")
+                                  and _measured_here(other, here)):
             return other
         return None
 
