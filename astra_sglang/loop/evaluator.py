@@ -185,7 +185,7 @@ class Evaluator(ABC):
         results = self.evaluate_many(items, spec)
         if base is None:
             return results, None
-        here = platform_info.current().gpu
+        here = _this_gpu()
         if not here or same_gpu(here, base[2]):
             return results, None
         return results, self.evaluate(base[0], base[1], spec)
@@ -362,10 +362,11 @@ class QueueEvaluator(Evaluator):
                        base: tuple[str, Path, str] | None = None) -> tuple[list[EvalResult], EvalResult | None]:
         """The base goes into the same batch as the candidates, marked with its GPU: the GPU host times it only
         if it has another GPU (no trip is added either way), else answers NOT_RETIMED."""
-        extra = [(base[0], base[1], base[2])] if base is not None else []
-        results = self.evaluate_many([*items, *[(label, path) for label, path, _ in extra]], spec,
-                                     unless_on={label: gpu for label, _, gpu in extra})
-        return (results[:-1], results[-1]) if base is not None else (results, None)
+        if base is None:
+            return self.evaluate_many(items, spec), None
+        label, path, gpu = base
+        results = self.evaluate_many([*items, (label, path)], spec, unless_on={label: gpu})
+        return results[:-1], results[-1]
 
     def evaluate_many(self, items: list[tuple[str, Path | None]], spec: EvalSpec,
                       unless_on: dict[str, str] | None = None) -> list[EvalResult]:

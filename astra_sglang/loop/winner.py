@@ -30,28 +30,28 @@ def gpu_of(r: RoundRecord) -> str | None:
     return gpu_of_text((r.timing_source or "").split(";", 1)[0]) if r.geomean_speedup is not None else None
 
 
+def _candidate_gpus(records: list[RoundRecord]) -> list[str]:
+    """The GPU of each timed candidate (round > 0), in record order."""
+    return [g for r in records if r.round > 0 and (g := gpu_of(r))]
+
+
 def timing_gpus(records: list[RoundRecord]) -> list[str]:
     """The GPUs that timed the candidates (round > 0) of ``records``, in order of first appearance."""
-    seen: list[str] = []
-    for r in records:
-        g = gpu_of(r) if r.round > 0 else None
-        if g and g not in seen:
-            seen.append(g)
-    return seen
+    return list(dict.fromkeys(_candidate_gpus(records)))
 
 
 def ranking_gpu(records: list[RoundRecord]) -> str | None:
     """The GPU the run ranks on: the one that timed its latest timed candidate; None for an untimed run."""
-    for r in reversed(records):
-        g = gpu_of(r) if r.round > 0 else None
-        if g:
-            return g
-    return None
+    gpus = _candidate_gpus(records)
+    return gpus[-1] if gpus else None
 
 
-def _retimes(records: list[RoundRecord]) -> dict[tuple[int, int | None], list[tuple[str, float | None]]]:
+Retimes = dict[tuple[int, int | None], list[tuple[str, float | None]]]
+
+
+def _retimes(records: list[RoundRecord]) -> Retimes:
     """(round, candidate) of a base -> its re-times: (GPU, geomean speedup there, None where it was not correct)."""
-    out: dict[tuple[int, int | None], list[tuple[str, float | None]]] = {}
+    out: Retimes = {}
     for r in records:
         t = r.base_retime
         if t is not None and r.base_round is not None:
@@ -60,7 +60,7 @@ def _retimes(records: list[RoundRecord]) -> dict[tuple[int, int | None], list[tu
     return out
 
 
-def speed_on(r: RoundRecord, gpu: str | None, records: list[RoundRecord]) -> float | None:
+def _speed_on(r: RoundRecord, gpu: str | None, retimes: Retimes) -> float | None:
     """``r``'s geomean speedup on ``gpu``: its own, or a re-time there; None where it has none (the original is
     1.0 everywhere). With ``gpu`` None (an untimed run) its own, whatever it is."""
     if r.round == 0:
@@ -68,7 +68,13 @@ def speed_on(r: RoundRecord, gpu: str | None, records: list[RoundRecord]) -> flo
     own = gpu_of(r)
     if gpu is None or (own is not None and same_gpu(own, gpu)):
         return r.geomean_speedup
-    return next((v for g, v in _retimes(records).get((r.round, r.candidate), []) if same_gpu(g, gpu)), None)
+    return next((v for g, v in retimes.get((r.round, r.candidate), []) if same_gpu(g, gpu)), None)
+
+
+def _speeds(records: list[RoundRecord]) -> tuple[str | None, dict[int, float | None]]:
+    """The ranking GPU and every record's speed there (by ``id``)."""
+    gpu, retimes = ranking_gpu(records), _retimes(records)
+    return gpu, {id(r): _speed_on(r, gpu, retimes) for r in records}
 
 
 def mixed_gpus_note(records: list[RoundRecord]) -> str | None:
@@ -76,9 +82,9 @@ def mixed_gpus_note(records: list[RoundRecord]) -> str | None:
     gpus = timing_gpus(records)
     if len(gpus) < 2:
         return None
-    gpu = ranking_gpu(records)
+    gpu, speeds = _speeds(records)
     left = [r.key for r in records if r.round > 0 and _competes(r) and r.geomean_speedup is not None
-            and speed_on(r, gpu, records) is None]
+            and speeds[id(r)] is None]
     return (f"candidates were timed on {len(gpus)} GPUs ({', '.join(gpus)}): each speedup is against SGLang's "
             f"kernel on its own GPU, and ratios from different GPUs are not like for like, so the ranking uses "
             f"times from {gpu} only (the latest), with bases re-timed there"
@@ -93,14 +99,13 @@ def flat(records: list[RoundRecord]) -> list[RoundRecord]:
 def pick_base(records: list[RoundRecord]) -> RoundRecord:
     """The best correct kernel so far on the run's ranking GPU (round 0, the original, counts as 1.0x); ties go to
     the latest. Untimed (a CPU host): the latest correct kernel."""
-    gpu = ranking_gpu(records)
-    pool = [r for r in records if r.round == 0 or (_competes(r) and (gpu is None
-                                                                       or speed_on(r, gpu, records) is not None))]
+    gpu, speeds = _speeds(records)
+    pool = [r for r in records if r.round == 0 or (_competes(r) and (gpu is None or speeds[id(r)] is not None))]
     if not pool:
         raise ValueError("no round 0 record: the original must be measured first")
 
     def key(r: RoundRecord) -> tuple[float, int, int]:
-        speed = speed_on(r, gpu, records)
+        speed = speeds[id(r)]
         return (speed if speed is not None else 1.0), r.round, -(r.candidate or 0)  # within a round, the first plan
 
     return max(pool, key=key)
@@ -108,8 +113,7 @@ def pick_base(records: list[RoundRecord]) -> RoundRecord:
 
 def ranked(records: list[RoundRecord]) -> list[RoundRecord]:
     """Candidates (round > 0) that may win, fastest first, by their speed on the run's ranking GPU."""
-    gpu = ranking_gpu(records)
-    speeds = {id(r): speed_on(r, gpu, records) for r in records}
+    _, speeds = _speeds(records)
     pool = [r for r in records if r.round > 0 and _competes(r) and speeds[id(r)] is not None]
     return sorted(pool, key=lambda r: (-(speeds[id(r)] or 0.0), r.round, r.candidate or 0))
 
