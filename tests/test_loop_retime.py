@@ -37,8 +37,8 @@ from loop_support import (
 
 from astra_sglang.contract.result import EvalResult
 from astra_sglang.loop.evaluator import REQUEST_NAME, RESULT_NAME, list_queue, process_queue
-from astra_sglang.loop.records import NOT_RETIMED, BaseRetime, QueueRequest, RoundRecord
-from astra_sglang.loop.winner import mixed_gpus_note, pick_base, ranked, ranking_gpu
+from astra_sglang.loop.records import NOT_RETIMED, QueueRequest, Retime, RoundRecord
+from astra_sglang.loop.winner import contenders, mixed_gpus_note, pick_base, ranked, ranking_gpu
 from astra_sglang.platform_info import Platform
 
 pytestmark = pytest.mark.timeout(500)
@@ -46,17 +46,17 @@ H200, H100 = f"{INJECTED}: NVIDIA H200", f"{INJECTED}: NVIDIA H100 80GB HBM3"
 
 
 def _rec(rnd: int, speed: float | None, gpu: str | None, cand: int | None = None, base: tuple[int, int | None] = (0, None),
-         retime: BaseRetime | None = None) -> RoundRecord:
+         retime: Retime | None = None) -> RoundRecord:
     return RoundRecord(round=rnd, candidate=cand, status="ok", correct=True, geomean_speedup=speed,
                        timing_source=f"{gpu} (sm_90); cuda-graph replay" if gpu else None,
-                       base_round=base[0], base_candidate=base[1], base_retime=retime,
+                       base_round=base[0], base_candidate=base[1], retimes=[retime] if retime else [],
                        candidate_file=f"rounds/r{rnd:03d}/candidate.py")
 
 
 def test_a_base_re_timed_on_the_new_gpu_competes_with_that_time_not_its_old_one():
     r0 = _rec(0, 1.0, None)
     r1 = _rec(1, 1.8, H200)  # 1.8x against SGLang's kernel on the H200
-    r2 = _rec(2, 1.5, H100, base=(1, None), retime=BaseRetime(gpu=H100, geomean_speedup=1.3))
+    r2 = _rec(2, 1.5, H100, base=(1, None), retime=Retime(of_round=1, gpu=H100, geomean_speedup=1.3))
     records = [r0, r1, r2]
     assert ranking_gpu(records) == H100
     assert pick_base(records) is r2  # 1.5 beats round 1's 1.3 on the H100; its 1.8 came from the H200
@@ -74,6 +74,12 @@ def test_a_candidate_timed_only_on_another_gpu_does_not_compete_and_is_named():
     note = mixed_gpus_note(records)
     assert note is not None and f"the ranking uses times from {H100} only" in note
     assert note.endswith(f"not competing, timed only on another GPU: {round1[0].key}")
+    # Round 2 times again the fastest of round 1 on each GPU (its base, c1, is the H100's): whichever GPU the pass
+    # gets, both then stand on it. Each is marked with the GPU its standing time is from.
+    assert [(r.candidate, gpu) for r, gpu in contenders(records, round1[1])] == [(1, H100), (0, H200)]
+    r2 = _rec(2, 1.3, H100, cand=0, base=(1, 1), retime=Retime(of_round=1, of_candidate=0, gpu=H100, geomean_speedup=1.25))
+    assert pick_base([*records, r2]) is r2 and mixed_gpus_note([*records, r2]) is not None
+    assert "not competing" not in (mixed_gpus_note([*records, r2]) or "")  # c0 now has an H100 time: it competes
 
 
 def test_one_gpu_ranks_as_before():
@@ -150,6 +156,7 @@ def test_the_queue_re_times_the_base_where_the_round_ran_on_another_gpu(op_dir: 
     # ran on the H100 too, where its base (round 2) already had times: the host answered without running it.
     assert timed == ["r000-original", "r001", "r002", "r002-base", "r003", "r002-heldout"]
     assert "r003-base" in answered and "r003-base" not in timed
+    assert not list(queue.glob("*retime*"))  # the latest round's fastest was each round's base here
     base3 = queue / "rt--r003-base"
     assert QueueRequest.model_validate_json((base3 / REQUEST_NAME).read_text()).retime_unless_on == H100
     assert (EvalResult.model_validate_json((base3 / RESULT_NAME).read_text()).error or "").startswith(NOT_RETIMED)
@@ -157,15 +164,15 @@ def test_the_queue_re_times_the_base_where_the_round_ran_on_another_gpu(op_dir: 
     run = only_run(runs)
     log = [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines()]
     assert [(r["round"], r["geomean_speedup"]) for r in log] == [(0, 1.0), (1, 1.8), (2, 1.5), (3, 0.7)]
-    assert log[2]["base_retime"] == {"gpu": H100, "geomean_speedup": 1.3, "correct": True,
-                                     "timing_source": f"{H100} (sm_90); {INJECTED}"}
-    assert "base_retime" not in log[3]
+    assert log[2]["retimes"] == [{"of_round": 1, "of_candidate": None, "gpu": H100, "geomean_speedup": 1.3,
+                                  "correct": True, "timing_source": f"{H100} (sm_90); {INJECTED}"}]
+    assert "retimes" not in log[3]
     # Without the re-time, round 1's 1.8x (H200) would have been round 3's base; on the H100 round 2 is faster.
     assert [r["base_round"] for r in log[1:]] == [0, 1, 2]
     winner = json.loads((run / "run.json").read_text())["winner"]
     assert winner["round"] == 2 and winner["heldout_ok"] is True
     assert f"the ranking uses times from {H100} only" in winner["reason"]
-    assert "re-timed on" in out.stdout
+    assert "timed again on" in out.stdout
 
 
 def test_a_local_run_resumed_on_another_gpu_measures_again_instead_of_reusing_the_old_gpus_result(

@@ -179,16 +179,14 @@ class Evaluator(ABC):
         return [self.evaluate(label, candidate, spec) for label, candidate in items]
 
     def evaluate_round(self, items: list[tuple[str, Path | None]], spec: EvalSpec,
-                       base: tuple[str, Path, str] | None = None) -> tuple[list[EvalResult], EvalResult | None]:
-        """A round's candidates, and its base kernel (label, source, the GPU its times came from) timed beside
-        them where they run on another GPU; the base's result is None or NOT_RETIMED where none was needed."""
+                       again: list[tuple[str, Path, str]] | None = None
+                       ) -> tuple[list[EvalResult], list[EvalResult | None]]:
+        """A round's candidates, and kernels that compete with them (label, source, the GPU their standing times
+        are from) timed again beside them where this host has another GPU; None (or NOT_RETIMED) where not."""
         results = self.evaluate_many(items, spec)
-        if base is None:
-            return results, None
         here = _this_gpu()
-        if not here or same_gpu(here, base[2]):
-            return results, None
-        return results, self.evaluate(base[0], base[1], spec)
+        return results, [self.evaluate(label, path, spec) if here and not same_gpu(here, gpu) else None
+                         for label, path, gpu in again or []]
 
     def static(self, candidate: Path, spec: EvalSpec | None = None) -> CheckReport | None:
         source = Path(candidate).read_text()
@@ -359,14 +357,14 @@ class QueueEvaluator(Evaluator):
         return self.evaluate_many([(label, candidate)], spec)[0]
 
     def evaluate_round(self, items: list[tuple[str, Path | None]], spec: EvalSpec,
-                       base: tuple[str, Path, str] | None = None) -> tuple[list[EvalResult], EvalResult | None]:
-        """The base goes into the same batch as the candidates, marked with its GPU: the GPU host times it only
-        if it has another GPU (no trip is added either way), else answers NOT_RETIMED."""
-        if base is None:
-            return self.evaluate_many(items, spec), None
-        label, path, gpu = base
-        results = self.evaluate_many([*items, (label, path)], spec, unless_on={label: gpu})
-        return results[:-1], results[-1]
+                       again: list[tuple[str, Path, str]] | None = None
+                       ) -> tuple[list[EvalResult], list[EvalResult | None]]:
+        """The kernels to time again go into the same batch as the candidates, each marked with its GPU: the GPU
+        host times one only if it has another GPU (no trip is added either way), else answers NOT_RETIMED."""
+        again = again or []
+        results = self.evaluate_many([*items, *[(label, path) for label, path, _ in again]], spec,
+                                     unless_on={label: gpu for label, _, gpu in again})
+        return results[:len(items)], list(results[len(items):])
 
     def evaluate_many(self, items: list[tuple[str, Path | None]], spec: EvalSpec,
                       unless_on: dict[str, str] | None = None) -> list[EvalResult]:

@@ -52,7 +52,6 @@ from astra_sglang.loop.evaluator import EvalPending, Evaluator
 from astra_sglang.loop.plans import distinct_plans
 from astra_sglang.loop.records import (
     NOT_RETIMED,
-    BaseRetime,
     CheckReport,
     CodeAttempt,
     CodeOutcome,
@@ -60,6 +59,7 @@ from astra_sglang.loop.records import (
     EvalSpec,
     PlanSetStep,
     PlanStep,
+    Retime,
     RoundRecord,
     RunMeta,
     StepRecord,
@@ -72,7 +72,7 @@ from astra_sglang.loop.runfolder import RunFolder, atomic_write, now_iso
 from astra_sglang.loop.static_check import candidate_suffix, original_source_path
 from astra_sglang.loop.stopping import stop_reason
 from astra_sglang.loop.view import LiveView
-from astra_sglang.loop.winner import flat, gpu_of, mixed_gpus_note, pick_base, ranked, ranking_gpu, round_best
+from astra_sglang.loop.winner import contenders, flat, gpu_of, mixed_gpus_note, pick_base, ranked, round_best
 
 
 class Optimizer:
@@ -263,8 +263,7 @@ class Optimizer:
             path = self._take_code(record, code)
             if path is not None:
                 try:
-                    results, record.base_retime = self.evaluate_round(i, [(None, f"r{i:03d}", path)],
-                                                                      self._base_ask(i, base, records))
+                    results, record.retimes = self.evaluate_round(i, [(None, f"r{i:03d}", path)], base, records)
                     self._take_result(record, results[0])
                 except AstraError as e:  # the harness could not judge this candidate: the round fails
                     record.error = f"evaluation failed: {e}"
@@ -327,12 +326,12 @@ class Optimizer:
             candidates.append(rec)
         if judge:
             try:
-                results, retime = self.evaluate_round(i, [(j, f"r{i:03d}-c{j}", path) for j, path in judge],
-                                                      self._base_ask(i, base, records))
+                results, retimes = self.evaluate_round(i, [(j, f"r{i:03d}-c{j}", path) for j, path in judge],
+                                                       base, records)
                 for (j, _), result in zip(judge, results):
                     self._take_result(candidates[j], result)
                 for rec in candidates:
-                    rec.base_retime = retime
+                    rec.retimes = retimes
             except AstraError as e:  # the harness could not judge the batch: those candidates fail
                 for j, _ in judge:
                     candidates[j].error = f"evaluation failed: {e}"
@@ -621,27 +620,33 @@ class Optimizer:
         self._eval_step(rnd, name, cand, started, time.monotonic() - t0, result)
         return result
 
-    def _base_ask(self, i: int, base: RoundRecord, records: list[RoundRecord]) -> tuple[str, Path, str] | None:
-        """Round i's base, to be timed again beside its candidates should they run on another GPU than the one
-        its speed was ranked on (winner.py); None for the original (timed beside every candidate anyway)."""
-        gpu = ranking_gpu(flat(records))
-        if base.round == 0 or not base.candidate_file or gpu is None:
-            return None
-        return f"r{i:03d}-base", self.folder.path / base.candidate_file, gpu
+    def _retime_asks(self, i: int, base: RoundRecord,
+                     records: list[RoundRecord]) -> list[tuple[str, Path, str, RoundRecord]]:
+        """What round i's evaluation times again should it run on another GPU (winner.contenders): label, source,
+        the GPU whose time stands, the kernel's record; the base's label is rNNN-base."""
+        asks = []
+        for r, gpu in contenders(flat(records), base):
+            if r.candidate_file:
+                tag = f"r{r.round:03d}" + (f"-c{r.candidate}" if r.candidate is not None else "")
+                label = f"r{i:03d}-base" if r is base else f"r{i:03d}-retime-{tag}"
+                asks.append((label, self.folder.path / r.candidate_file, gpu, r))
+        return asks
 
-    def evaluate_round(self, rnd: int, items: list[tuple[int | None, str, Path]],
-                       base: tuple[str, Path, str] | None = None) -> tuple[list[EvalResult], BaseRetime | None]:
-        """A round's candidates (index, label, source) in one evaluation, and its base re-timed beside them where
-        they ran on another GPU; each result is its own checkpoint, so a resumed round asks only for the ones it
-        lacks (and a queue run stops once for the whole batch)."""
+    def evaluate_round(self, rnd: int, items: list[tuple[int | None, str, Path]], base: RoundRecord,
+                       records: list[RoundRecord]) -> tuple[list[EvalResult], list[Retime]]:
+        """A round's candidates (index, label, source) in one evaluation, and the kernels they compete with timed
+        again beside them where they ran on another GPU; each result is its own checkpoint, so a resumed round
+        asks only for the ones it lacks (and a queue run stops once for the whole batch)."""
         done = {j: self.folder.load_step(rnd, _step_name(j, "result"), EvalResult) for j, _, _ in items}
         todo = [(j, label, path) for j, label, path in items if done[j] is None]
-        base_done = self.folder.load_step(rnd, RETIME_STEP, EvalResult) if base is not None else None
-        ask = base if base_done is None else None
-        if todo or ask is not None:
+        asks = self._retime_asks(rnd, base, records)
+        again: dict[str, EvalResult | None] = {a[0]: self.folder.load_step(rnd, f"again/{a[0]}", EvalResult)
+                                               for a in asks}
+        ask = [(label, path, gpu) for label, path, gpu, _ in asks if again[label] is None]
+        if todo or ask:
             self.view.update(rnd, "harness", f"evaluating {len(todo)} candidate(s) ({self.evaluator.description})")
             started, t0 = now_iso(), time.monotonic()
-            fresh, base_result = self.evaluator.evaluate_round([(label, path) for _, label, path in todo], self.spec,
+            fresh, timed_again = self.evaluator.evaluate_round([(label, path) for _, label, path in todo], self.spec,
                                                                ask)
             wall = time.monotonic() - t0
             for (j, _, _), result in zip(todo, fresh):
@@ -650,16 +655,20 @@ class Optimizer:
                 self._eval_step(rnd, _step_name(j, "result"), j, started,
                                 result.wall_s or wall / max(1, len(todo)), result)
                 done[j] = result
-            if base_result is not None:
-                self.folder.save_step(rnd, RETIME_STEP, base_result)
-                self._eval_step(rnd, RETIME_STEP, None, started, base_result.wall_s, base_result)
-                base_done = base_result
-        retime = _retime_of(base_done)
-        if retime is not None and self.base is not None:
-            self.view.event(f"round {rnd}: base {self.base.key} re-timed on {retime.gpu} beside the candidates: "
-                            + (f"{retime.geomean_speedup:.3f}x" if retime.geomean_speedup else "no timing")
-                            + f" (its own: {self.base.geomean_speedup or 0:.3f}x on {gpu_of(self.base)})")
-        return [r for r in (done[j] for j, _, _ in items) if r is not None], retime
+            for (label, _, _), got in zip(ask, timed_again):
+                if got is not None:
+                    self.folder.save_step(rnd, f"again/{label}", got)
+                    self._eval_step(rnd, f"again/{label}", None, started, got.wall_s, got)
+                    again[label] = got
+        retimes = []
+        for label, _, _, r in asks:
+            retime = _retime_of(again[label], r)
+            if retime is not None:
+                retimes.append(retime)
+                self.view.event(f"round {rnd}: {r.key} timed again on {retime.gpu} beside the candidates: "
+                                + (f"{retime.geomean_speedup:.3f}x" if retime.geomean_speedup else "no timing")
+                                + f" (its own: {r.geomean_speedup or 0:.3f}x on {gpu_of(r)})")
+        return [r for r in (done[j] for j, _, _ in items) if r is not None], retimes
 
     def _eval_step(self, rnd: int, name: str, cand: int | None, started: str, wall: float,
                    result: EvalResult) -> None:
@@ -744,18 +753,16 @@ def _step_name(cand: int | None, name: str) -> str:
     return name if cand is None else f"c{cand}/{name}"
 
 
-RETIME_STEP = "base-retime"  # a round's step file: its base timed beside its candidates (evaluate_round)
-
-
-def _retime_of(result: EvalResult | None) -> BaseRetime | None:
-    """A base re-time's result as the round records it; None where none ran (NOT_RETIMED) or nothing was timed."""
+def _retime_of(result: EvalResult | None, r: RoundRecord) -> Retime | None:
+    """A re-time's result as the round records it; None where none ran (NOT_RETIMED) or nothing was timed."""
     if result is None or (result.error or "").startswith(NOT_RETIMED):
         return None
     gpu = platform_info.gpu_of_text(result.device)
     if gpu is None:
         return None
-    return BaseRetime(gpu=gpu, geomean_speedup=result.geomean_speedup if result.ok else None,
-                      timing_source=_timing_source(result), correct=result.ok)
+    return Retime(of_round=r.round, of_candidate=r.candidate, gpu=gpu,
+                  geomean_speedup=result.geomean_speedup if result.ok else None,
+                  timing_source=_timing_source(result), correct=result.ok)
 
 
 def _timing_source(result: EvalResult) -> str | None:

@@ -80,10 +80,13 @@ class QueueRequest(Model):
 NOT_RETIMED = "not re-timed"  # the error of a re-time answered without running: the host has the base's GPU
 
 
-class BaseRetime(Model):
-    """A round's base kernel timed again beside the round's candidates, on their GPU, because its own times came
-    from another GPU (the device pool hands out H100s and H200s; ratios from different GPUs are not comparable)."""
+class Retime(Model):
+    """A kernel that competes (a round's base, the fastest of the latest round on each GPU) timed again beside a
+    round's candidates, on their GPU, because its own times came from another GPU (the device pool hands out H100s
+    and H200s; ratios from different GPUs are not comparable)."""
 
+    of_round: int
+    of_candidate: int | None = None
     gpu: str
     geomean_speedup: float | None = None
     timing_source: str | None = None
@@ -283,7 +286,7 @@ class RoundRecord(Extended):
     With K > 1 candidates a round, ``candidates`` holds one record per candidate (``candidate`` = its index)
     and the round's own fields are those of its best candidate, so tables and plots read one line a round."""
 
-    added = ("candidate", "base_candidate", "candidates", "plan_note", "base_retime")
+    added = ("candidate", "base_candidate", "candidates", "plan_note", "retimes")
 
     round: int
     status: RoundStatus
@@ -314,8 +317,8 @@ class RoundRecord(Extended):
     base_candidate: int | None = None
     candidates: list[RoundRecord] = Field(default_factory=list)
     plan_note: str | None = Field(default=None, description="K > 1: what the planner's answers needed")
-    base_retime: BaseRetime | None = Field(default=None, description="the base (base_round, base_candidate) timed "
-                                           "on this round's GPU, where its own times came from another")
+    retimes: list[Retime] = Field(default_factory=list, description="kernels that compete, timed again beside this "
+                                  "round's candidates on their GPU, where their own times came from another")
 
     def entries(self) -> list[RoundRecord]:
         """The round's candidates (itself when it had one)."""

@@ -10,9 +10,10 @@ line (``round_best``) is only what tables and plots show of it.
 Each speedup is against SGLang's kernel timed beside it on the GPU that ran it, and ratios from different GPUs are
 not like for like (the same kernel measured 1.755x on an H200 and 1.549x on an H100, 2026-12-05), while the device
 pool hands out H100s and H200s. So a run ranks on one GPU, the one that timed its latest candidates
-(``ranking_gpu``): a kernel competes with its own times from that GPU, or with a re-time there (a round's base is
-timed again beside the round's candidates when they ran on another GPU: ``RoundRecord.base_retime``); a candidate
-timed only on another GPU does not compete, and ``mixed_gpus_note`` says so.
+(``ranking_gpu``): a kernel competes with its own times from that GPU, or with a re-time there (``contenders``: a
+round's base and the latest round's fastest per GPU are timed again beside the round's candidates when those run on
+another GPU, ``RoundRecord.retimes``); a candidate timed only on another GPU does not compete, and
+``mixed_gpus_note`` says so.
 """
 
 from __future__ import annotations
@@ -50,12 +51,11 @@ Retimes = dict[tuple[int, int | None], list[tuple[str, float | None]]]
 
 
 def _retimes(records: list[RoundRecord]) -> Retimes:
-    """(round, candidate) of a base -> its re-times: (GPU, geomean speedup there, None where it was not correct)."""
+    """(round, candidate) of a kernel -> its re-times: (GPU, geomean speedup there, None where it was not correct)."""
     out: Retimes = {}
     for r in records:
-        t = r.base_retime
-        if t is not None and r.base_round is not None:
-            out.setdefault((r.base_round, r.base_candidate), []).append(
+        for t in r.retimes:
+            out.setdefault((t.of_round, t.of_candidate), []).append(
                 (t.gpu, t.geomean_speedup if t.correct else None))
     return out
 
@@ -75,6 +75,27 @@ def _speeds(records: list[RoundRecord]) -> tuple[str | None, dict[int, float | N
     """The ranking GPU and every record's speed there (by ``id``)."""
     gpu, retimes = ranking_gpu(records), _retimes(records)
     return gpu, {id(r): _speed_on(r, gpu, retimes) for r in records}
+
+
+def contenders(records: list[RoundRecord], base: RoundRecord) -> list[tuple[RoundRecord, str]]:
+    """What a new round's evaluation should time again should it run on another GPU: the base, and the fastest
+    correct candidate of the latest round on each GPU that timed it (a pass cut short leaves a K-candidate round
+    split over two GPUs); each with the GPU its standing time is from (the ranking GPU where it has a time there).
+    The GPU host times those whose GPU is not its own, so after the pass all of them stand on the new round's GPU
+    beside its candidates; on their own GPU it answers "not re-timed" at once, costing nothing."""
+    gpu, speeds = _speeds(records)
+    if gpu is None:
+        return []
+    picked: list[RoundRecord] = [base] if base.round > 0 else []
+    latest = max((r.round for r in records), default=0)
+    best: dict[str, RoundRecord] = {}
+    for r in records:
+        g = gpu_of(r)
+        if r.round == latest > 0 and g and _competes(r) and (g not in best or (r.geomean_speedup or 0.0)
+                                                                > (best[g].geomean_speedup or 0.0)):
+            best[g] = r
+    picked += [r for r in best.values() if r is not base]
+    return [(r, gpu if speeds[id(r)] is not None else (gpu_of(r) or gpu)) for r in picked]
 
 
 def mixed_gpus_note(records: list[RoundRecord]) -> str | None:
