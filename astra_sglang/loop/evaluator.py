@@ -520,7 +520,7 @@ def _tune_once(op_dir: Path, spec_json: str, config: EvalConfig, item_dir: Path)
     resumes there in the next pass."""
     from astra_sglang.harness.parent.tune_baseline import BASELINE_NAME, measured_on_gpu, partial_path
 
-    gpu = platform_info.current().gpu
+    gpu = _this_gpu() or None
     found = _same_sweep(op_dir, load_manifest(op_dir), EvalSpec.model_validate_json(spec_json), gpu)
     if found is not None:
         return TuneOutcome(baseline=found)
@@ -589,7 +589,7 @@ def process_queue(queue_dir: Path, extracted_root: Path, device: str | None = No
         if canonical_op_id(manifest.op_id) != canonical_op_id(request.op_id):  # either written before issue 24
             raise AstraError(f"{item_dir}: request is for op {request.op_id}, {op_dir} holds {manifest.op_id}")
         if request.retime_unless_on:
-            here = here if here is not None else (platform_info.current().gpu or "")
+            here = here if here is not None else _this_gpu()
             if here and same_gpu(here, request.retime_unless_on):
                 answer = _not_retimed(request, manifest, here)
                 atomic_write(item_dir / RESULT_NAME, answer.model_dump_json(indent=1))

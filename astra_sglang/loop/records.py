@@ -72,12 +72,13 @@ class QueueRequest(Model):
     note: str | None = None
     job: Literal["evaluate", "tune"] = Field("evaluate", description="tune: `sweep_baseline` of the op's original "
                                              "(no candidate); its answer is <item>/baseline.json (TuneOutcome)")
-    retime_unless_on: str | None = Field(None, description="a round's base kernel, already timed on this GPU: a host "
-                                         "with that GPU answers NOT_RETIMED at once, another one times it beside "
-                                         "the round's candidates, so the round's ranking is like for like")
+    retime_unless_on: str | None = Field(None, description="a kernel a round competes with (its base, the latest "
+                                         "round's fastest per GPU), already timed on this GPU: a host with that GPU "
+                                         "answers NOT_RETIMED at once, another one times it beside the round's "
+                                         "candidates, so the round's ranking is like for like")
 
 
-NOT_RETIMED = "not re-timed"  # the error of a re-time answered without running: the host has the base's GPU
+NOT_RETIMED = "not re-timed"  # the error of a re-time answered without running: the host has the kernel's GPU
 
 
 class Retime(Model):
