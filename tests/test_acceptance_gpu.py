@@ -173,7 +173,8 @@ def test_patch_matches_extracted_original_and_is_not_slower(entry, measurements)
     """A shipped patch, loaded by the plugin's own code from patches/, matches SGLang's original rebuilt from
     extracted/<op>/ eagerly and under CUDA-graph replay, and calls outside its guard reach the original. One
     validated for this device is not slower on any covered shape (a patch never makes SGLang worse); one that
-    is not (e.g. the CPU test vehicle triton-silu-and-mul-v1) is never used here, so only its times are kept."""
+    is not (the CPU test vehicle triton-silu-and-mul-v1; a patch measured on the H200 only, on an H100) is never
+    used here, so only its times are kept."""
     from astra_sglang.patches.tooling.devcheck import check_on_device
 
     r = check_on_device(entry, time_it=True)
@@ -181,7 +182,7 @@ def test_patch_matches_extracted_original_and_is_not_slower(entry, measurements)
     assert r.ok, r.as_dict()
     assert r.counters["patch"] > 0
     assert r.outside_guard and all(v == "original" for v in r.outside_guard.values()), r.outside_guard
-    if entry.manifest is None or r.arch not in entry.manifest.validated_on.archs:
+    if not r.serves_here:  # e.g. a patch measured on the H200 only, checked on an H100: SGLang's kernel serves
         return
     slower = [(s.dims, s.dtype, s.speedup) for s in r.shapes if s.speedup is not None and s.speedup < 0.98]
     assert not slower, f"slower than the original (CUDA-graph replay medians): {slower}"

@@ -627,3 +627,19 @@ def test_a_compiler_under_its_own_prefix_may_run_its_own_programs_and_its_interp
     assert Path(os.path.realpath("/bin/sh")) in allowed
     assert Path("/usr/bin") not in allowed and Path("/usr") not in allowed
     assert sandbox._compiler_own(Path("/usr/bin/gcc")) in ([], [Path("/bin/sh")])  # /usr's gcc: nothing of /usr
+
+
+def test_binutils_in_the_compilers_prefix_may_run_too(tmp_path, monkeypatch):
+    """With gcc's own programs allowed, the Landlock probe on the H100 still failed at Triton's launcher build
+    ("CalledProcessError: ... /opt/gcc/bin/gcc ...", 2026-12-05): a gcc built with its binutils in the same
+    prefix runs <prefix>/<triplet>/bin/as and ld, which were not the toolchain."""
+    from astra_sglang.harness.shared import sandbox
+
+    prefix = tmp_path / "opt" / "gcc"
+    (prefix / "bin").mkdir(parents=True)
+    (prefix / "x86_64-pc-linux-gnu" / "bin").mkdir(parents=True)
+    gcc = prefix / "bin" / "gcc"
+    gcc.write_bytes(b"\x7fELF")
+    gcc.chmod(0o755)
+    monkeypatch.setenv("CC", str(gcc))
+    assert Path(os.path.realpath(prefix / "x86_64-pc-linux-gnu" / "bin")) in sandbox._toolchain()

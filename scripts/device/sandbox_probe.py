@@ -42,6 +42,14 @@ print(json.dumps({{'level': level, 'ok': True}}))
 FALLBACKS = ({sandbox.SANDBOX_ENV: "seccomp"}, {sandbox.SANDBOX_ENV: "seccomp", sandbox.KEEP_CAPS_ENV: "1"})
 
 
+def _why(stderr: str) -> str:
+    """The child's last words without the traceback's frames: what a compiler it ran printed comes before the
+    traceback and says why (the last line alone, "CalledProcessError: Command '[gcc ...", did not; 2026-12-05)."""
+    lines = [ln for ln in stderr.strip().splitlines()
+             if ln.strip() and not ln.startswith(("  File ", "    ", "Traceback ")) and not set(ln.strip()) <= set("^~")]
+    return " | ".join(lines[-10:])[-1500:] or "no output"
+
+
 def probe(extra: dict[str, str], check: str) -> dict[str, object]:
     scratch = sandbox.make_scratch()
     try:
@@ -52,7 +60,7 @@ def probe(extra: dict[str, str], check: str) -> dict[str, object]:
         lines = done.stdout.strip().splitlines()
         if done.returncode == 0 and lines:
             return dict(json.loads(lines[-1]))
-        return {"ok": False, "error": (done.stderr.strip().splitlines() or ["no output"])[-1][:300]}
+        return {"ok": False, "error": _why(done.stderr)}
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 

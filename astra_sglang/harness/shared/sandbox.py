@@ -217,6 +217,8 @@ def _compiler_own(cc: Path) -> list[Path]:
     prefix = real.parent.parent
     if prefix != Path("/usr") and prefix != Path("/"):
         out += [prefix / "libexec" / "gcc", prefix / "lib" / "gcc", prefix / "lib64" / "gcc"]
+        # binutils built into the same prefix: gcc runs <prefix>/<target triplet>/bin/as and ld before PATH's
+        out += [Path(p) for p in sorted(glob.glob(str(prefix / "*-linux*" / "bin")))]
     try:
         with open(real, "rb") as f:
             head = f.read(256)

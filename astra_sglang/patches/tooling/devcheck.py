@@ -36,6 +36,9 @@ class DeviceReport:
     ok: bool
     arch: str | None
     detail: str
+    gpu: str | None = None
+    # whether the manifest as shipped lets the patch serve on this GPU (devcheck validates it here either way)
+    serves_here: bool = False
     shapes: list[ShapeResult] = field(default_factory=list)
     outside_guard: dict[str, Any] = field(default_factory=dict)
     counters: dict[str, int] = field(default_factory=dict)
@@ -87,7 +90,7 @@ def check_on_device(entry: PatchEntry, *, time_it: bool = True, reps: int = 100)
     import torch
 
     from astra_sglang.loader.launch import load_reference
-    from astra_sglang.patches.registry import op_folder
+    from astra_sglang.patches.registry import device_problem, op_folder
     from astra_sglang.patches.runtime import PatchRuntime
     from astra_sglang.patches.tooling.verify import current_op_sha256
     from astra_sglang.platform_info import of_device
@@ -98,21 +101,27 @@ def check_on_device(entry: PatchEntry, *, time_it: bool = True, reps: int = 100)
     from astra_sglang.contract.patch import file_problem
 
     bad = file_problem(entry.path, m)
-    arch = of_device("cuda").arch if torch.cuda.is_available() else None
+    plat = of_device("cuda") if torch.cuda.is_available() else None
+    arch, gpu = (plat.arch, plat.name) if plat else (None, None)
     if bad or arch is None:
-        return DeviceReport(m.patch_id, False, arch, bad or "no CUDA device")
+        return DeviceReport(m.patch_id, False, arch, bad or "no CUDA device", gpu)
+    serves_here = device_problem(m, arch, gpu) is None
     status.reset(m.patch_id)
     try:
         original = extracted_original(entry)
     except Exception as e:
         return DeviceReport(m.patch_id, False, arch, f"extracted original unavailable: {e}")
-    here = m.model_copy(update={"validated_on": m.validated_on.model_copy(  # being validated here, against the
-        update={"archs": list(m.validated_on.archs) + [arch]}), "op_manifest_sha256": current_op_sha256(m)})  # op now
+    # being validated here (this arch and this GPU model), against the op as it is now; a patch measured only on
+    # an H200 was refused on the H100 by its GPU gate, and the check reported that refusal as a failure (2026-12-05)
+    gpus = list(m.validated_on.gpus) + ([gpu] if m.validated_on.gpus and gpu else [])
+    here = m.model_copy(update={"validated_on": m.validated_on.model_copy(
+        update={"archs": list(m.validated_on.archs) + [arch], "gpus": gpus}), "op_manifest_sha256": current_op_sha256(m)})
     rt = PatchRuntime(entry.path, here)
     hook = rt.hook_for(original, m.targets[0])
     if not rt.activate("cuda", original):
-        return DeviceReport(m.patch_id, False, arch, status.statuses()[m.patch_id].reason)
-    rep = DeviceReport(m.patch_id, True, arch, "activated: " + status.statuses()[m.patch_id].reason)
+        return DeviceReport(m.patch_id, False, arch, status.statuses()[m.patch_id].reason, gpu, serves_here)
+    rep = DeviceReport(m.patch_id, True, arch, "activated: " + status.statuses()[m.patch_id].reason, gpu,
+                       serves_here)
     ad = rt.adapter
     reference = load_reference(op_folder(m.op), rt.op)
 
