@@ -157,10 +157,11 @@ def test_a_run_timed_on_two_gpus_says_so_beside_each_speedup(tmp_path: Path):
     page = out.read_text()
     assert ("Note: candidates were timed on 2 GPUs (NVIDIA H200, NVIDIA H100 80GB HBM3): each speedup is against "
             "SGLang's kernel on its own GPU, and ratios from different GPUs are not like for like, so the ranking "
-            "uses times from NVIDIA H100 80GB HBM3 only (the latest), with bases re-timed there; not competing, "
-            "timed only on another GPU: round 1 candidate 0.") in page
+            "uses times from NVIDIA H100 80GB HBM3 only (the latest), with the kernels that compete re-timed there; "
+            "not competing, timed only on another GPU: round 1 candidate 0.") in page
     assert ("c0 ok 1.200x (NVIDIA H200), c1 ok 1.300x (NVIDIA H100 80GB HBM3), c2 incorrect 2.000x (NVIDIA H100 80GB "
             "HBM3), c3 ok 0.700x (NVIDIA H100 80GB HBM3) | 1.300 |") in page  # the round's best on the H100
+    assert "| 1 | 1.300x on NVIDIA H100 80GB HBM3 |" in page  # the summary's best names the GPU it ranks on
 
 
 def test_a_run_timed_on_one_gpu_has_no_such_note(two_runs: tuple[Path, Path], tmp_path: Path):

@@ -206,3 +206,20 @@ def test_a_local_run_resumed_on_another_gpu_measures_again_instead_of_reusing_th
     assert ev.evaluate("r001", src, spec).device == f"{H200} (sm_90)" and runs == [H200]  # cached on its own GPU
     harness_on(H100)
     assert ev.evaluate("r002-base", src, spec).device == f"{H100} (sm_90)" and runs == [H200, H100]
+
+
+def test_best_per_round_and_the_stopping_rule_use_the_ranking_gpus_times():
+    """The single-agent decode-attention run: round 1 1.755x on the H200, re-timed 1.534x on the H100 beside
+    round 2's 1.373x (2026-12-05). Its report said best so far 1.755x, an H200 ratio in an H100-ranked run, and
+    --patience counted from it. Both now read each round's best on the ranking GPU."""
+    from astra_sglang.loop.stopping import best_per_round, stop_reason
+
+    r0 = _rec(0, 1.0, None)
+    r1 = _rec(1, 1.755, H200)
+    r2 = _rec(2, 1.373, H100, base=(1, None), retime=Retime(of_round=1, gpu=H100, geomean_speedup=1.534))
+    assert best_per_round([r0, r1, r2]) == [(1, 1.534), (2, 1.373)]
+    assert stop_reason([r0, r1, r2], patience=1, margin=None) == (
+        "1 round(s) without gain over 1.534x (--patience 1)")
+    # a round timed only on another GPU and never re-timed has no best on the ranking GPU
+    r3 = _rec(3, 1.2, H100, base=(1, None))
+    assert best_per_round([r0, r1, r3]) == [(1, None), (3, 1.2)]

@@ -23,7 +23,8 @@ from astra_sglang.errors import AstraError
 from astra_sglang.loop.records import RoundRecord, RunMeta, StepRecord, TuneOutcome
 from astra_sglang.loop.runfolder import RunFolder, atomic_write
 from astra_sglang.loop.stopping import best_per_round
-from astra_sglang.loop.winner import flat, gpu_of, mixed_gpus_note
+from astra_sglang.loop.winner import flat, gpu_of, mixed_gpus_note, speed_on_ranking_gpu
+from astra_sglang.platform_info import same_gpu
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -88,7 +89,11 @@ class RunReport:
         """The summary table's cell: the best speedup, or why the run has none to show."""
         if not self.records:
             return NO_FINISHED_ROUND
-        return _f(self.best_so_far()[-1][1]) + "x" if self.timed else UNTIMED
+        if not self.timed:
+            return UNTIMED
+        gpu, _ = speed_on_ranking_gpu(self.records)
+        mixed = mixed_gpus_note(flat(self.records)) is not None
+        return _f(self.best_so_far()[-1][1]) + "x" + (f" on {gpu}" if mixed and gpu else "")
 
     def best_so_far(self) -> list[tuple[int, float]]:
         """(round, best speedup so far), from round 0 (the original, 1.0x)."""
@@ -299,6 +304,8 @@ def run_section(run: RunReport) -> list[str]:
     mixed = mixed_gpus_note(flat(run.records))
     if mixed:
         lines += [f"Note: {mixed}.", ""]
+    gpu, speeds = speed_on_ranking_gpu(run.records)
+    per_round = dict(best_per_round(run.records))
     rows = []
     for r in run.records:
         if r.round == 0:
@@ -306,12 +313,15 @@ def run_section(run: RunReport) -> list[str]:
         entries = r.entries()
         tried = ", ".join(f"{'c' + str(e.candidate) + ' ' if e.candidate is not None else ''}{e.status}"
                           + (f" {e.geomean_speedup:.3f}x" if e.geomean_speedup is not None else "")
-                          + (f" ({gpu_of(e)})" if mixed and gpu_of(e) else "") for e in entries)
-        best = dict(best_per_round([r])).get(r.round)
-        rows.append([str(r.round), str(len(entries)), tried, _f(best, missing="none timed and correct"),
+                          + (f" ({gpu_of(e)}" + _retimed(e, gpu, speeds.get(id(e))) + ")" if mixed and gpu_of(e)
+                             else "") for e in entries)
+        none = "none timed and correct" + (f" on {gpu}" if mixed else "")
+        rows.append([str(r.round), str(len(entries)), tried, _f(per_round.get(r.round), missing=none),
                      _f(so_far.get(r.round)) if run.timed else "untimed", f"{r.wall_s:.1f}",
                      _pair(r.tokens, "not reported")])
-    lines += _table(["round", "candidates", "verdicts", "round best", "best so far", "wall s", "tokens in/out"], rows)
+    where = f" (on {gpu})" if mixed else ""
+    lines += _table(["round", "candidates", "verdicts", f"round best{where}", f"best so far{where}", "wall s",
+                     "tokens in/out"], rows)
     lines += ["### Wall time per step", ""]
     lines += _table(["round", "candidate", "step", "agent", "attempt", "status", "wall s", "tokens in/out",
                      "speedup"],
@@ -320,6 +330,14 @@ def run_section(run: RunReport) -> list[str]:
                       _pair(s.tokens, "-"),
                       _f(s.speedup)] for s in run.steps])
     return lines
+
+
+def _retimed(e: RoundRecord, gpu: str | None, there: float | None) -> str:
+    """'; 1.534x re-timed on <gpu>' for a kernel timed on another GPU than the ranking one and re-timed there."""
+    own = gpu_of(e)
+    if gpu is None or there is None or (own is not None and same_gpu(own, gpu)):
+        return ""
+    return f"; {there:.3f}x re-timed on {gpu}"
 
 
 def winner_section(run: RunReport, png: str | None) -> list[str]:

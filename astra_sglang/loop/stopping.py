@@ -11,7 +11,7 @@ import math
 
 from astra_sglang.contract.result import ShapeTiming
 from astra_sglang.loop.records import RoundRecord
-from astra_sglang.loop.winner import flat, ranked
+from astra_sglang.loop.winner import flat, ranked, speed_on_ranking_gpu
 
 
 def bound_fraction(times: list[ShapeTiming]) -> float | None:
@@ -23,13 +23,16 @@ def bound_fraction(times: list[ShapeTiming]) -> float | None:
 
 
 def best_per_round(records: list[RoundRecord]) -> list[tuple[int, float | None]]:
-    """(round, the fastest competing candidate's geomean speedup, None when none was timed and correct)."""
+    """(round, the fastest competing candidate's geomean speedup on the run's ranking GPU, its own or a re-time
+    there; None when none was timed and correct there). ``records``: the run's rounds, all of them, so that a
+    later round's re-times count."""
+    _, speeds = speed_on_ranking_gpu(records)
     out = []
     for r in sorted(records, key=lambda r: r.round):
         if r.round == 0:
             continue
-        top = ranked(r.entries())
-        out.append((r.round, top[0].geomean_speedup if top else None))
+        there = [v for e in r.entries() if (v := speeds.get(id(e))) is not None]
+        out.append((r.round, max(there) if there else None))
     return out
 
 

@@ -108,7 +108,7 @@ def mixed_gpus_note(records: list[RoundRecord]) -> str | None:
             and speeds[id(r)] is None]
     return (f"candidates were timed on {len(gpus)} GPUs ({', '.join(gpus)}): each speedup is against SGLang's "
             f"kernel on its own GPU, and ratios from different GPUs are not like for like, so the ranking uses "
-            f"times from {gpu} only (the latest), with bases re-timed there"
+            f"times from {gpu} only (the latest), with the kernels that compete re-timed there"
             + (f"; not competing, timed only on another GPU: {', '.join(left)}" if left else ""))
 
 
@@ -130,6 +130,16 @@ def pick_base(records: list[RoundRecord]) -> RoundRecord:
         return (speed if speed is not None else 1.0), r.round, -(r.candidate or 0)  # within a round, the first plan
 
     return max(pool, key=key)
+
+
+def speed_on_ranking_gpu(records: list[RoundRecord]) -> tuple[str | None, dict[int, float | None]]:
+    """The ranking GPU of a run's rounds and each competing candidate's speed there (by ``id``; None where it has
+    no time there, or does not compete). The speed a table may print beside another round's: a round's own best
+    mixed GPUs, so a report said 1.755x best so far (an H200 time) for a run ranking on the H100, where that
+    kernel re-timed 1.534x (2026-12-05)."""
+    entries = flat(records)
+    gpu, speeds = _speeds(entries)
+    return gpu, {id(e): (speeds[id(e)] if _competes(e) else None) for e in entries}
 
 
 def ranked(records: list[RoundRecord]) -> list[RoundRecord]:
