@@ -327,14 +327,27 @@ def _progress_case(outcome: WorkerOutcome) -> dict[str, Any]:
     return {"dims": p.dims, "dtype": p.dtype} if p.dims else {}
 
 
+def _passed_before(outcome: WorkerOutcome) -> tuple[int, int]:
+    """(cases, held-out cases) the suite got through before the checker died, from its progress: the cases run
+    in order and the first failure ends the suite, so every case before the last one started passed. A check
+    under the interpreter whose judge went silent in SGLang's original at the last, costliest case (decode
+    attention's B = 512) said "0 case(s) passed" after 55 had (2026-12-05)."""
+    started = [p for p in outcome.progress if p.step == "check"]
+    last = outcome.last_progress
+    passed = started[:-1] if last is not None and last.step == "check" else started
+    return len(passed), sum(p.heldout for p in passed)
+
+
 def _fill(res: EvalResult, outcome: WorkerOutcome, config: EvalConfig, device: str) -> None:
     if outcome.died is not None:  # the checker itself died or hung (the original, or a candidate that killed it)
         step = outcome.last_progress.step if outcome.last_progress else "start-up"
         reason = "timeout" if outcome.died == "timeout" else "crash"
         tail = crash_lines(outcome.log_tail, res.candidate)
         detail = f"{outcome.detail} during {step}" + (("; checker output: " + " | ".join(tail)) if tail else "")
-        res.correctness = CorrectnessReport(ok=False, first_failure=FailedCase(
-            reason=reason, detail=detail[:3000], **_progress_case(outcome)))
+        run, heldout = _passed_before(outcome)
+        res.correctness = CorrectnessReport(ok=False, cases_run=run, heldout_cases_run=heldout,
+                                            first_failure=FailedCase(reason=reason, detail=detail[:3000],
+                                                                     **_progress_case(outcome)))
         res.error = f"{reason}: {outcome.detail} during {step}"
         return
     if outcome.error is not None:
