@@ -23,7 +23,7 @@ from astra_sglang.errors import AstraError
 from astra_sglang.loop.records import RoundRecord, RunMeta, StepRecord, TuneOutcome
 from astra_sglang.loop.runfolder import RunFolder, atomic_write
 from astra_sglang.loop.stopping import best_per_round
-from astra_sglang.loop.winner import flat, gpu_of, mixed_gpus_note, speed_on_ranking_gpu
+from astra_sglang.loop.winner import flat, gpu_of, mixed_gpus_note, ranking_gpu, speed_on_ranking_gpu
 from astra_sglang.platform_info import same_gpu
 
 if TYPE_CHECKING:
@@ -91,9 +91,9 @@ class RunReport:
             return NO_FINISHED_ROUND
         if not self.timed:
             return UNTIMED
-        gpu, _ = speed_on_ranking_gpu(self.records)
-        mixed = mixed_gpus_note(flat(self.records)) is not None
-        return _f(self.best_so_far()[-1][1]) + "x" + (f" on {gpu}" if mixed and gpu else "")
+        entries = flat(self.records)
+        gpu = ranking_gpu(entries) if mixed_gpus_note(entries) else None
+        return _f(self.best_so_far()[-1][1]) + "x" + (f" on {gpu}" if gpu else "")
 
     def best_so_far(self) -> list[tuple[int, float]]:
         """(round, best speedup so far), from round 0 (the original, 1.0x)."""
