@@ -31,16 +31,19 @@ def layout(kind: str, lens: torch.Tensor, pool: int, old: torch.Tensor) -> torch
     if kind == "random":
         return old
     b = len(lens)
-    dec = torch.clamp(lens - 1, max=DECODED) if kind == "serving" else torch.zeros_like(lens)
-    pre = lens - dec
-    start = 1 + torch.cumsum(pre, 0) - pre  # slot 0 is SGLang's padding slot
-    out = []
-    base = 1 + int(pre.sum())
-    for i in range(b):
-        p, d = int(pre[i]), int(dec[i])
-        rows = torch.arange(int(start[i]), int(start[i]) + p)
-        steps = base + torch.arange(d) * b + i  # step t gave request i slot base + t * b + i
-        out.append(torch.cat([rows, steps]))
+    dec = [min(int(n) - 1, DECODED) if kind == "serving" else 0 for n in lens]  # tokens decoded step by step
+    pre = [int(n) - d for n, d in zip(lens, dec)]
+    slot = 1  # slot 0 is SGLang's padding slot
+    rows: list[list[int]] = []
+    for p in pre:  # the prefill: each request's prompt in one run of slots, request after request
+        rows.append(list(range(slot, slot + p)))
+        slot += p
+    for t in range(DECODED):  # each decode step: one slot for every request still decoding, in batch order
+        for i in range(b):
+            if t >= DECODED - dec[i]:  # request i decoded its last dec[i] tokens in the last dec[i] steps
+                rows[i].append(slot)
+                slot += 1
+    out = [torch.tensor(r, dtype=torch.int64) for r in rows]
     idx = torch.cat(out).to(old.device, old.dtype)
     assert int(idx.max()) < pool, (int(idx.max()), pool)
     return torch.cat([idx, old[len(idx):]])

@@ -1,0 +1,56 @@
+"""The device scripts' own logic, on the CPU: what a device call returns must be right the first time (30 device
+minutes a session, and a lost call is not repeated within it)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+DEVICE = Path(__file__).resolve().parents[1] / "scripts" / "device"
+
+
+def _script(name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(f"device_{name}", DEVICE / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_the_sandbox_probe_reports_what_the_compiler_said_not_only_the_traceback():
+    """The H100's Landlock probe came back as "CalledProcessError: Command '['/opt/gcc/bin/gcc', ..." cut at 300
+    characters (2026-12-05): the compiler's own words, printed before the traceback, were dropped."""
+    why = _script("sandbox_probe")._why(
+        "/opt/gcc/x86_64-pc-linux-gnu/bin/as: Permission denied\n"
+        "collect2: error: ld returned 1 exit status\n"
+        "Traceback (most recent call last):\n"
+        '  File "probe.py", line 9, in <module>\n'
+        "    _double[(4,)](x, y, 1000, BLOCK=256)\n"
+        "          ^^^^^^^^^^\n"
+        "subprocess.CalledProcessError: Command '['/opt/gcc/bin/gcc', 'cuda_utils.c']' returned non-zero exit status 1.\n")
+    assert why.startswith("/opt/gcc/x86_64-pc-linux-gnu/bin/as: Permission denied | collect2: error")
+    assert why.endswith("returned non-zero exit status 1.") and "File " not in why and "^^^" not in why
+
+
+def test_the_layout_probe_places_a_batch_as_a_fresh_allocator_and_decode_steps_would():
+    torch = pytest.importorskip("torch")
+    layout = _script("da_layout_probe").layout
+    lens = torch.tensor([20, 5, 20])
+    pool = 46
+    old = torch.randperm(pool - 1)[:45] + 1  # the contract's random slots, and 1 stale slot past the batch
+    old = torch.cat([old, torch.tensor([7])])
+    assert torch.equal(layout("random", lens, pool, old), old)
+    alloc = layout("alloc", lens, pool, old)
+    assert alloc[:45].tolist() == list(range(1, 46)) and alloc[45] == 7  # request after request, stale tail kept
+    serving = layout("serving", lens, pool, old)[:45]
+    assert sorted(serving.tolist()) == list(range(1, 46))  # every slot once, slot 0 (padding) never
+    # request 0: 4 prefilled slots, then 16 decode steps, one slot per request still decoding per step; request 1
+    # (5 tokens: 1 prefilled, 4 decoded) joins the last 4 steps
+    assert serving[:4].tolist() == [1, 2, 3, 4]
+    assert serving[4:20].tolist() == [10 + 2 * t for t in range(12)] + [34, 37, 40, 43]
+    assert serving[20:25].tolist() == [5, 35, 38, 41, 44]
