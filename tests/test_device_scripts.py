@@ -54,3 +54,10 @@ def test_the_layout_probe_places_a_batch_as_a_fresh_allocator_and_decode_steps_w
     assert serving[:4].tolist() == [1, 2, 3, 4]
     assert serving[4:20].tolist() == [10 + 2 * t for t in range(12)] + [34, 37, 40, 43]
     assert serving[20:25].tolist() == [5, 35, 38, 41, 44]
+
+
+def test_the_layout_probe_passes_q_as_llamas_view_of_the_fused_qkv_rows():
+    torch = pytest.importorskip("torch")
+    q = torch.randn(3, 32, 16)
+    v = _script("da_layout_probe").qkv_view(q)
+    assert torch.equal(v, q) and not v.is_contiguous() and v.stride() == ((32 + 2 * 8) * 16, 16, 1)

@@ -9,6 +9,7 @@ extracted/, the patch through its installed hook; the harness's one timer, CUDA-
   random  - the contract's slots
   alloc   - request b's tokens at consecutive slots, requests one after another (prefill only)
   serving - alloc for the first S - 16 tokens, the last 16 of each request one slot per request per step
+  serving+qkv - serving, with q a view of the fused qkv rows as LLaMA passes it (the patch's adapter copies it)
 Usage: python3 scripts/device/da_layout_probe.py [PATCH_ID] > $OUT/da_layout.json
 """
 
@@ -49,6 +50,17 @@ def layout(kind: str, lens: torch.Tensor, pool: int, old: torch.Tensor) -> torch
     return torch.cat([idx, old[len(idx):]])
 
 
+def qkv_view(q: torch.Tensor) -> torch.Tensor:
+    """q as LLaMA's attention layer passes it: a view of the fused qkv projection's rows (q, then k and v of the
+    KV heads), row stride (NQ + 2 NK) * D. SGLang's kernel reads it in place; the patch's adapter hands its kernel
+    a contiguous copy (the layout the contract checked), a cost the bench never sees."""
+    b, nq, d = q.shape
+    nk = nq // 4
+    rows = torch.empty((b, (nq + 2 * nk) * d), dtype=q.dtype, device=q.device)
+    rows[:, : nq * d] = q.reshape(b, -1)
+    return rows[:, : nq * d].view(b, nq, d)
+
+
 def main() -> int:
     pid = sys.argv[1] if len(sys.argv) > 1 else "mr-da2-single-r1"
     entry = next(e for e in discover() if e.patch_id == pid)
@@ -71,9 +83,11 @@ def main() -> int:
         lens = (args[4][1:] - args[4][:-1]).cpu().long()
         pool = args[1].shape[0]
         kv_bytes = 2 * int(lens.sum()) * 8 * 128 * 2  # K and V rows read once (bf16)
-        for kind in ("random", "alloc", "serving"):
+        for kind in ("random", "alloc", "serving", "serving+qkv"):
             a = list(args)
-            a[5] = layout(kind, lens, pool, args[5])
+            a[5] = layout(kind.split("+")[0], lens, pool, args[5])
+            if kind.endswith("+qkv"):
+                a[0] = qkv_view(args[0])
             ref = a[3].clone()
             original(*a, **kw)
             ref.copy_(a[3])
