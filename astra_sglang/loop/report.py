@@ -23,7 +23,7 @@ from astra_sglang.errors import AstraError
 from astra_sglang.loop.records import RoundRecord, RunMeta, StepRecord, TuneOutcome
 from astra_sglang.loop.runfolder import RunFolder, atomic_write
 from astra_sglang.loop.stopping import best_per_round
-from astra_sglang.loop.winner import flat, gpu_of, mixed_gpus_note, ranking_gpu, speed_on_ranking_gpu
+from astra_sglang.loop.winner import flat, gpu_of, mixed_gpus_note, ranking_gpu, speed_on_ranking_gpu, timing_gpus
 from astra_sglang.platform_info import same_gpu
 
 if TYPE_CHECKING:
@@ -92,7 +92,7 @@ class RunReport:
         if not self.timed:
             return UNTIMED
         entries = flat(self.records)
-        gpu = ranking_gpu(entries) if mixed_gpus_note(entries) else None
+        gpu = ranking_gpu(entries) if len(timing_gpus(entries)) > 1 else None
         return _f(self.best_so_far()[-1][1]) + "x" + (f" on {gpu}" if gpu else "")
 
     def best_so_far(self) -> list[tuple[int, float]]:

@@ -110,7 +110,7 @@ def check_on_device(entry: PatchEntry, *, time_it: bool = True, reps: int = 100)
     try:
         original = extracted_original(entry)
     except Exception as e:
-        return DeviceReport(m.patch_id, False, arch, f"extracted original unavailable: {e}")
+        return DeviceReport(m.patch_id, False, arch, f"extracted original unavailable: {e}", gpu, serves_here)
     # being validated here (this arch and this GPU model), against the op as it is now; a patch measured only on
     # an H200 was refused on the H100 by its GPU gate, and the check reported that refusal as a failure (2026-12-05)
     gpus = list(m.validated_on.gpus) + ([gpu] if m.validated_on.gpus and gpu else [])
