@@ -643,3 +643,21 @@ def test_binutils_in_the_compilers_prefix_may_run_too(tmp_path, monkeypatch):
     gcc.chmod(0o755)
     monkeypatch.setenv("CC", str(gcc))
     assert Path(os.path.realpath(prefix / "x86_64-pc-linux-gnu" / "bin")) in sandbox._toolchain()
+
+
+def test_a_wrapper_compiler_may_run_the_real_one_beside_it(tmp_path, monkeypatch):
+    """With its prefix and binutils allowed, the Landlock probe on the H100 still died at Triton's launcher build:
+    "/opt/gcc/bin/gcc: 2: exec: /opt/gcc/bin/gcc-real: Permission denied" (2026-12-05). The image's gcc is a
+    script that execs the real compiler from its own bin folder; that folder (under the compiler's own prefix,
+    never /usr/bin) is the toolchain too."""
+    from astra_sglang.harness.shared import sandbox
+
+    prefix = tmp_path / "opt" / "gcc"
+    (prefix / "bin").mkdir(parents=True)
+    gcc = prefix / "bin" / "gcc"
+    gcc.write_text('#!/bin/sh\nexec /opt/gcc/bin/gcc-real "$@"\n')
+    gcc.chmod(0o755)
+    (prefix / "bin" / "gcc-real").write_bytes(b"\x7fELF")
+    monkeypatch.setenv("CC", str(gcc))
+    assert Path(os.path.realpath(prefix / "bin")) in sandbox._toolchain()
+    assert Path("/usr/bin") not in sandbox._compiler_own(Path("/usr/bin/gcc"))
