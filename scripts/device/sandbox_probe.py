@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import shutil
 import subprocess
 import sys
@@ -68,6 +69,9 @@ def probe(extra: dict[str, str], check: str) -> dict[str, object]:
 def main() -> int:
     check = os.environ.get("ASTRA_SGLANG_PROBE_CHECK", CUDA)
     asked = {k: os.environ[k] for k in (sandbox.SANDBOX_ENV, sandbox.KEEP_CAPS_ENV) if os.environ.get(k)}
+    # the machine, for the record: Landlock ran CUDA on the H100 (Firecracker, kernel 6.18.44-fc) and failed it
+    # on an H200 whose kernel nobody wrote down (2026-12-05): the runtime may be what differs
+    print(f"sandbox probe, machine: kernel {platform.release()}, Landlock ABI {sandbox.landlock_abi()}", file=sys.stderr)
     default = probe({}, check)
     print(f"sandbox probe, GPU default{' ' + str(asked) if asked else ''}: {default}", file=sys.stderr)
     if "--both" in sys.argv[1:]:
