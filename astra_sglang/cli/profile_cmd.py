@@ -51,6 +51,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="with --trace: a run's log holding its ASTRA-PATCHES line, for the patches' served calls")
     p.add_argument("--extracted", type=Path, default=None,
                    help="extracted ops root (default: $ASTRA_SGLANG_EXTRACTED_DIR or the bundled one)")
+    p.add_argument("--compare", action="store_true",
+                   help="with two --trace files (patches off, then on): each op's and group's GPU us per step in "
+                   "both, and the difference, largest change first")
     p.add_argument("--json", action="store_true", help="print the hot lists and the top ops as JSON")
     p.add_argument("--png", type=Path, metavar="FILE", help="write a bar chart of the hot lists (needs matplotlib)")
     p.add_argument("sglang_args", nargs=argparse.REMAINDER, metavar="SGLANG_ARGS",
@@ -66,6 +69,8 @@ def cmd_profile(args: argparse.Namespace) -> int:
     sglang_args = [a for a in args.sglang_args if a != "--"]
     if args.trace and (args.config or sglang_args):
         raise AstraError("--trace attributes a recorded trace: it takes no --config and no server arguments")
+    if args.compare and len(args.trace) != 2:
+        raise AstraError("--compare needs exactly two --trace files: patches off, then patches on")
     if args.patch_log and not args.trace:
         raise AstraError("--patch-log goes with --trace (a run reads its own ASTRA-PATCHES line)")
     if (args.model_config or args.copy_ceiling) and not args.trace:
@@ -100,6 +105,15 @@ def cmd_profile(args: argparse.Namespace) -> int:
         lists = run_profile(sglang_args, args.batch_size or [1, 32, 128], args.input_len or 512,
                             args.output_len or 16, args.phase or "decode", args.steps or 1, args.out, kmap, patches,
                             extracted)
+    if args.compare:
+        from astra_sglang.profile.compare import compare
+
+        comparison = compare(lists[0], lists[1])
+        if args.json:
+            print(json.dumps(comparison.to_json(), indent=2))
+        else:
+            show_comparison(comparison)
+        return 0
     top = at.top_ops(lists)
     if args.png:
         write_png(lists, args.png)
@@ -174,6 +188,25 @@ def show(lists: list[Any], top: list[Any]) -> None:
         where = ", ".join(x for x in (t.phase, f"batch {t.batch_size}" if t.batch_size else None) if x)
         con.print(literal(f"  {i}. {t.op_id}: {t.share:.1f}% of step GPU time ({where or 'trace'}; {t.status})"))
         con.print(literal(f"     {t.command}"))
+
+
+def show_comparison(c: Any, rows: int = 20) -> None:
+    """The two traces' GPU time per step by op or group, largest change first; the rest summed in one line."""
+    from astra_sglang.cli.output import Table, console, literal
+
+    con = console()
+    t = Table(title=f"GPU us per step: A {c.a_gpu_us_per_step:.1f} -> B {c.b_gpu_us_per_step:.1f} "
+              f"({c.delta_us:+.1f})", caption=f"A: {c.a_trace}; B: {c.b_trace}")
+    for col in ("Op / group", "A us/step", "B us/step", "B - A", "A calls/step", "B calls/step"):
+        t.add_column(col)
+    for r in c.rows[:rows]:
+        t.add_row(literal(r.key), f"{r.a_us_per_step:.1f}", f"{r.b_us_per_step:.1f}", f"{r.delta_us:+.1f}",
+                  f"{r.a_calls_per_step:g}", f"{r.b_calls_per_step:g}")
+    rest = c.rows[rows:]
+    if rest:
+        t.add_row(f"{len(rest)} more", f"{sum(r.a_us_per_step for r in rest):.1f}",
+                  f"{sum(r.b_us_per_step for r in rest):.1f}", f"{sum(r.delta_us for r in rest):+.1f}", "", "")
+    con.print(t)
 
 
 def write_png(lists: list[Any], path: Path, rows: int = 15) -> Path:
