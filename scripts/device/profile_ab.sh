@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Run ON THE GPU from the repository root, with carry [".srv", "extracted", ".whl"]: SGLang's own forward profiled
+# twice at one decode shape, patches off then PATCHES on (the same arguments, the same machine), and the two traces
+# compared per op and group (`profile --compare`): where the e2e's missing share of a patch's bench saving goes
+# (decode attention at batch 128 realised 76% of it on the H100, 2026-12-05-e). LLaMA-3-8B dimensions, dummy
+# weights, triton backend, bf16. Hot lists, compare table and traces go to $OUT.
+# Usage: profile_ab.sh PATCHES [BATCH] [INPUT_LEN] [SECONDS_PER_ARM]   (defaults: 128 1024 200)
+set -uo pipefail
+PATCHES=${1:?usage: profile_ab.sh PATCHES [BATCH] [INPUT_LEN] [SECONDS_PER_ARM]}; BS=${2:-128}; IN=${3:-1024}
+ARM_S=${4:-200}; OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+export SMOKE=${SMOKE:-0}
+for arm in off "$PATCHES"; do
+  name=$([ "$arm" = off ] && echo off || echo on)
+  ASTRA_SGLANG_PATCHES=$arm STEP_S=$ARM_S bash scripts/h200_server/device.sh profile --config llama3-8b \
+      --out "/tmp/prof-$name" --batch-size "$BS" --input-len "$IN" --output-len 16 --phase decode --steps 2 --json \
+      -- --attention-backend triton --sampling-backend pytorch --dtype bfloat16 --cuda-graph-max-bs-decode "$BS" \
+      --mem-fraction-static 0.8 --cuda-graph-backend-prefill disabled > "$OUT/hot_$name.json" 2> "$OUT/profile_$name.log"
+  echo "profile $name (ASTRA_SGLANG_PATCHES=$arm): exit $?"; tail -2 "$OUT/profile_$name.log"
+done
+traces=()
+for name in off on; do
+  t=$(find "/tmp/prof-$name" -name "*batch${BS}_*decode*.trace.json*" | head -1)
+  [ -n "$t" ] && cp "$t" "$OUT/${name}_$(basename "$t")" && traces+=(--trace "$OUT/${name}_$(basename "$t")")
+done
+[ ${#traces[@]} = 4 ] || { echo "profile_ab.sh: a trace is missing (${#traces[@]} of 4 arguments)"; exit 1; }
+PYTHONPATH=/tmp/srv-site/astra:/tmp/srv-site python3 -m astra_sglang profile --compare --steps 2 --batch-size "$BS" \
+    --phase decode "${traces[@]}" | tee "$OUT/compare.txt"
