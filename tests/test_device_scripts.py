@@ -61,3 +61,14 @@ def test_the_layout_probe_passes_q_as_llamas_view_of_the_fused_qkv_rows():
     q = torch.randn(3, 32, 16)
     v = _script("da_layout_probe").qkv_view(q)
     assert torch.equal(v, q) and not v.is_contiguous() and v.stride() == ((32 + 2 * 8) * 16, 16, 1)
+
+
+@pytest.mark.parametrize("script", sorted(p.name for p in DEVICE.glob("*.sh"))
+                         + sorted(f"../h200_server/{p.name}" for p in (DEVICE.parent / "h200_server").glob("*.sh")))
+def test_every_device_shell_script_parses(script: str) -> None:
+    """A device call lost to a shell syntax error is not repeated within the session (30 device minutes, and starts
+    fail often): each script the device runs must at least parse here."""
+    import subprocess
+
+    done = subprocess.run(["bash", "-n", str(DEVICE / script)], capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
