@@ -663,3 +663,20 @@ def test_a_wrapper_compiler_may_run_the_real_one_beside_it(tmp_path, monkeypatch
     monkeypatch.setenv("CC", str(gcc))
     assert Path(os.path.realpath(prefix / "bin")) in sandbox._toolchain()
     assert Path("/usr/bin") not in sandbox._compiler_own(Path("/usr/bin/gcc"))
+
+
+def test_a_compiler_in_usr_local_gets_the_programs_named_after_it_not_the_whole_bin(monkeypatch):
+    """/usr/local/bin holds every program installed under /usr/local: a gcc there gets its gcc-* siblings (the
+    wrapper's real compiler), not the folder."""
+    from astra_sglang.harness.shared import sandbox
+
+    bin_dir = Path("/usr/local/bin")
+    real = bin_dir / "gcc"
+    siblings = [bin_dir / "gcc-real", bin_dir / "python3"]
+    monkeypatch.setattr(sandbox.os.path, "realpath", lambda p: str(p))
+    monkeypatch.setattr(Path, "glob", lambda self, pattern: iter(
+        [p for p in siblings if p.name.startswith("gcc") and self == bin_dir]))
+    monkeypatch.setattr(Path, "is_file", lambda self: self in siblings)
+    own = sandbox._compiler_own(real)
+    assert bin_dir / "gcc-real" in own
+    assert bin_dir not in own and bin_dir / "python3" not in own

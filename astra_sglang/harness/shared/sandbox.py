@@ -218,8 +218,12 @@ def _compiler_own(cc: Path) -> list[Path]:
     if prefix != Path("/usr") and prefix != Path("/"):
         out += [prefix / "libexec" / "gcc", prefix / "lib" / "gcc", prefix / "lib64" / "gcc"]
         # its own bin folder: the H100 image's gcc is a script that execs /opt/gcc/bin/gcc-real ("Permission
-        # denied" there inside Landlock, 2026-12-05). Only under a compiler's own prefix, never /usr/bin
-        out.append(real.parent)
+        # denied" there inside Landlock until this folder was allowed, 2026-12-05). A shared prefix's bin
+        # (/usr/local/bin holds every program installed there) gives only the programs named after the compiler
+        if prefix == Path("/usr/local"):
+            out += sorted(p for p in real.parent.glob(glob.escape(real.name) + "?*") if p.is_file())
+        else:
+            out.append(real.parent)
         # binutils built into the same prefix: gcc runs <prefix>/<target triplet>/bin/as and ld before PATH's
         out += [Path(p) for p in sorted(glob.glob(str(prefix / "*-linux*" / "bin")))]
     try:
