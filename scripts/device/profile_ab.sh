@@ -4,7 +4,8 @@
 # compared per op and group (`profile --compare`): where the e2e's missing share of a patch's bench saving goes
 # (decode attention at batch 128 realised 76% of it on the H100, 2026-12-05-e). LLaMA-3-8B dimensions, dummy
 # weights, triton backend, bf16. Hot lists, compare table and traces go to $OUT.
-# Usage: profile_ab.sh PATCHES [BATCH] [INPUT_LEN] [SECONDS_PER_ARM]   (defaults: 128 1024 200)
+# Usage: [MEM=0.7] profile_ab.sh PATCHES [BATCH] [INPUT_LEN] [SECONDS_PER_ARM]   (defaults: 128 1024 200). MEM 0.8
+# ran out of memory in the 131k-token prefill of batch 128 x 1024 on an H100 (2026-12-06).
 set -uo pipefail
 PATCHES=${1:?usage: profile_ab.sh PATCHES [BATCH] [INPUT_LEN] [SECONDS_PER_ARM]}; BS=${2:-128}; IN=${3:-1024}
 ARM_S=${4:-200}; OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -14,7 +15,7 @@ for arm in off "$PATCHES"; do
   ASTRA_SGLANG_PATCHES=$arm STEP_S=$ARM_S bash scripts/h200_server/device.sh profile --config llama3-8b \
       --out "/tmp/prof-$name" --batch-size "$BS" --input-len "$IN" --output-len 16 --phase decode --steps 2 --json \
       -- --attention-backend triton --sampling-backend pytorch --dtype bfloat16 --cuda-graph-max-bs-decode "$BS" \
-      --mem-fraction-static 0.8 --cuda-graph-backend-prefill disabled > "$OUT/hot_$name.json" 2> "$OUT/profile_$name.log"
+      --mem-fraction-static "${MEM:-0.7}" --cuda-graph-backend-prefill disabled > "$OUT/hot_$name.json" 2> "$OUT/profile_$name.log"
   echo "profile $name (ASTRA_SGLANG_PATCHES=$arm): exit $?"; tail -2 "$OUT/profile_$name.log"
 done
 traces=()
