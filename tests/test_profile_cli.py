@@ -153,3 +153,60 @@ def test_compare_refuses_traces_of_different_batch_sizes(tmp_path: Path, capsys:
     assert main(["profile", "--trace", str(DECODE), "--trace", str(other), "--compare"]) == 2
     err = capsys.readouterr().err.strip()
     assert "differ in batch size (128 vs 32)" in err and len(err.splitlines()) == 1
+
+
+_COPY = ("void at::native::elementwise_kernel<128, 4, at::native::gpu_kernel_impl_nocast<at::native::"
+         "direct_copy_kernel_cuda(at::TensorIteratorBase&)::{lambda()#3}::operator()() const::{lambda()#12}::"
+         "operator()() const::{lambda(c10::BFloat16)#1}>(at::TensorIteratorBase&, at::native::direct_copy_kernel_cuda"
+         "(at::TensorIteratorBase&)::{lambda()#3}::operator()() const::{lambda()#12}::operator()() const::"
+         "{lambda(c10::BFloat16)#1} const&)::{lambda(int)#1}>(int, at::native::gpu_kernel_impl_nocast<at::native::"
+         "direct_copy_kernel_cuda(at::TensorIteratorBase&)::{lambda()#3}::operator()() const::{lambda()#12}::"
+         "operator()() const::{lambda(c10::BFloat16)#1}>(at::TensorIteratorBase&, at::native::direct_copy_kernel_cuda"
+         "(at::TensorIteratorBase&)::{lambda()#3}::operator()() const::{lambda()#12}::operator()() const::"
+         "{lambda(c10::BFloat16)#1} const&)::{lambda(int)#1})")
+
+
+def _with_q_copies(path: Path, in_hook: bool) -> Path:
+    """The patched trace plus what the decode-attention adapter launches before its kernel on LLaMA's strided q:
+    a 2.8 us bf16 copy a layer (as on the H100, 2026-12-06), launched inside the adapter's ``launch`` frame
+    (``in_hook``; a helper frame nested in it ends before the copy's launch) or from no adapter at all."""
+    trace = json.loads(path.read_text())
+    events = trace["traceEvents"]
+    launches = {e["args"]["correlation"]: e for e in events if e.get("cat") == "cuda_runtime"}
+    corr = max(launches) + 1
+    for k in [e for e in events if e.get("name") == "_decode_split_stage1"]:
+        launch = launches[k["args"]["correlation"]]
+        ts, tid = launch["ts"], launch["tid"]
+        if in_hook:
+            frame = {"ph": "X", "cat": "python_function", "pid": 1, "tid": tid}
+            events.append({**frame, "name": "astra_sglang/patches/adapters/decode_attention.py(106): launch",
+                           "ts": ts - 1.0, "dur": 1.5})
+            events.append({**frame, "name": "astra_sglang/patches/adapters/decode_attention.py(40): _is_number",
+                           "ts": ts - 0.9, "dur": 0.1})
+        events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": tid,
+                       "ts": ts - 0.5, "dur": 0.2, "args": {"correlation": corr}})
+        events.append({"ph": "X", "cat": "kernel", "name": _COPY, "pid": 0, "tid": 7, "ts": k["ts"] - 3.0,
+                       "dur": 2.8, "args": {"correlation": corr, "stream": 7, "device": 0}})
+        corr += 1
+    path.write_text(json.dumps(trace))
+    return path
+
+
+@pytest.mark.parametrize("in_hook", [True, False])
+def test_compare_counts_what_the_patch_hook_launches_as_the_patched_op(
+        in_hook: bool, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A kernel launched inside a patch adapter's frame is that op's cost: the q copy the decode-attention adapter
+    makes is part of the patch's in-situ time, not a 'torch elementwise' row that grew (2026-12-06, H100: the op
+    row said -1665 us a step, with the copy -1575). A copy launched outside every adapter stays in its group."""
+    on = _with_q_copies(_patched_trace(tmp_path), in_hook)
+    assert main(["profile", "--trace", str(DECODE), "--trace", str(on), "--compare", "--json"]) == 0
+    rows = {r["key"]: r for r in json.loads(capsys.readouterr().out)["rows"]}
+    op, elementwise = rows["attention.decode_attention_fwd"], rows.get("torch elementwise")
+    saving, copies = -0.25 * 32 * 179.375, 32 * 2.8
+    if in_hook:
+        assert op["delta_us_per_step"] == pytest.approx(saving + copies)
+        assert op["b_calls_per_step"] == 96
+        assert elementwise is None or elementwise["delta_us_per_step"] == pytest.approx(0.0)
+    else:
+        assert op["delta_us_per_step"] == pytest.approx(saving)
+        assert elementwise is not None and elementwise["delta_us_per_step"] == pytest.approx(copies)

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import ast
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -95,6 +95,14 @@ class KernelMap:
     # op short name -> (its entry, the recipe's kernels the entry never launches: not claimed)
     dropped: dict[str, tuple[str, list[str]]] = field(default_factory=dict)
     enums: dict[str, dict[str, dict[int, str]]] = field(default_factory=dict)  # op id -> enum -> value -> name
+    ops: dict[str, OpRef] = field(default_factory=dict)  # extracted op short name -> its ref
+
+    def hooked(self, adapter: str) -> list[OpRef]:
+        """The op(s) a patch adapter module serves: the op named as the module, else those named ``<module>_*``
+        (``fused_moe`` serves ``fused_moe_kernel`` and ``fused_moe_down``: two, so not told apart here)."""
+        if adapter in self.ops:
+            return [self.ops[adapter]]
+        return [r for name, r in sorted(self.ops.items()) if name.startswith(adapter + "_")]
 
     def add(self, table: dict[str, list[OpRef]], name: str, ref: OpRef) -> None:
         refs = table.setdefault(name, [])
@@ -313,7 +321,7 @@ def build_map(extracted: Path, patches_root: Path | None = None) -> KernelMap:
             kmap.notes.append(f"{op_dir.name}: manifest unreadable, not mapped ({e})")
             continue
         ref = OpRef(canonical_op_id(m.op_id), m.short_name, op_dir, m.recipe.kind if m.recipe.kind == "triton" else "cuda")
-        ops[m.short_name] = ref
+        ops[m.short_name] = kmap.ops[m.short_name] = ref
         _add_recipe(kmap, op_dir, m.recipe, ref)
         _add_baselines(kmap, op_dir, m, ref)
     _add_patches(kmap, patches_root, ops)
@@ -434,6 +442,10 @@ def hot_list(summary: TraceSummary, kmap: KernelMap, patches: PatchInfo, phase: 
     statuses: dict[str, str] = {}
     for k in sorted(summary.kernels.values(), key=lambda k: -k.total_us):
         refs = kmap.match(k.name)
+        if k.hook:  # launched inside a patch's adapter: that op's cost, whatever the kernel's name says
+            hooked = kmap.hooked(k.hook)
+            if len(hooked) == 1 and not (len(refs) == 1 and refs[0].op_id == hooked[0].op_id):
+                refs = [replace(hooked[0], via=f"launched by the {k.hook} patch hook")]
         row = HotRow(kernel=k.name, op="", short_name=None, group=None, status=STATUS_NONE,
                      share=100.0 * k.total_us / total if total else 0.0,
                      us_per_call=k.total_us / k.calls if k.calls else 0.0, calls_per_step=k.calls / summary.steps,
