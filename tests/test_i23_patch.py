@@ -63,7 +63,7 @@ def test_accepts_forward_decodes_exact_call_with_the_contract_names_and_dims(pag
     p = ad.prepare(*args, **kwargs)
     assert p is not None
     assert list(p.args) == [*ad.tensor_names, *ad.scalar_names]
-    assert p.dims == {"B": 4, "NK": 2, "G": 4, "D": 64, "MS": 8, "P": page_size}
+    assert p.dims == {"B": 4, "NK": 2, "G": 4, "D": 64, "MS": 8, "P": page_size, "QS": 0}
     assert "S" not in p.dims and "X" not in p.dims  # not knowable without a device read (module docstring)
     assert p.args["page_size"] == page_size and p.args["max_kv_splits"] == 8
     assert p.args["sm_scale"] == pytest.approx(1 / 8)
@@ -163,27 +163,43 @@ def test_every_call_form_outside_the_contract_goes_to_the_original(form):
         assert ad.prepare(*args, **kwargs) is None
 
 
-def test_a_row_strided_q_is_served_through_a_contiguous_copy():
+def test_a_row_strided_q_is_served_as_it_is_where_the_contract_checks_that_layout():
     """LLaMA on CUDA passes q as a view of the fused qkv projection (row stride q_size + 2 * kv_size). The contract
-    checks candidates on a contiguous q, so the patch serves such a call by handing its kernel a contiguous copy of
-    q (same values); refusing it, as the first version did, left every LLaMA decode call to the original. A view
-    whose heads are not whole rows is still the original's."""
+    checks that layout (dim QS = 1), so the kernel gets q as it is: the contiguous copy the adapter made before
+    cost 2.8 us a layer at batch 128 (H100, 2026-12-06). Under a contract without QS, or with another row stride,
+    q still reaches the kernel as a contiguous copy (same values), never as a layout nothing checked. A view whose
+    heads are not whole rows is the original's."""
     ad = DecodeAttentionAdapter()
+    contract = json.loads((REPO / "extracted" / "decode_attention" / "manifest.json").read_text())
+    assert ad._checks_qkv_rows() == any(d["name"] == "QS" for d in contract["signature"]["dims"])
     nq, nk, d, b = 8, 2, 64, 4
-    qkv = torch.randn(b, (nq + 2 * nk) * d).to(BF16)
-    q = qkv[:, : nq * d].reshape(-1, nq * d).view(-1, nq, d)  # forward_decode's reshape + view
-    assert not q.is_contiguous()
     t = batch(device="cpu", b=b, nk=nk, g=nq // nk, d=d)
-    t["q"] = q
-    args, kwargs = forward_decode_call(t)
-    p = ad.prepare(*args, **kwargs)
-    assert p is not None and make_guard(ad.default_guard(), "cpu")(p)
-    seen: dict[str, Any] = {}
-    ad.launch(lambda a: seen.update(q=a["q"]), p)
-    assert seen["q"].is_contiguous() and torch.equal(seen["q"], q)
+    for pad, contract_has_qs, copied in ((0, True, False), (0, False, True), (d, True, True)):
+        ad._qkv_rows = contract_has_qs
+        qkv = torch.randn(b, (nq + 2 * nk) * d + pad).to(BF16)
+        q = qkv[:, : nq * d].reshape(-1, nq * d).view(-1, nq, d)  # forward_decode's reshape + view
+        assert not q.is_contiguous()
+        t["q"] = q
+        args, kwargs = forward_decode_call(t)
+        p = ad.prepare(*args, **kwargs)
+        assert p is not None and make_guard(ad.default_guard(), "cpu")(p)
+        assert p.dims["QS"] == (0 if copied else 1)
+        seen: list[Any] = []
+        ad.launch(lambda a, seen=seen: seen.append(a["q"]), p)
+        assert torch.equal(seen[0], q)
+        assert (seen[0] is not q and seen[0].is_contiguous()) if copied else seen[0] is q
     t["q"] = torch.randn(b, d, nq).to(BF16).transpose(1, 2)  # heads strided inside a row: not taken
     args, kwargs = forward_decode_call(t)
     assert ad.prepare(*args, **kwargs) is None
+
+
+def test_the_first_call_check_can_sample_q_as_llama_passes_it():
+    """A check shape with QS = 1 samples q as a view of qkv rows, so the load-time check runs the served layout."""
+    ad = DecodeAttentionAdapter()
+    dims = {"B": 3, "S": 9, "NK": 2, "G": 2, "D": 16, "P": 4, "R": 2, "X": 1, "KX": 0, "MS": 8}
+    q0 = ad.sample(dims, torch.float16, "cpu", 5)[0][0]
+    q1 = ad.sample({**dims, "QS": 1}, torch.float16, "cpu", 5)[0][0]
+    assert q0.is_contiguous() and q1.stride(0) == (4 + 2 * 2) * 16 and torch.equal(q0, q1)
 
 
 def test_adapter_names_are_the_contracts_signature():

@@ -64,6 +64,9 @@ class TensorArg(Model):
     dtype: str = Field(description="'{dtype}' for the case dtype, else a torch dtype name like 'float32'")
     align_bytes: int = 16
     contiguous: bool = True
+    row_stride: str | None = Field(None, description="symbolic elements between rows (first dim) when SGLang "
+                                   "passes a row-strided view (LLaMA's q, rows of the fused qkv projection); the "
+                                   "harness then lays the tensor out so, poison between rows; None = contiguous")
     special_values: list[str] = Field(default_factory=list, description="values the op defines, e.g. '+inf'")
     generated: bool = Field(
         default=False,
@@ -73,7 +76,7 @@ class TensorArg(Model):
 
     @model_serializer(mode="wrap")
     def _without_unset_moved(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        return drop_unset(handler(self), "moved")
+        return drop_unset(handler(self), "moved", "row_stride")
 
 
 class ScalarArg(Model):

@@ -67,7 +67,8 @@ def put(arena: Arena, a: ArgSet, base: int = 0) -> Layout:
             raise ValueError(f"arena of {arena.nbytes} bytes too small for the case (needs {off + n})")
         arena.host[off:off + n].copy_(_raw(g.buf))
         specs.append(BufferSpec(name=name, offset=off, dtype=str(g.buf.dtype).removeprefix("torch."),
-                                buf_numel=g.buf.numel(), start=g.start, shape=list(g.view.shape)))
+                                buf_numel=g.buf.numel(), start=g.start, shape=list(g.view.shape),
+                                row_stride=g.row_stride))
         off += -(-n // ALIGN) * ALIGN
     return Layout(buffers=specs, scalars=dict(a.scalars), end=off)
 
@@ -80,10 +81,7 @@ def take(arena: Arena, layout: Layout, a: ArgSet) -> ArgSet:
         n = s.buf_numel * torch.empty((), dtype=dt).element_size()
         src = arena.host[s.offset:s.offset + n]
         buf = (src.to(a.device) if a.device == "cuda" else src.clone()).view(dt)  # a private snapshot
-        numel = 1
-        for d in s.shape:
-            numel *= d
-        tensors[s.name] = Guarded(buf, buf[s.start:s.start + numel].view(s.shape), s.start, numel)
+        tensors[s.name] = Guarded.over(buf, s.start, s.shape, s.row_stride)
     return ArgSet.from_tensors(a.manifest, a.dims, a.dtype, a.device, tensors, dict(a.scalars))
 
 
@@ -94,9 +92,6 @@ def views(region: torch.Tensor, layout: Layout) -> dict[str, Any]:
         dt = torch_dtype(s.dtype)
         n = s.buf_numel * torch.empty((), dtype=dt).element_size()
         buf = region[s.offset:s.offset + n].view(dt)
-        numel = 1
-        for d in s.shape:
-            numel *= d
-        args[s.name] = buf[s.start:s.start + numel].view(s.shape)
+        args[s.name] = Guarded.over(buf, s.start, s.shape, s.row_stride).view
     args.update(layout.scalars)
     return args

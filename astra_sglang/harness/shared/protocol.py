@@ -148,6 +148,7 @@ class BufferSpec(Model):
     buf_numel: int
     start: int
     shape: list[int]
+    row_stride: int | None = None  # elements between the view's rows (a row-strided input); None: contiguous
 
 
 class Layout(Model):

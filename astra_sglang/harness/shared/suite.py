@@ -62,7 +62,9 @@ def tensor_traffic(role: str, nbytes: int) -> int:
 
 def contract_bytes(manifest: Manifest, dims: dict[str, int], dtype: str) -> int | None:
     """Bytes one call moves by the contract at ``dims`` (``{dtype}`` tensors in ``dtype``); None when ``dims`` are
-    not exactly the signature's or a tensor's dtype has no known size (never a guess)."""
+    not exactly the signature's or a tensor's dtype has no known size (never a guess). A dim added to the contract
+    later counts at its ``added_default``, as a case recorded before it meant (the profile's LLaMA dims, old runs)."""
+    dims = complete_dims(manifest, dims)
     if {d.name for d in manifest.signature.dims} != set(dims):
         return None
     total = 0

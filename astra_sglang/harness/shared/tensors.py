@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from astra_sglang.checker import fill_poison, is_poison
-from astra_sglang.contract.op import Manifest, TensorArg
+from astra_sglang.contract.op import Manifest, TensorArg, complete_dims
 from astra_sglang.harness.shared.suite import shape_of, tensor_traffic
 from astra_sglang.loader.launch import InputsFn, ScalarsFn
 
@@ -38,26 +38,57 @@ def arg_dtype(t: TensorArg, case_dtype: str) -> torch.dtype:
 
 @dataclass
 class Guarded:
-    """A tensor view in the middle of ``buf`` (same dtype); everything outside the view holds the poison."""
+    """A tensor view in the middle of ``buf`` (same dtype); everything outside the view holds the poison.
+
+    With ``row_stride`` the view is row-strided, as SGLang passes some inputs (LLaMA's q: a view of the fused qkv
+    projection's rows, the k and v columns between its rows): its first dim steps ``row_stride`` elements, the
+    gaps between rows hold the poison too, and a kernel that writes there (into what would be SGLang's k and v)
+    breaks the guards like one writing past the ends."""
 
     buf: torch.Tensor
     view: torch.Tensor
     start: int
-    numel: int
+    numel: int  # elements from start to the view's end (the rows' span, gaps included)
+    row_stride: int | None = None
 
     @staticmethod
-    def alloc(shape: tuple[int, ...], dtype: torch.dtype, device: str) -> Guarded:
+    def alloc(shape: tuple[int, ...], dtype: torch.dtype, device: str, row_stride: int | None = None) -> Guarded:
         elem = torch.empty((), dtype=dtype).element_size()
         guard = GUARD_BYTES // elem
-        numel = math.prod(shape)
+        numel = _span(shape, row_stride)
         body = -(-numel * elem // 16) * 16 // elem
         buf = torch.empty(2 * guard + body, dtype=dtype, device=device)
         fill_poison(buf)
-        return Guarded(buf, buf[guard:guard + numel].view(shape), guard, numel)
+        return Guarded.over(buf, guard, shape, row_stride)
+
+    @staticmethod
+    def over(buf: torch.Tensor, start: int, shape: tuple[int, ...] | list[int],
+             row_stride: int | None = None) -> Guarded:
+        """The guarded view of ``shape`` at element ``start`` of ``buf`` (an existing buffer: the arena's)."""
+        shape = tuple(shape)
+        numel = _span(shape, row_stride)
+        if row_stride is None:
+            return Guarded(buf, buf[start:start + numel].view(shape), start, numel)
+        rows = buf[start:start + numel].view(shape[0], row_stride)
+        return Guarded(buf, rows[:, :math.prod(shape[1:])].unflatten(1, shape[1:]), start, numel, row_stride)
 
     def guards_intact(self) -> bool:
         outside = torch.cat([self.buf[: self.start], self.buf[self.start + self.numel:]])
+        if self.row_stride is not None and self.numel:
+            row = math.prod(self.view.shape[1:])
+            gaps = self.buf[self.start:self.start + self.numel].view(-1, self.row_stride)[:, row:]
+            outside = torch.cat([outside, gaps.reshape(-1)])
         return bool(is_poison(outside).all())
+
+
+def _span(shape: tuple[int, ...], row_stride: int | None) -> int:
+    """Elements a view of ``shape`` covers: all of them contiguous; rows of ``row_stride`` when row-strided."""
+    if row_stride is None:
+        return math.prod(shape)
+    row = math.prod(shape[1:])
+    if row_stride < row:
+        raise ValueError(f"row stride {row_stride} is shorter than a row of {shape} ({row} elements)")
+    return shape[0] * row_stride
 
 
 def fill_values(x: torch.Tensor, dist: str, gen: torch.Generator, special: list[str]) -> None:
@@ -99,7 +130,8 @@ class ArgSet:
         self.make_inputs = inputs[0]
         self.tensors: dict[str, Guarded] = {}
         for t in manifest.signature.tensors:
-            self.tensors[t.name] = Guarded.alloc(shape_of(t.shape, dims), arg_dtype(t, dtype), device)
+            stride = shape_of([t.row_stride], complete_dims(manifest, dims))[0] if t.row_stride is not None else None
+            self.tensors[t.name] = Guarded.alloc(shape_of(t.shape, dims), arg_dtype(t, dtype), device, stride)
         self.scalars: dict[str, Any] = {s.name: s.default for s in manifest.signature.scalars}
         if inputs[1] is not None:
             derived = inputs[1](dict(dims), dtype)

@@ -18,7 +18,9 @@ The guard sees B, NK, G, D, MS and P, never S, R or X: the mean KV length is ``k
 so its length says nothing, and the length mix (R) and the pool's spare slots (X) follow from S. Workspace
 SGLang sizes for the largest captured batch (``attn_logits``, ``attn_lse``, ``kv_indptr``, ``num_kv_splits``) is
 passed as views of its first B rows, the contract's shapes. A row-strided q (LLaMA's, a view of the fused qkv
-output) reaches the kernel as a contiguous copy: the layout the contract checked.
+output, row stride (NQ + 2 NK) * D) reaches the kernel as it is, dim QS = 1, where the op contract checks that
+layout (its dim QS): every candidate and patch was checked on it. Under a contract without QS, or with another
+row stride, q reaches the kernel as a contiguous copy (2.8 us a layer at batch 128 on the H100, 2026-12-06).
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ class DecodeAttentionAdapter(OpAdapter):
         self._half = (torch.bfloat16, torch.float16)
         self._f32, self._i32, self._i64 = torch.float32, torch.int32, torch.int64
         self._inputs: Any = None
+        self._qkv_rows: bool | None = None  # the contract checks q as a view of the qkv rows (dim QS); read once
 
     def prepare(self, q: Any, k_buffer: Any, v_buffer: Any, o: Any, kv_indptr: Any, kv_indices: Any,
                 attn_logits: Any, attn_lse: Any, num_kv_splits: Any, max_kv_splits: Any, sm_scale: Any,
@@ -92,20 +95,30 @@ class DecodeAttentionAdapter(OpAdapter):
         tensors = (q, k_buffer, v_buffer, o, kv_indptr, kv_indices, attn_logits, attn_lse, num_kv_splits)
         args = dict(zip(_NAMES, tensors))
         args.update(max_kv_splits=max_kv_splits, sm_scale=float(sm_scale), page_size=page_size)
-        dims = {"B": b, "NK": nk, "G": nq // nk, "D": d, "MS": max_kv_splits, "P": page_size}
+        dims = {"B": b, "NK": nk, "G": nq // nk, "D": d, "MS": max_kv_splits, "P": page_size, "QS": 0}
         if q.is_contiguous():
             return Prepared(args, tensors, dims)
-        # LLaMA's q on CUDA: a view of the fused qkv projection, rows of (q_size + 2 * kv_size). The contract (and
-        # so every check a candidate passed) has a contiguous q: launch hands the kernel a contiguous copy
-        # (B * NQ * D elements, ~1 MB at batch 128: about 1 us beside 229 us of attention). Only a view whose
-        # heads are whole rows is taken; the guard then checks the other tensors' layout (q's copy is fresh).
+        # LLaMA's q on CUDA: a view of the fused qkv projection, rows of (q_size + 2 * kv_size). Only a view whose
+        # heads are whole rows is taken; the guard then checks the other tensors' layout, and q's here.
         if q.stride(2) != 1 or q.stride(1) != d:
             return None
-        return Prepared(args, tensors[1:], dims)
+        if q.stride(0) == (nq + 2 * nk) * d and q.data_ptr() % 16 == 0 and self._checks_qkv_rows():
+            dims["QS"] = 1  # the layout the contract checked: the kernel gets q as it is
+        return Prepared(args, tensors[1:], dims)  # QS 0: launch hands the kernel a contiguous copy
+
+    def _checks_qkv_rows(self) -> bool:
+        """Whether the op contract (the one the live patch pins) checks q as a view of the qkv rows."""
+        if self._qkv_rows is None:
+            from astra_sglang.contract.op import load_manifest
+            from astra_sglang.patches.registry import op_folder
+
+            dims = {d.name: d for d in load_manifest(op_folder(self.op)).signature.dims}
+            self._qkv_rows = "QS" in dims and (dims["QS"].max or 0) >= 1
+        return self._qkv_rows
 
     def launch(self, kernel: Callable[[Args], Any], p: Prepared) -> Any:
         q = p.args["q"]
-        if not q.is_contiguous():
+        if not q.is_contiguous() and p.dims.get("QS") != 1:
             p.args["q"] = q.contiguous()
         kernel(p.args)
         return None  # the original returns nothing: o is written in place
@@ -122,6 +135,11 @@ class DecodeAttentionAdapter(OpAdapter):
         g = torch.Generator(device=device).manual_seed(seed)
         a = make(dims, name, g, str(device))
         b, nq, d, ms = dims["B"], dims["NK"] * dims["G"], dims["D"], dims["MS"]
+        q = a["q"]
+        if dims.get("QS") == 1:  # q as LLaMA passes it: the first NQ heads of each fused qkv row
+            qkv = torch.randn((b, nq + 2 * dims["NK"], d), generator=g, device=device).to(dtype)
+            qkv[:, :nq].copy_(q)
+            q = qkv[:, :nq]
         k = a["k_buffer"]
         v = torch.randn(k.shape, generator=g, device=device).to(dtype)
         o = torch.empty((b, nq, d), dtype=dtype, device=device)
@@ -130,7 +148,7 @@ class DecodeAttentionAdapter(OpAdapter):
         lse = torch.empty((b, nq, ms), dtype=torch.float32, device=device)
         s = scalars(dims, name) if scalars is not None else {}
         sm_scale = float(s.get("sm_scale", d ** -0.5))
-        return ((a["q"], k, v, o, a["kv_indptr"], a["kv_indices"], logits, lse, a["num_kv_splits"], ms, sm_scale,
+        return ((q, k, v, o, a["kv_indptr"], a["kv_indices"], logits, lse, a["num_kv_splits"], ms, sm_scale,
                  1.0, 1.0), {"page_size": dims.get("P", 1)})
 
     def _contract_inputs(self) -> tuple[Any, Any]:
