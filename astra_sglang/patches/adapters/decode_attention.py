@@ -112,7 +112,10 @@ class DecodeAttentionAdapter(OpAdapter):
             from astra_sglang.contract.op import load_manifest
             from astra_sglang.patches.registry import op_folder
 
-            dims = {d.name: d for d in load_manifest(op_folder(self.op)).signature.dims}
+            try:
+                dims = {d.name: d for d in load_manifest(op_folder(self.op)).signature.dims}
+            except Exception:  # noqa: BLE001 - unreadable here: the copy, which every contract revision checked
+                dims = {}
             self._qkv_rows = "QS" in dims and (dims["QS"].max or 0) >= 1
         return self._qkv_rows
 
