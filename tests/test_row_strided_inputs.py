@@ -87,3 +87,32 @@ def test_a_kernel_that_assumes_a_contiguous_q_fails_where_q_is_a_view_of_the_qkv
     ok = evaluate(folder, CORRECT, cfg)
     assert ok.ok, ok.error
     assert evaluate(EXTRACTED, cand, cfg).ok == (not any(d.name == "QS" for d in load_manifest(EXTRACTED).signature.dims))
+
+
+def test_a_row_strided_input_is_perturbed_on_the_kept_replay_as_the_judge_perturbs_its_copy(tmp_path: Path) -> None:
+    """The memoisation defence moves a window of every perturbable input (floating, filled by the harness) before
+    the kept replay. A row-strided one is perturbed too (else a kernel could fingerprint it alone), in the same
+    row-major order as the judge's dense copy, never in the gaps between its rows, and put back after.
+    decode_attention's q comes from its inputs.py (not perturbed, as every generated tensor); here it is filled by
+    the harness, as a row-strided activation of another op would be."""
+    from astra_sglang.harness.shared.replay_guard import ReplayGuard, perturb, perturbable
+
+    m = load_manifest(_qkv_rows_contract(tmp_path))
+    for t in m.signature.tensors:
+        if t.name == "q":
+            t.generated = False
+    dims = {"B": 64, "S": 7, "NK": 1, "G": 4, "D": 16, "P": 4, "R": 1, "X": 2, "KX": 0, "MS": 8}
+    if any(d.name == "QS" for d in m.signature.dims):
+        dims["QS"] = 1
+    a = ArgSet(m, dims, "float16", "cpu", (None, None))
+    q = a.tensors["q"]
+    assert not q.view.is_contiguous() and "q" in perturbable(a)
+    q.view.copy_(torch.randn(q.view.shape, generator=torch.Generator().manual_seed(1)).half())
+    before = q.view.clone()
+    guard = ReplayGuard([a], ["o"])
+    guard._move(seed=1234)
+    want = perturb({"q": before}, ["q"], 1234, 0)["q"]
+    assert not torch.equal(q.view, before) and torch.equal(q.view, want)
+    assert q.guards_intact()
+    guard._restore()
+    assert torch.equal(q.view, before) and q.guards_intact()

@@ -26,6 +26,7 @@ inside a tensor keeps them in its distribution; one window per batch of 25 repla
 from __future__ import annotations
 
 import random
+from typing import Any
 
 import torch
 
@@ -41,23 +42,40 @@ def perturbable(arg_set: ArgSet) -> list[str]:
     by the op's inputs.py may carry structure, e.g. sorted indices or a layout, that moving values would break)."""
     return [t.name for t in arg_set.manifest.signature.tensors
             if t.role == "input" and not t.generated and arg_set.tensors[t.name].view.is_floating_point()
-            and arg_set.tensors[t.name].view.is_contiguous() and arg_set.tensors[t.name].view.numel() >= 2]
+            and (arg_set.tensors[t.name].view.is_contiguous() or arg_set.tensors[t.name].row_stride is not None)
+            and arg_set.tensors[t.name].view.numel() >= 2]
 
 
-def _move_window(flat: torch.Tensor, seed: int, set_index: int, name: str) -> tuple[int, torch.Tensor]:
-    """Move one window of ``flat`` (1/WINDOW of it) to another place in it, in place, as ``seed`` draws it for that
-    tensor of that timing set; returns the destination and the values it held (to put back). The worker and the
-    judge both move through here, so the judge checks exactly the values the kept replay ran on."""
-    numel = flat.numel()
+def _elements(view: torch.Tensor) -> torch.Tensor:
+    """A view of ``view``'s elements in row-major order that writes go through: flat for a contiguous tensor,
+    [rows, row elements] for a row-strided one (its rows are contiguous; the gaps between them are not its)."""
+    return view.view(-1) if view.is_contiguous() else view.flatten(1)
+
+
+def _window(t: torch.Tensor, start: int, length: int) -> tuple[Any, ...] | slice:
+    """Index of elements ``start .. start + length`` (row-major) of ``_elements``' view."""
+    if t.dim() == 1:
+        return slice(start, start + length)
+    pos = torch.arange(start, start + length, device=t.device)
+    return (pos // t.shape[1], pos % t.shape[1])
+
+
+def _move_window(t: torch.Tensor, seed: int, set_index: int, name: str) -> tuple[Any, torch.Tensor]:
+    """Move one window of ``t`` (an ``_elements`` view; 1/WINDOW of it) to another place in it, in place, as
+    ``seed`` draws it for that tensor of that timing set; returns the destination and the values it held (to put
+    back). The worker and the judge both move through here, so the judge checks exactly the values the kept replay
+    ran on (the judge's dense copy and the worker's row-strided view count elements in the same row-major order)."""
+    numel = t.numel()
     rng = random.Random(f"{seed}:{set_index}:{name}")
     length = max(1, numel // WINDOW)
     dst = rng.randrange(numel - length + 1)
     src = rng.randrange(numel - length + 1)
     if src == dst:
         src = (dst + length) % (numel - length + 1)
-    saved = flat[dst:dst + length].clone()
-    flat[dst:dst + length] = flat[src:src + length].clone()
-    return dst, saved
+    at = _window(t, dst, length)
+    saved = t[at].clone()
+    t[at] = t[_window(t, src, length)].clone()
+    return at, saved
 
 
 def perturb(values: dict[str, torch.Tensor], names: list[str], seed: int, set_index: int) -> dict[str, torch.Tensor]:
@@ -78,8 +96,8 @@ class ReplayGuard:
         self.bufs = [[s.tensors[n].buf for n in outputs] for s in sets]
         self.outputs = outputs
         names = perturbable(sets[0]) if sets else []
-        self.inputs = [[(n, s.tensors[n].view.view(-1)) for n in names] for s in sets]
-        self._saved: list[tuple[torch.Tensor, int, torch.Tensor]] = []
+        self.inputs = [[(n, _elements(s.tensors[n].view)) for n in names] for s in sets]
+        self._saved: list[tuple[torch.Tensor, Any, torch.Tensor]] = []
         self.kept: list[list[torch.Tensor]] | None = None
         self._graph = None
         if any(v.is_cuda for views in self.views for v in views):  # one graph: hundreds of fills, one launch
@@ -101,8 +119,8 @@ class ReplayGuard:
                 self._saved.append((flat, *_move_window(flat, seed, index, name)))
 
     def _restore(self) -> None:
-        for flat, dst, saved in reversed(self._saved):
-            flat[dst:dst + saved.numel()] = saved
+        for t, at, saved in reversed(self._saved):
+            t[at] = saved
         self._saved = []
 
     def between(self, replays: int, keep: int | None = None, seed: int | None = None) -> Between:
