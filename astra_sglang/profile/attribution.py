@@ -312,7 +312,6 @@ def _add_patches(kmap: KernelMap, patches_root: Path | None, ops: dict[str, OpRe
 def build_map(extracted: Path, patches_root: Path | None = None) -> KernelMap:
     """The kernel map of every committed op folder under ``extracted`` and every patch in the registry."""
     kmap = KernelMap()
-    ops: dict[str, OpRef] = {}
     for mpath in sorted(Path(extracted).glob(f"*/{MANIFEST_NAME}")):
         op_dir = mpath.parent
         try:
@@ -321,10 +320,10 @@ def build_map(extracted: Path, patches_root: Path | None = None) -> KernelMap:
             kmap.notes.append(f"{op_dir.name}: manifest unreadable, not mapped ({e})")
             continue
         ref = OpRef(canonical_op_id(m.op_id), m.short_name, op_dir, m.recipe.kind if m.recipe.kind == "triton" else "cuda")
-        ops[m.short_name] = kmap.ops[m.short_name] = ref
+        kmap.ops[m.short_name] = ref
         _add_recipe(kmap, op_dir, m.recipe, ref)
         _add_baselines(kmap, op_dir, m, ref)
-    _add_patches(kmap, patches_root, ops)
+    _add_patches(kmap, patches_root, kmap.ops)
     return kmap
 
 
