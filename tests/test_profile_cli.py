@@ -210,3 +210,24 @@ def test_compare_counts_what_the_patch_hook_launches_as_the_patched_op(
     else:
         assert op["delta_us_per_step"] == pytest.approx(saving)
         assert elementwise is not None and elementwise["delta_us_per_step"] == pytest.approx(copies)
+
+
+def test_compare_lists_each_changed_ops_kernels_with_their_time_a_call(tmp_path: Path,
+                                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    """Which kernel of the patched op moved, a call at a time: the original's stage 1 gone, the patch's stage 1 at
+    0.75 of it, the q copy its hook launches, each with its us a call in both traces (the in-situ stage 2 of
+    2026-12-06 had to be read off the raw traces)."""
+    on = _with_q_copies(_patched_trace(tmp_path), in_hook=True)
+    assert main(["profile", "--trace", str(DECODE), "--trace", str(on), "--compare", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    kernels = {r["key"]: r for r in out["kernels"]["attention.decode_attention_fwd"]}
+    old, new = kernels["_fwd_grouped_kernel_stage1"], kernels["_decode_split_stage1"]
+    assert (old["a_calls_per_step"], old["b_calls_per_step"], new["a_calls_per_step"], new["b_calls_per_step"]) == (
+        32, 0, 0, 32)
+    assert new["b_us_per_step"] / new["b_calls_per_step"] == pytest.approx(0.75 * 179.375)
+    assert kernels[_COPY]["b_us_per_step"] == pytest.approx(32 * 2.8)
+    assert sum(r["delta_us_per_step"] for r in kernels.values()) == pytest.approx(
+        out["rows"][0]["delta_us_per_step"])
+    assert main(["profile", "--trace", str(DECODE), "--trace", str(on), "--compare"]) == 0
+    table = capsys.readouterr().out
+    assert "Kernels of the 3 rows that changed most" in table and "134.53" in table  # 0.75 x 179.375 a call

@@ -190,8 +190,9 @@ def show(lists: list[Any], top: list[Any]) -> None:
         con.print(literal(f"     {t.command}"))
 
 
-def show_comparison(c: Any, rows: int = 20) -> None:
-    """The two traces' GPU time per step by op or group, largest change first; the rest summed in one line."""
+def show_comparison(c: Any, rows: int = 20, ops: int = 3) -> None:
+    """The two traces' GPU time per step by op or group, largest change first; the rest summed in one line. Then
+    the kernels of the ``ops`` rows that changed most, each with its time a call in both traces."""
     from astra_sglang.cli.output import Table, console, literal
 
     con = console()
@@ -207,6 +208,16 @@ def show_comparison(c: Any, rows: int = 20) -> None:
         t.add_row(f"{len(rest)} more", f"{sum(r.a_us_per_step for r in rest):.1f}",
                   f"{sum(r.b_us_per_step for r in rest):.1f}", f"{sum(r.delta_us for r in rest):+.1f}", "", "")
     con.print(t)
+    k = Table(title=f"Kernels of the {min(ops, len(c.rows))} rows that changed most (us a call: time / calls)")
+    for col in ("Op / group: kernel", "A us/call", "B us/call", "A us/step", "B us/step", "B - A"):
+        k.add_column(col)
+    for r in c.rows[:ops]:
+        for kr in c.kernels.get(r.key, []):
+            per_call = [f"{us / n:.2f}" if n else "-" for us, n in ((kr.a_us_per_step, kr.a_calls_per_step),
+                                                                    (kr.b_us_per_step, kr.b_calls_per_step))]
+            k.add_row(literal(f"{r.key}: {_cut(kr.key, 60)}"), *per_call, f"{kr.a_us_per_step:.1f}",
+                      f"{kr.b_us_per_step:.1f}", f"{kr.delta_us:+.1f}")
+    con.print(k)
 
 
 def write_png(lists: list[Any], path: Path, rows: int = 15) -> Path:

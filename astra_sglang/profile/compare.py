@@ -10,7 +10,7 @@ kernels have other names still lines up with the original's.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from astra_sglang.errors import AstraError
@@ -40,6 +40,10 @@ class Comparison:
     a_gpu_us_per_step: float
     b_gpu_us_per_step: float
     rows: list[CompareRow]  # largest change first
+    # each op's or group's kernels (key "<op or group>: <kernel>"), grouped by row in the rows' order, largest
+    # change first within a row: which kernel of a patched op grew (the patch's stage 2, 4.9 -> 15.7 us a call at
+    # batch 128 on the H100, 2026-12-06, was read off the raw traces by hand before this)
+    kernels: dict[str, list[CompareRow]] = field(default_factory=dict)
 
     @property
     def delta_us(self) -> float:
@@ -48,15 +52,26 @@ class Comparison:
     def to_json(self) -> dict[str, Any]:
         return {"a_trace": self.a_trace, "b_trace": self.b_trace, "a_gpu_us_per_step": self.a_gpu_us_per_step,
                 "b_gpu_us_per_step": self.b_gpu_us_per_step, "delta_us_per_step": self.delta_us,
-                "rows": [r.to_json() for r in self.rows]}
+                "rows": [r.to_json() for r in self.rows],
+                "kernels": {k: [r.to_json() for r in rows] for k, rows in self.kernels.items()}}
 
 
-def _by_key(hl: HotList) -> dict[str, tuple[float, float]]:
+def _by_key(hl: HotList, kernels: bool = False) -> dict[str, tuple[float, float]]:
     out: dict[str, tuple[float, float]] = {}
     for r in hl.rows:
-        us, calls = out.get(r.op, (0.0, 0.0))
-        out[r.op] = (us + r.us_per_step, calls + r.calls_per_step)
+        key = f"{r.op}\0{r.kernel}" if kernels else r.op
+        us, calls = out.get(key, (0.0, 0.0))
+        out[key] = (us + r.us_per_step, calls + r.calls_per_step)
     return out
+
+
+def _rows(ka: dict[str, tuple[float, float]], kb: dict[str, tuple[float, float]]) -> list[CompareRow]:
+    rows = []
+    for k in {*ka, *kb}:
+        (ua, ca), (ub, cb) = ka.get(k, (0.0, 0.0)), kb.get(k, (0.0, 0.0))
+        rows.append(CompareRow(k, ua, ub, ca, cb))
+    rows.sort(key=lambda r: (-abs(r.delta_us), r.key))
+    return rows
 
 
 def compare(a: HotList, b: HotList) -> Comparison:
@@ -66,10 +81,9 @@ def compare(a: HotList, b: HotList) -> Comparison:
         if x is not None and y is not None and x != y:
             raise AstraError(f"--compare: the two traces differ in {what} ({x} vs {y}); compare one shape's "
                              "traces with patches off and on")
-    ka, kb = _by_key(a), _by_key(b)
-    rows = []
-    for k in {*ka, *kb}:
-        (ua, ca), (ub, cb) = ka.get(k, (0.0, 0.0)), kb.get(k, (0.0, 0.0))
-        rows.append(CompareRow(k, ua, ub, ca, cb))
-    rows.sort(key=lambda r: (-abs(r.delta_us), r.key))
-    return Comparison(a.trace, b.trace, a.gpu_us_per_step, b.gpu_us_per_step, rows)
+    rows = _rows(_by_key(a), _by_key(b))
+    kernels: dict[str, list[CompareRow]] = {r.key: [] for r in rows}
+    for kr in _rows(_by_key(a, kernels=True), _by_key(b, kernels=True)):
+        op, kernel = kr.key.split("\0", 1)
+        kernels[op].append(replace(kr, key=kernel))
+    return Comparison(a.trace, b.trace, a.gpu_us_per_step, b.gpu_us_per_step, rows, kernels)
