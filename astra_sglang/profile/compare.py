@@ -40,8 +40,8 @@ class Comparison:
     a_gpu_us_per_step: float
     b_gpu_us_per_step: float
     rows: list[CompareRow]  # largest change first
-    # each op's or group's kernels (key "<op or group>: <kernel>"), grouped by row in the rows' order, largest
-    # change first within a row: which kernel of a patched op grew (the patch's stage 2, 4.9 -> 15.7 us a call at
+    # each row's kernels (op id or group -> rows keyed by kernel name), largest change first within a row: which
+    # kernel of a patched op grew (the patch's stage 2, 4.9 -> 15.7 us a call at
     # batch 128 on the H100, 2026-12-06, was read off the raw traces by hand before this)
     kernels: dict[str, list[CompareRow]] = field(default_factory=dict)
 

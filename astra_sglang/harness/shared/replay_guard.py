@@ -115,8 +115,8 @@ class ReplayGuard:
 
     def _move(self, seed: int) -> None:
         for index, tensors in enumerate(self.inputs):
-            for name, flat in tensors:
-                self._saved.append((flat, *_move_window(flat, seed, index, name)))
+            for name, t in tensors:
+                self._saved.append((t, *_move_window(t, seed, index, name)))
 
     def _restore(self) -> None:
         for t, at, saved in reversed(self._saved):
