@@ -9,9 +9,23 @@ import os
 import shutil
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+
+
+def _kept(root: Path) -> dict[str, bytes]:
+    """Every file model-runs/ holds, by its path under runs/, read out of the archives."""
+    out: dict[str, bytes] = {}
+    for archive in sorted((root / "model-runs").glob("*.tar.xz")):
+        with tarfile.open(archive) as tar:
+            for m in tar.getmembers():
+                if m.isfile():
+                    f = tar.extractfile(m)
+                    assert f is not None
+                    out[m.name.removeprefix("./")] = f.read()
+    return out
 
 
 def test_a_kept_run_comes_back_without_its_model_requests(tmp_path):
@@ -33,10 +47,11 @@ def test_a_kept_run_comes_back_without_its_model_requests(tmp_path):
                        env={**os.environ, "PYTHON": sys.executable})
 
     keep("save")
-    kept = sorted(str(p.relative_to(tmp_path / "model-runs")) for p in (tmp_path / "model-runs").rglob("*")
-                  if p.is_file())
+    kept = sorted(_kept(tmp_path))
     assert kept == ["decode_attention/mr-x/rounds/r001/c0/candidate.py", "decode_attention/mr-x/run.json",
                     "queue-da/mr-x--r001-c0/result.json"], kept
+    assert sorted(p.name for p in (tmp_path / "model-runs").iterdir()) == [
+        "INDEX.txt", "decode_attention.tar.xz", "queue-da.tar.xz"]
     shutil.rmtree(tmp_path / "runs")  # the next session's bare machine
     keep("restore")
     assert (run / "rounds" / "r001" / "c0" / "candidate.py").read_text() == "# the model's kernel\n"
@@ -69,9 +84,41 @@ def test_round_zeros_verbatim_sglang_kernel_is_never_kept_and_comes_back_from_ex
                        env={**os.environ, "PYTHON": sys.executable}, cwd=REPO)
 
     keep("save")
-    kept = (tmp_path / "model-runs" / "decode_attention" / "mr-x" / "rounds" / "r000" / "record.json").read_text()
-    kept_plan = (tmp_path / "model-runs" / "decode_attention" / "mr-x" / "rounds" / "r001" / "plan.json").read_text()
+    files = _kept(tmp_path)
+    kept = files["decode_attention/mr-x/rounds/r000/record.json"].decode()
+    kept_plan = files["decode_attention/mr-x/rounds/r001/plan.json"].decode()
     assert "SGLang Team" not in kept and "SGLang Team" not in kept_plan and "sha256" in kept
     shutil.rmtree(tmp_path / "runs")
     keep("restore")
     assert json.loads(record.read_text()) == data and json.loads(plan.read_text()) == plan_data
+
+
+def test_saving_again_keeps_what_runs_lacks_changes_nothing_unchanged_and_packs_the_older_layout(tmp_path):
+    """A session that restored only part of the runs must not drop the rest on its next save; an unchanged run
+    must not become a new commit (byte-stable archives); the unpacked model-runs/ of earlier sessions is packed."""
+    (tmp_path / "scripts").mkdir()
+    for name in ("runs_keep.sh", "runs_keep_original.py"):
+        shutil.copy(REPO / "scripts" / name, tmp_path / "scripts")
+    legacy = tmp_path / "model-runs" / "e2e-da-h100"
+    legacy.mkdir(parents=True)
+    (legacy / "e2e.json").write_text('{"ratio": 0.9}')
+    run = tmp_path / "runs" / "decode_attention" / "mr-a"
+    run.mkdir(parents=True)
+    (run / "run.json").write_text("{}")
+
+    def keep(verb: str) -> None:
+        subprocess.run(["bash", str(tmp_path / "scripts" / "runs_keep.sh"), verb], check=True, capture_output=True,
+                       env={**os.environ, "PYTHON": sys.executable})
+
+    keep("save")
+    first = (tmp_path / "model-runs" / "decode_attention.tar.xz").read_bytes()
+    assert not legacy.exists() and _kept(tmp_path)["e2e-da-h100/e2e.json"] == b'{"ratio": 0.9}'
+    keep("save")
+    assert (tmp_path / "model-runs" / "decode_attention.tar.xz").read_bytes() == first
+    shutil.rmtree(run)  # this session has another run only
+    other = tmp_path / "runs" / "decode_attention" / "mr-b"
+    other.mkdir()
+    (other / "run.json").write_text("{}")
+    keep("save")
+    assert {"decode_attention/mr-a/run.json", "decode_attention/mr-b/run.json"} <= set(_kept(tmp_path))
+    assert "decode_attention/mr-a/run.json" in (tmp_path / "model-runs" / "INDEX.txt").read_text()
