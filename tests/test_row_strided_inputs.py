@@ -116,3 +116,27 @@ def test_a_row_strided_input_is_perturbed_on_the_kept_replay_as_the_judge_pertur
     assert q.guards_intact()
     guard._restore()
     assert torch.equal(q.view, before) and q.guards_intact()
+
+
+def test_the_judges_arena_holds_a_row_strided_input_with_its_gaps(tmp_path: Path) -> None:
+    """The arena was sized by the view's elements, not the rows it spans: decode attention's paper shapes with q in
+    LLaMA's qkv rows failed on the H100 with "arena of 1128685568 bytes too small" (2026-12-06)."""
+    from astra_sglang.harness.judge.process import arena_bytes
+    from astra_sglang.harness.shared.protocol import CaseSpec, CheckJob
+
+    folder = _qkv_rows_contract(tmp_path)
+    m = load_manifest(folder)
+    dims = {"B": 512, "S": 7, "NK": 8, "G": 4, "D": 128, "P": 4, "R": 1, "X": 2, "KX": 0, "MS": 8}
+    if any(d.name == "QS" for d in m.signature.dims):
+        dims["QS"] = 1
+    need = ArgSet(m, dims, "bfloat16", "cpu", (None, None)).nbytes()
+    job = CheckJob(op_dir=str(folder), manifest=m, candidate=None, device="cpu",
+                   config=EvalConfig(shapes="test", dtypes=["bfloat16"], device="cpu"), warmup=1, rep=1,
+                   timing_seed=0, cases=[CaseSpec(dims=dims, dtype="bfloat16", distribution="normal", seed=0)], timed_shapes=[],
+                   timing_dtypes=["bfloat16"])
+    arena = Arena(arena_bytes(job))
+    try:
+        put(arena, ArgSet(m, dims, "bfloat16", "cpu", (None, None)))
+        assert arena.nbytes >= need
+    finally:
+        arena.close()

@@ -21,7 +21,7 @@ timeout "$(( $(left) / 2 ))" python3 -m astra_sglang patches verify "$ID" --reco
     > "$OUT/verify.log" 2>&1
 echo "verify exit $? at $(( $(date +%s) - T0 )) s"; grep -v "^\[" "$OUT/verify.log" | tail -15
 cp "patches/$OP/$ID/manifest.json" "$OUT/manifest.recorded.json"
-timeout "$(( $(left) * 2 / 3 ))" python3 -m astra_sglang validate-contract "$OP" --shapes paper --device cuda \
+timeout "$(( $(left) * 2 / 3 ))" python3 -m astra_sglang validate-contract "$OP" --shapes all --device cuda \
     --record --json "$OUT/validate.json" --table "$OUT/validate.md" > "$OUT/validate.log" 2>&1
 echo "validate-contract exit $? at $(( $(date +%s) - T0 )) s"; tail -3 "$OUT/validate.log"
 cp "extracted/$OP/validation.json" "$OUT/" 2>/dev/null
