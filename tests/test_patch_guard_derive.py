@@ -135,3 +135,30 @@ def test_a_guard_outside_its_contract_is_one_clear_error():
     low = base.model_copy(update={"dims": {**base.dims, "H": base.dims["H"].model_copy(update={"min": 9000})}})
     with pytest.raises(AstraError, match="nothing of it lies inside"):
         within_contract(low, _contract(["bfloat16"], 8192, 8))
+
+
+def test_verify_records_a_patch_slower_only_where_its_guard_sends_calls_to_sglang():
+    """`patches verify --record` refused decode attention's patch for B32 S1033 (0.96x on the H100, 2026-12-06),
+    a shape its derived guard gives to SGLang's original. A slower shape inside the guard still refuses.
+    The timings below are SYNTHETIC."""
+    from astra_sglang.contract.patch import DimRange, GuardSpec, PatchManifest
+    from astra_sglang.contract.result import EvalResult, ShapeTiming, TimingReport
+    from astra_sglang.patches.tooling.verify import slower_shapes
+
+    guard = GuardSpec(dtypes=["bfloat16"], dims={"B": DimRange(min=1, max=256)},
+                      regions=[{"B": DimRange(min=1, max=16)}, {"B": DimRange(min=128, max=256)}])
+    m = PatchManifest.model_construct(guard=guard)
+
+    def timed(b: int, speedup: float, dtype: str = "bfloat16") -> ShapeTiming:
+        return ShapeTiming.model_construct(dims={"B": b, "S": 1033}, dtype=dtype, original_us=60.0,
+                                           candidate_us=60.0 / speedup, speedup=speedup,
+                                           verdict="slower" if speedup < 1 else "faster")
+
+    def result(*shapes: ShapeTiming) -> EvalResult:
+        return EvalResult.model_construct(timing=TimingReport.model_construct(shapes=list(shapes)))
+
+    served, outside = slower_shapes(m, result(timed(1, 2.0), timed(32, 0.96), timed(128, 1.2), timed(8, 0.9, "float16")))
+    assert served == [] and [s.dims["B"] for s in outside] == [32, 8]
+    served, _ = slower_shapes(m, result(timed(128, 0.97)))
+    assert [s.dims["B"] for s in served] == [128]
+    assert slower_shapes(m, EvalResult.model_construct(timing=None)) is None

@@ -224,7 +224,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
     from astra_sglang.contract.patch import write_patch_manifest
     from astra_sglang.patches.registry import discover, find, installed_sglang_version
-    from astra_sglang.patches.tooling.verify import verify_entry
+    from astra_sglang.patches.tooling.verify import slower_shapes, verify_entry
     from astra_sglang.platform_info import current, same_gpu
 
     def progress(line: str) -> None:  # stderr: a check can take minutes; stdout keeps only the verdicts
@@ -249,7 +249,10 @@ def cmd_verify(args: argparse.Namespace) -> int:
             if h.timing.geomean_speedup:
                 print(f"  geomean {h.timing.geomean_speedup:.3f}x")
         failed += not out.ok
-        slower = [s for s in h.timing.shapes if s.verdict == "slower"] if h is not None and h.timing else None
+        split = slower_shapes(e.manifest, h) if e.manifest is not None else None
+        slower = split[0] if split is not None else None
+        if split is not None and split[1]:
+            print(f"  slower outside its guard (SGLang's original serves them): {len(split[1])} shape(s)")
         if out.ok and args.record and out.arch == "cpu-interpret":
             print("  not recorded: an interpreter check is correctness-only (see above)")
         elif out.ok and args.record and slower is None:
@@ -258,7 +261,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
                 "this patch is no harness candidate (see above), so verify cannot record it; "
                 f"`pytest tests/test_acceptance_gpu.py -k {e.patch_id}` times it on the GPU host"))
         elif out.ok and args.record and slower:
-            print(f"  not recorded: slower than the original on {len(slower)} shape(s)")
+            print(f"  not recorded: slower than the original on {len(slower)} shape(s) inside its guard")
         elif out.ok and args.record and e.manifest is not None and out.arch:
             m = e.manifest
             vo = m.validated_on

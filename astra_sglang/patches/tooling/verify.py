@@ -17,7 +17,7 @@ from astra_sglang import platform_info
 from astra_sglang.contract.base import sha256_file
 from astra_sglang.contract.op import load_manifest, manifest_sha256
 from astra_sglang.contract.patch import MANIFEST_NAME, PatchManifest, file_problem
-from astra_sglang.contract.result import EvalResult
+from astra_sglang.contract.result import EvalResult, ShapeTiming
 from astra_sglang.errors import AstraError
 from astra_sglang.patches import status
 from astra_sglang.patches.registry import (
@@ -200,6 +200,18 @@ def verify_entry(entry: PatchEntry, *, shapes: str = "all", harness: bool = True
             manifest_sha256=sha256_file(entry.path / MANIFEST_NAME),
             when=now(), geomean_speedup=out.harness.geomean_speedup if out.harness else None, detail=out.detail))
     return out
+
+
+def slower_shapes(m: PatchManifest, result: EvalResult | None) -> tuple[list[ShapeTiming], list[ShapeTiming]] | None:
+    """The harness's slower shapes, split by the patch's guard: (served, never served). Only the served ones stop
+    ``verify --record``: a shape the guard sends to SGLang's original costs a server nothing. Counting them all
+    refused decode attention's patch after its contract moved to S+9 (B32 S1033 0.96x on the H100, 2026-12-06)
+    although its derived guard no longer serves B = 32 at page size 1. None: no timing to judge by."""
+    if result is None or result.timing is None:
+        return None
+    slower = [s for s in result.timing.shapes if s.verdict == "slower"]
+    served = [s for s in slower if s.dtype in m.guard.dtypes and m.guard.accepts_dims(s.dims)]
+    return served, [s for s in slower if s not in served]
 
 
 def _harness(entry: PatchEntry, shapes: str) -> tuple[EvalResult | None, str | None]:
