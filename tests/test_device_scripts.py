@@ -72,3 +72,28 @@ def test_every_device_shell_script_parses(script: str) -> None:
 
     done = subprocess.run(["bash", "-n", str(DEVICE / script)], capture_output=True, text=True, timeout=30)
     assert done.returncode == 0, done.stderr
+
+
+def test_a_device_script_leaves_at_most_eight_files_and_keeps_its_exit_status(tmp_path):
+    """The device returns at most 8 files from $OUT: revalidate.sh wrote 11 and validation.json stayed behind
+    (2026-12-06). out_limit.sh packs the logs into one archive at exit; the records stay as they are."""
+    import subprocess
+    import tarfile
+
+    out = tmp_path / "out"
+    out.mkdir()
+    records = ["heldout.json", "manifest.recorded.json", "validate.json", "validate.md", "validation.json"]
+    logs = ["heldout.log", "ops-build.log", "pip-astra.log", "site.log", "validate.log", "verify.log"]
+    for name in records + logs:
+        (out / name).write_text(name)
+    script = f'OUT={out}; . "{DEVICE / "out_limit.sh"}"; exit 3'
+    done = subprocess.run(["bash", "-c", script], capture_output=True, text=True)
+    assert done.returncode == 3, done.stderr
+    assert sorted(p.name for p in out.iterdir()) == sorted(records + ["logs.tar.gz"])
+    with tarfile.open(out / "logs.tar.gz") as tar:
+        assert sorted(n.removeprefix("./") for n in tar.getnames()) == sorted(logs)
+    few = tmp_path / "few"
+    few.mkdir()
+    (few / "site.log").write_text("x")
+    subprocess.run(["bash", "-c", f'OUT={few}; . "{DEVICE / "out_limit.sh"}"'], check=True)
+    assert [p.name for p in few.iterdir()] == ["site.log"]  # 8 or fewer: left as they are

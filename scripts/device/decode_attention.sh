@@ -7,6 +7,7 @@
 # Usage: decode_attention.sh [SECONDS]   (SECONDS: the whole call's limit, default 560)
 set -uo pipefail
 LIMIT=${1:-560}; OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+. "$(dirname "$0")/out_limit.sh"  # at most 8 files come back: logs packed
 . "$(dirname "$0")/site.sh"
 T0=$(date +%s); left() { echo $(( LIMIT - $(date +%s) + T0 )); }
 timeout "$(( $(left) / 3 ))" python3 -m astra_sglang validate-contract decode_attention --shapes all --device cuda \

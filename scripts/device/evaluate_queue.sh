@@ -8,6 +8,7 @@
 set -uo pipefail
 QUEUE=${1:?usage: evaluate_queue.sh QUEUE [SECONDS]}; LIMIT=${2:-540}
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+. "$(dirname "$0")/out_limit.sh"  # at most 8 files come back: logs packed
 # the sandbox probe's lines (which sandbox CUDA started in) go to stderr: kept in $OUT/site.log for the record
 . "$(dirname "$0")/site.sh" 2> >(tee "$OUT/site.log" >&2)
 timeout "$LIMIT" python3 -m astra_sglang evaluate "$QUEUE" --jobs "${JOBS:-all}" 2>&1 | tee "$OUT/queue_pass.log"

@@ -8,6 +8,7 @@
 # Usage: fused_moe.sh [SECONDS]   (SECONDS: the whole call's limit, default 560)
 set -uo pipefail
 LIMIT=${1:-560}; OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+. "$(dirname "$0")/out_limit.sh"  # at most 8 files come back: logs packed
 . "$(dirname "$0")/site.sh"
 T0=$(date +%s); left() { echo $(( LIMIT - $(date +%s) + T0 )); }
 for op in fused_moe_kernel fused_moe_down; do

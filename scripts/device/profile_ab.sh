@@ -9,6 +9,7 @@
 set -uo pipefail
 PATCHES=${1:?usage: profile_ab.sh PATCHES [BATCH] [INPUT_LEN] [SECONDS_PER_ARM]}; BS=${2:-128}; IN=${3:-1024}
 ARM_S=${4:-200}; OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+. "$(dirname "$0")/out_limit.sh"  # at most 8 files come back: logs packed
 export SMOKE=${SMOKE:-0}
 for arm in off "$PATCHES"; do
   name=$([ "$arm" = off ] && echo off || echo on)

@@ -9,6 +9,7 @@
 set -uo pipefail
 OP=${1:?usage: revalidate.sh OP PATCH_ID [SECONDS]}; ID=${2:?usage: revalidate.sh OP PATCH_ID [SECONDS]}
 LIMIT=${3:-560}; OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+. "$(dirname "$0")/out_limit.sh"  # at most 8 files come back: logs packed
 T0=$(date +%s); left() { echo $(( LIMIT - $(date +%s) + T0 )); }
 KERNEL=$(ls "patches/$OP/$ID"/kernel.* 2>/dev/null | head -1)
 [ -n "$KERNEL" ] || { echo "revalidate: no kernel.* in patches/$OP/$ID"; exit 2; }

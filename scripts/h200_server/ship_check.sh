@@ -15,6 +15,7 @@
 set -uo pipefail
 PATCHES=${1:?usage: ship_check.sh PATCHES_DIR OP PATCH_ID [validate options...]}; OP=${2:?}; ID=${3:?}; shift 3
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+. "$(dirname "$0")/../device/out_limit.sh"  # at most 8 files come back: logs packed
 KERNEL=$(ls "$PATCHES/$OP/$ID"/kernel.* 2>/dev/null | head -1)
 [ -n "$KERNEL" ] || { echo "ship_check: no kernel.* in $PATCHES/$OP/$ID"; exit 2; }
 export ASTRA_SGLANG_PATCHES_DIR=$PWD/$PATCHES
