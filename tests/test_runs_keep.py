@@ -28,10 +28,20 @@ def _kept(root: Path) -> dict[str, bytes]:
     return out
 
 
+def _install(root: Path) -> None:
+    """runs_keep.sh and its helper copied into ``root``, a checkout of its own."""
+    (root / "scripts").mkdir()
+    for name in ("runs_keep.sh", "runs_keep_original.py"):
+        shutil.copy(REPO / "scripts" / name, root / "scripts")
+
+
+def _keep(root: Path, verb: str, cwd: Path | None = None) -> None:
+    subprocess.run(["bash", str(root / "scripts" / "runs_keep.sh"), verb], check=True, capture_output=True,
+                   env={**os.environ, "PYTHON": sys.executable}, cwd=cwd)
+
+
 def test_a_kept_run_comes_back_without_its_model_requests(tmp_path):
-    (tmp_path / "scripts").mkdir()
-    shutil.copy(REPO / "scripts" / "runs_keep.sh", tmp_path / "scripts")
-    shutil.copy(REPO / "scripts" / "runs_keep_original.py", tmp_path / "scripts")
+    _install(tmp_path)
     run = tmp_path / "runs" / "decode_attention" / "mr-x"
     (run / "calls").mkdir(parents=True)
     (run / "calls" / "00001-r000-testing.json").write_text('{"messages": "SGLang source"}')
@@ -42,18 +52,15 @@ def test_a_kept_run_comes_back_without_its_model_requests(tmp_path):
     item.mkdir(parents=True)
     (item / "result.json").write_text("{}")
 
-    def keep(verb: str) -> None:
-        subprocess.run(["bash", str(tmp_path / "scripts" / "runs_keep.sh"), verb], check=True, capture_output=True,
-                       env={**os.environ, "PYTHON": sys.executable})
 
-    keep("save")
+    _keep(tmp_path, "save")
     kept = sorted(_kept(tmp_path))
     assert kept == ["decode_attention/mr-x/rounds/r001/c0/candidate.py", "decode_attention/mr-x/run.json",
                     "queue-da/mr-x--r001-c0/result.json"], kept
     assert sorted(p.name for p in (tmp_path / "model-runs").iterdir()) == [
         "INDEX.txt", "decode_attention.tar.xz", "queue-da.tar.xz"]
     shutil.rmtree(tmp_path / "runs")  # the next session's bare machine
-    keep("restore")
+    _keep(tmp_path, "restore")
     assert (run / "rounds" / "r001" / "c0" / "candidate.py").read_text() == "# the model's kernel\n"
     assert (item / "result.json").is_file() and not (run / "calls").exists()
 
@@ -64,9 +71,7 @@ def test_round_zeros_verbatim_sglang_kernel_is_never_kept_and_comes_back_from_ex
     from astra_sglang.contract.op import load_manifest
 
     original = (op / load_manifest(op).recipe.source).read_text()
-    (tmp_path / "scripts").mkdir()
-    for name in ("runs_keep.sh", "runs_keep_original.py"):
-        shutil.copy(REPO / "scripts" / name, tmp_path / "scripts")
+    _install(tmp_path)
     (tmp_path / "extracted").mkdir()
     (tmp_path / "extracted" / "decode_attention").symlink_to(op)
     record = tmp_path / "runs" / "decode_attention" / "mr-x" / "rounds" / "r000" / "record.json"
@@ -79,26 +84,21 @@ def test_round_zeros_verbatim_sglang_kernel_is_never_kept_and_comes_back_from_ex
     plan_data = {"transcript": [{"items": [{"content": f"## the kernel\n```python\n{original}```\nmake it fast"}]}]}
     plan.write_text(json.dumps(plan_data))
 
-    def keep(verb: str) -> None:
-        subprocess.run(["bash", str(tmp_path / "scripts" / "runs_keep.sh"), verb], check=True, capture_output=True,
-                       env={**os.environ, "PYTHON": sys.executable}, cwd=REPO)
 
-    keep("save")
+    _keep(tmp_path, "save", REPO)
     files = _kept(tmp_path)
     kept = files["decode_attention/mr-x/rounds/r000/record.json"].decode()
     kept_plan = files["decode_attention/mr-x/rounds/r001/plan.json"].decode()
     assert "SGLang Team" not in kept and "SGLang Team" not in kept_plan and "sha256" in kept
     shutil.rmtree(tmp_path / "runs")
-    keep("restore")
+    _keep(tmp_path, "restore", REPO)
     assert json.loads(record.read_text()) == data and json.loads(plan.read_text()) == plan_data
 
 
 def test_saving_again_keeps_what_runs_lacks_changes_nothing_unchanged_and_packs_the_older_layout(tmp_path):
     """A session that restored only part of the runs must not drop the rest on its next save; an unchanged run
     must not become a new commit (byte-stable archives); the unpacked model-runs/ of earlier sessions is packed."""
-    (tmp_path / "scripts").mkdir()
-    for name in ("runs_keep.sh", "runs_keep_original.py"):
-        shutil.copy(REPO / "scripts" / name, tmp_path / "scripts")
+    _install(tmp_path)
     legacy = tmp_path / "model-runs" / "e2e-da-h100"
     legacy.mkdir(parents=True)
     (legacy / "e2e.json").write_text('{"ratio": 0.9}')
@@ -106,19 +106,16 @@ def test_saving_again_keeps_what_runs_lacks_changes_nothing_unchanged_and_packs_
     run.mkdir(parents=True)
     (run / "run.json").write_text("{}")
 
-    def keep(verb: str) -> None:
-        subprocess.run(["bash", str(tmp_path / "scripts" / "runs_keep.sh"), verb], check=True, capture_output=True,
-                       env={**os.environ, "PYTHON": sys.executable})
 
-    keep("save")
+    _keep(tmp_path, "save")
     first = (tmp_path / "model-runs" / "decode_attention.tar.xz").read_bytes()
     assert not legacy.exists() and _kept(tmp_path)["e2e-da-h100/e2e.json"] == b'{"ratio": 0.9}'
-    keep("save")
+    _keep(tmp_path, "save")
     assert (tmp_path / "model-runs" / "decode_attention.tar.xz").read_bytes() == first
     shutil.rmtree(run)  # this session has another run only
     other = tmp_path / "runs" / "decode_attention" / "mr-b"
     other.mkdir()
     (other / "run.json").write_text("{}")
-    keep("save")
+    _keep(tmp_path, "save")
     assert {"decode_attention/mr-a/run.json", "decode_attention/mr-b/run.json"} <= set(_kept(tmp_path))
     assert "decode_attention/mr-a/run.json" in (tmp_path / "model-runs" / "INDEX.txt").read_text()
