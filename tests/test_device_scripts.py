@@ -97,3 +97,11 @@ def test_a_device_script_leaves_at_most_eight_files_and_keeps_its_exit_status(tm
     (few / "site.log").write_text("x")
     subprocess.run(["bash", "-c", f'OUT={few}; . "{DEVICE / "out_limit.sh"}"'], check=True)
     assert [p.name for p in few.iterdir()] == ["site.log"]  # 8 or fewer: left as they are
+
+
+def test_every_device_script_that_fills_out_packs_its_logs():
+    """A new device script that forgets out_limit.sh loses whatever lies past the 8th file of $OUT."""
+    scripts = sorted([*DEVICE.glob("*.sh"), DEVICE.parent / "h200_server" / "ship_check.sh"])
+    filling = [p for p in scripts if "OUT=${OUT:-/tmp/out}" in p.read_text()]
+    assert len(filling) >= 8, [p.name for p in filling]
+    assert [p.name for p in filling if "out_limit.sh" not in p.read_text()] == []

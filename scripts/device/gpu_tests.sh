@@ -10,6 +10,7 @@
 set -uo pipefail
 LIMIT=${1:-540}; shift || true
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT/measurements"
+. "$(dirname "$0")/out_limit.sh"  # at most 8 files come back: logs packed
 . "$(dirname "$0")/site.sh"
 export ASTRA_SGLANG_MEASUREMENTS="$OUT/measurements" ASTRA_SGLANG_FAILURES="$OUT/failures.log"
 export PYTHONPATH="$(cd "$(dirname "$0")" && pwd)${PYTHONPATH:+:$PYTHONPATH}"
