@@ -413,3 +413,33 @@ def test_a_sweep_only_pass_leaves_the_candidates_for_the_next_pass(tmp_path, res
     assert main(["evaluate", str(queue), "--extracted", str(root), "--jobs", "tune", "--device", "cuda"]) == 0
     assert swept == [op] and queue_status(queue) == {"pending": 1, "done": 1}
     assert (queue / "runA--r000-tune" / TUNE_RESULT_NAME).is_file() and not (queue / "runA--r001" / "result.json").exists()
+
+
+def test_a_kept_sweep_chunk_timed_on_shapes_the_contract_no_longer_has_is_not_resumed(monkeypatch, tmp_path,
+                                                                                    restored_op):
+    """The partial's key names the shape set ("paper"), not its dims: after decode attention's contract moved its
+    timed contexts to S+9 (2026-12-06) a resumed sweep would have mixed configs timed at S=1024 into a baseline
+    of S=1033. The configs below are SYNTHETIC."""
+    from astra_sglang.contract.eval_config import EvalConfig
+    from astra_sglang.contract.op import load_manifest
+    from astra_sglang.contract.result import SweepConfig, SweepShape
+    from astra_sglang.harness.parent import tune_baseline
+    from astra_sglang.harness.shared.suite import timed_shapes
+
+    op = restored_op("decode_attention")
+    config = EvalConfig(shapes="test", device="cpu", timing=True)
+    now = timed_shapes(load_manifest(op), config)
+    lines: list[str] = []
+
+    def kept(dims: list[dict[str, int]]) -> tuple[Path, str]:
+        shape = [SweepShape(dims=d, dtype="float16", original_us=10.0, candidate_us=9.0, speedup=1.11, spread_pct=1.0)
+                 for d in dims]
+        part = tune_baseline.TunePartial(key="k", seed=1, done={0: SweepConfig(config={}, ok=True, shapes=shape)})
+        path = tmp_path / "p.json"
+        path.write_text(part.model_dump_json())
+        return path, "k"
+
+    assert tune_baseline._read_partial(*kept(now), lines.append, now) is not None
+    moved = [{**d, "S": d["S"] + 9} for d in now]
+    assert tune_baseline._read_partial(*kept(moved), lines.append, now) is None
+    assert any("other shapes" in x for x in lines)

@@ -36,6 +36,7 @@ from astra_sglang.harness.parent.launch_params import (
     launch_variant,
 )
 from astra_sglang.harness.parent.sweep import CPU_NOTE, choose, sweep_method, sweep_variants
+from astra_sglang.harness.shared.suite import timed_shapes
 
 BASELINE_NAME = "tune_baseline.json"
 # Configs per worker: a worker's start and warm-up cost ~7 s, and each config of decode_attention's 64 takes ~14 s
@@ -83,7 +84,12 @@ def _sweep_key(text: str, params: list[LaunchParam], config: EvalConfig, device:
     return hashlib.sha256(repr(what).encode()).hexdigest()[:32]
 
 
-def _read_partial(path: Path | None, key: str, say: Callable[[str], None]) -> TunePartial | None:
+def _read_partial(path: Path | None, key: str, say: Callable[[str], None],
+                  shapes: list[dict[str, int]] | None = None) -> TunePartial | None:
+    """The kept chunks of this sweep, or None. ``shapes``: the contract's timed shapes now. The key names the
+    shape set ("paper"), not its dims, so a contract revision that moved them (decode attention's S -> S+9 and q in
+    qkv rows, 2026-12-06) would have mixed configs timed on the old shapes into the new sweep; the dims each kept
+    config was timed on must be today's."""
     if path is None or not path.is_file():
         return None
     try:
@@ -94,6 +100,13 @@ def _read_partial(path: Path | None, key: str, say: Callable[[str], None]) -> Tu
     if p.key != key:
         say(f"ignoring {path}: it is another sweep (source, parameters, shapes or mode changed)")
         return None
+    if shapes is not None:
+        want = sorted(sorted(d.items()) for d in shapes)
+        timed = [c for c in p.done.values() if c.shapes]
+        if any(sorted({tuple(sorted(s.dims.items())) for s in c.shapes}) != sorted({tuple(d) for d in want})
+               for c in timed):
+            say(f"ignoring {path}: its configs were timed on other shapes than the contract's now (revised)")
+            return None
     return p
 
 
@@ -137,7 +150,7 @@ def sweep_baseline(op_dir: Path, config: EvalConfig,
                                            for values in itertools.product(*(p.values for p in params))]
     say = progress or (lambda line: None)
     key = _sweep_key(text, params, config, device)
-    kept = _read_partial(partial, key, say)
+    kept = _read_partial(partial, key, say, timed_shapes(manifest, config) if config.timing else None)
     seed = kept.seed if kept else config.seed if config.seed is not None else random.SystemRandom().getrandbits(48)
     state = kept or TunePartial(key=key, seed=seed)
     todo = [i for i in range(len(configs)) if i not in state.done]
