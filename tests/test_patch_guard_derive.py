@@ -142,7 +142,7 @@ def test_verify_records_a_patch_slower_only_where_its_guard_sends_calls_to_sglan
     a shape its derived guard gives to SGLang's original. A slower shape inside the guard still refuses.
     The timings below are SYNTHETIC."""
     from astra_sglang.contract.patch import DimRange, GuardSpec, PatchManifest
-    from astra_sglang.contract.result import EvalResult, ShapeTiming, TimingReport
+    from astra_sglang.contract.result import BuildReport, EvalResult, ShapeTiming, TimingReport
     from astra_sglang.patches.tooling.verify import slower_shapes
 
     guard = GuardSpec(dtypes=["bfloat16"], dims={"B": DimRange(min=1, max=256)},
@@ -150,15 +150,17 @@ def test_verify_records_a_patch_slower_only_where_its_guard_sends_calls_to_sglan
     m = PatchManifest.model_construct(guard=guard)
 
     def timed(b: int, speedup: float, dtype: str = "bfloat16") -> ShapeTiming:
-        return ShapeTiming.model_construct(dims={"B": b, "S": 1033}, dtype=dtype, original_us=60.0,
-                                           candidate_us=60.0 / speedup, speedup=speedup,
-                                           verdict="slower" if speedup < 1 else "faster")
+        return ShapeTiming(dims={"B": b, "S": 1033}, dtype=dtype, original_us=60.0, candidate_us=60.0 / speedup,
+                           speedup=speedup, spread_pct=1.0, verdict="slower" if speedup < 1 else "faster",
+                           bytes_moved=1, original_gbps=1.0, original_pct_ceiling=1.0)
 
     def result(*shapes: ShapeTiming) -> EvalResult:
-        return EvalResult.model_construct(timing=TimingReport.model_construct(shapes=list(shapes)))
+        timing = TimingReport(method="synthetic", copy_ceiling_gbps=3000.0, shapes=list(shapes))
+        return EvalResult(op_id="attention.decode_attention_fwd", device="synthetic", sglang_version="0.5.23",
+                          build=BuildReport(ok=True), timing=timing)
 
     served, outside = slower_shapes(m, result(timed(1, 2.0), timed(32, 0.96), timed(128, 1.2), timed(8, 0.9, "float16")))
     assert served == [] and [s.dims["B"] for s in outside] == [32, 8]
     served, _ = slower_shapes(m, result(timed(128, 0.97)))
     assert [s.dims["B"] for s in served] == [128]
-    assert slower_shapes(m, EvalResult.model_construct(timing=None)) is None
+    assert slower_shapes(m, result().model_copy(update={"timing": None})) is None
