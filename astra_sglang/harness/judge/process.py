@@ -11,7 +11,6 @@ the worker.
 from __future__ import annotations
 
 import faulthandler
-import math
 import os
 import shutil
 import sys
@@ -19,7 +18,6 @@ import traceback
 from multiprocessing.connection import Connection
 from pathlib import Path
 
-from astra_sglang.contract.op import TensorArg, complete_dims
 from astra_sglang.harness.shared import sandbox
 from astra_sglang.harness.shared.isolation import Child, die_with_parent, prctl
 from astra_sglang.harness.shared.protocol import (
@@ -31,7 +29,7 @@ from astra_sglang.harness.shared.protocol import (
     recv,
     send,
 )
-from astra_sglang.harness.shared.suite import ELEM_BYTES, shape_of
+from astra_sglang.harness.shared.suite import ELEM_BYTES, row_stride_of, shape_of, span
 
 GUARD_BYTES = 4096  # tensors.GUARD_BYTES, restated so the worker can start before torch is imported here
 ALIGN = 4096
@@ -48,20 +46,12 @@ def arena_bytes(job: CheckJob) -> int:
             total = 0
             for t in sig.tensors:
                 elem = ELEM_BYTES.get(dt if t.dtype == "{dtype}" else t.dtype, 8)
-                body = -(-_span(t, d, job) * elem // 16) * 16
+                # a row-strided input spans its rows, gaps included: counting the view's elements left the
+                # arena 0.7 MB short of decode attention's B = 128 case on the H100 (2026-12-06)
+                body = -(-span(shape_of(t.shape, d), row_stride_of(job.manifest, t, d)) * elem // 16) * 16
                 total += -(-(2 * GUARD_BYTES + body) // ALIGN) * ALIGN
             need = max(need, total)
     return need + 16 * ALIGN
-
-
-def _span(t: TensorArg, dims: dict[str, int], job: CheckJob) -> int:
-    """Elements a case's buffer of ``t`` covers: a row-strided input (LLaMA's q in its qkv rows) spans its rows
-    at their stride, gaps included. Counting only the view's elements left the arena 0.7 MB short of decode
-    attention's B = 128 case on the H100 (2026-12-06), and every paper shape failed as a launch error."""
-    shape = shape_of(t.shape, dims)
-    if t.row_stride is None or not shape:
-        return math.prod(shape)
-    return shape[0] * max(shape_of([t.row_stride], complete_dims(job.manifest, dims))[0], math.prod(shape[1:]))
 
 
 def _undumpable() -> None:

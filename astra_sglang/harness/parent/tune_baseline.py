@@ -101,10 +101,8 @@ def _read_partial(path: Path | None, key: str, say: Callable[[str], None],
         say(f"ignoring {path}: it is another sweep (source, parameters, shapes or mode changed)")
         return None
     if shapes is not None:
-        want = sorted(sorted(d.items()) for d in shapes)
-        timed = [c for c in p.done.values() if c.shapes]
-        if any(sorted({tuple(sorted(s.dims.items())) for s in c.shapes}) != sorted({tuple(d) for d in want})
-               for c in timed):
+        want = {tuple(sorted(d.items())) for d in shapes}
+        if any({tuple(sorted(s.dims.items())) for s in c.shapes} != want for c in p.done.values() if c.shapes):
             say(f"ignoring {path}: its configs were timed on other shapes than the contract's now (revised)")
             return None
     return p

@@ -15,7 +15,7 @@ import random
 from astra_sglang import pyast
 from astra_sglang.contract.base import fit_dim
 from astra_sglang.contract.eval_config import DISTRIBUTIONS, EvalConfig
-from astra_sglang.contract.op import Manifest, complete_dims, signature_names
+from astra_sglang.contract.op import Manifest, TensorArg, complete_dims, signature_names
 from astra_sglang.errors import AstraError
 from astra_sglang.harness.shared.protocol import CaseSpec
 from astra_sglang.loader.launch import compile_call
@@ -74,6 +74,21 @@ def contract_bytes(manifest: Manifest, dims: dict[str, int], dtype: str) -> int 
             return None
         total += tensor_traffic(t.role, math.prod(shape_of(t.moved or t.shape, dims)) * elem)
     return total
+
+
+def span(shape: tuple[int, ...] | list[int], row_stride: int | None) -> int:
+    """Elements a view of ``shape`` covers: all of them contiguous; rows of ``row_stride`` when row-strided."""
+    if row_stride is None:
+        return math.prod(shape)
+    row = math.prod(shape[1:])
+    if row_stride < row:
+        raise ValueError(f"row stride {row_stride} is shorter than a row of {tuple(shape)} ({row} elements)")
+    return shape[0] * row_stride
+
+
+def row_stride_of(manifest: Manifest, t: TensorArg, dims: dict[str, int]) -> int | None:
+    """A row-strided input's stride in elements at ``dims`` (a later-added dim at its default), else None."""
+    return shape_of([t.row_stride], complete_dims(manifest, dims))[0] if t.row_stride is not None else None
 
 
 def largest_numel(manifest: Manifest, dims: dict[str, int]) -> int:

@@ -14,8 +14,8 @@ from typing import Any
 import torch
 
 from astra_sglang.checker import fill_poison, is_poison
-from astra_sglang.contract.op import Manifest, TensorArg, complete_dims
-from astra_sglang.harness.shared.suite import shape_of, tensor_traffic
+from astra_sglang.contract.op import Manifest, TensorArg
+from astra_sglang.harness.shared.suite import row_stride_of, shape_of, span, tensor_traffic
 from astra_sglang.loader.launch import InputsFn, ScalarsFn
 
 OpInputs = tuple[InputsFn | None, ScalarsFn | None]
@@ -55,7 +55,7 @@ class Guarded:
     def alloc(shape: tuple[int, ...], dtype: torch.dtype, device: str, row_stride: int | None = None) -> Guarded:
         elem = torch.empty((), dtype=dtype).element_size()
         guard = GUARD_BYTES // elem
-        numel = _span(shape, row_stride)
+        numel = span(shape, row_stride)
         body = -(-numel * elem // 16) * 16 // elem
         buf = torch.empty(2 * guard + body, dtype=dtype, device=device)
         fill_poison(buf)
@@ -66,7 +66,7 @@ class Guarded:
              row_stride: int | None = None) -> Guarded:
         """The guarded view of ``shape`` at element ``start`` of ``buf`` (an existing buffer: the arena's)."""
         shape = tuple(shape)
-        numel = _span(shape, row_stride)
+        numel = span(shape, row_stride)
         if row_stride is None:
             return Guarded(buf, buf[start:start + numel].view(shape), start, numel)
         rows = buf[start:start + numel].view(shape[0], row_stride)
@@ -79,16 +79,6 @@ class Guarded:
             gaps = self.buf[self.start:self.start + self.numel].view(-1, self.row_stride)[:, row:]
             outside = torch.cat([outside, gaps.reshape(-1)])
         return bool(is_poison(outside).all())
-
-
-def _span(shape: tuple[int, ...], row_stride: int | None) -> int:
-    """Elements a view of ``shape`` covers: all of them contiguous; rows of ``row_stride`` when row-strided."""
-    if row_stride is None:
-        return math.prod(shape)
-    row = math.prod(shape[1:])
-    if row_stride < row:
-        raise ValueError(f"row stride {row_stride} is shorter than a row of {shape} ({row} elements)")
-    return shape[0] * row_stride
 
 
 def fill_values(x: torch.Tensor, dist: str, gen: torch.Generator, special: list[str]) -> None:
@@ -130,7 +120,7 @@ class ArgSet:
         self.make_inputs = inputs[0]
         self.tensors: dict[str, Guarded] = {}
         for t in manifest.signature.tensors:
-            stride = shape_of([t.row_stride], complete_dims(manifest, dims))[0] if t.row_stride is not None else None
+            stride = row_stride_of(manifest, t, dims)
             self.tensors[t.name] = Guarded.alloc(shape_of(t.shape, dims), arg_dtype(t, dtype), device, stride)
         self.scalars: dict[str, Any] = {s.name: s.default for s in manifest.signature.scalars}
         if inputs[1] is not None:
