@@ -400,3 +400,36 @@ def test_a_judge_error_is_not_a_verdict_until_it_happens_twice(op_dir: Path, tmp
     final = EvalResult.model_validate_json((item / RESULT_NAME).read_text())
     assert final.error == "checker error: still broken" and queue_status(queue) == {"pending": 0, "done": 1}
     assert answers == [None]  # a third pass has nothing to do
+
+
+def test_the_heldout_check_judges_the_frozen_source_that_ships_not_a_sweep_on_the_heldout_shapes(
+        op_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """A tunable winner's held-out check was handed its TUNE source, so the GPU host swept it again on the
+    held-out shapes: the verdict was on a table tuned on the shapes meant to be unseen, not on what ships,
+    and it cost a GPU sweep (H100, 2026-12-06). The check must get best/'s frozen text and sweep nothing."""
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    runs, queue = tmp_path / "runs", tmp_path / "queue"
+    tunable = (Path(__file__).parent / "candidates" / "merge_state" / "tunable" / "rows_x_warps.py").read_text()
+    s = Script()
+    s.add("testing", final(suite_reply()))
+    s.add("profiling", final(diagnosis_reply()))
+    s.add("planning", final(plan_reply("r1")))
+    s.add("coding", final(code_reply(tunable, "rows per program, swept")))
+    speedups = {"r000-original": 1.0, "r001": 1.5, "r001-heldout": 1.4}
+    with FakeOpenAIServer(s, api_key=API_KEY) as srv:
+        args = optimize_args(op_dir, runs, srv.url, "--rounds", "1", "--eval-queue", str(queue), "--run-id", "t1")
+        env = loop_env(interpret=False)
+        for _ in range(4):  # each pass answers what the run queued, as the GPU host's `evaluate QUEUE` would
+            done = run_cli(args if _ == 0 else ["optimize", "--resume", "t1", "--runs-dir", str(runs), "--no-live"],
+                           env)
+            if done.returncode != 3:
+                break
+            answer_queue(queue, op_dir, speedups)
+    assert done.returncode == 0, done.stdout + done.stderr
+    run = only_run(runs)
+    shipped = (run / "best" / "merge_state.py").read_text()
+    assert "TUNE frozen by astra-sglang tune" in shipped and "\nTUNE = " not in shipped
+    held = queue / "t1--r001-heldout"
+    assert (held / "candidate.py").read_text() == shipped  # the held-out check judged the shipped text
+    assert EvalResult.model_validate_json((held / RESULT_NAME).read_text()).sweep is None  # and swept nothing
+    assert json.loads((run / "run.json").read_text())["winner"]["heldout_ok"] is True

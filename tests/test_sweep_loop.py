@@ -382,9 +382,10 @@ def test_a_queue_sweep_keeps_one_partial_per_gpu_so_alternating_passes_both_prog
                      item / "baseline.nvidia-h200.partial.json"]
 
 
-def test_a_sweep_only_pass_leaves_the_candidates_for_the_next_pass(tmp_path, restored_op, monkeypatch):
+def test_a_sweep_only_pass_leaves_the_candidates_for_the_next_pass(tmp_path, restored_op, monkeypatch, capsys):
     """Sweeps run after every candidate, and decode_attention's never got a pass's time for three sessions
-    (2026-12-05): `evaluate QUEUE --jobs tune` gives them one of their own; `--jobs evaluate` the reverse."""
+    (2026-12-05): `evaluate QUEUE --jobs tune` gives them one of their own; `--jobs evaluate` the reverse. The
+    pass says what each sweep answered: it printed "evaluated 0" after two finished sweeps (H100, 2026-12-06)."""
     import shutil
 
     import astra_sglang.harness as harness
@@ -412,6 +413,9 @@ def test_a_sweep_only_pass_leaves_the_candidates_for_the_next_pass(tmp_path, res
             ask()
     assert main(["evaluate", str(queue), "--extracted", str(root), "--jobs", "tune", "--device", "cuda"]) == 0
     assert swept == [op] and queue_status(queue) == {"pending": 1, "done": 1}
+    said = capsys.readouterr().out
+    assert "runA--r000-tune: no sweep baseline (nothing to sweep (scripted))" in said
+    assert "evaluated 0, swept 1 original(s); queue: 1 done, 1 pending" in said
     assert (queue / "runA--r000-tune" / TUNE_RESULT_NAME).is_file() and not (queue / "runA--r001" / "result.json").exists()
 
 

@@ -61,7 +61,7 @@ def _refuse_untimed(queue: Path, device: str | None) -> None:
 
 def handle(args: argparse.Namespace) -> int:
     from astra_sglang.loop.evaluator import process_queue, queue_status
-    from astra_sglang.loop.records import NOT_RETIMED
+    from astra_sglang.loop.records import NOT_RETIMED, QueueRequest, TuneOutcome
 
     if not args.queue.is_dir():
         raise AstraError(f"{args.queue} is not a queue folder")
@@ -69,12 +69,22 @@ def handle(args: argparse.Namespace) -> int:
     log = sys.stderr if args.json else sys.stdout  # with --json, stdout carries only the report
     deadline = time.monotonic() + args.watch
     evaluated: list[EvaluatedItem] = []
+    swept: list[str] = []
+
+    def tuned(request: QueueRequest, outcome: TuneOutcome) -> None:
+        swept.append(request.item_id)
+        b = outcome.baseline
+        what = (f"sweep baseline {b.geomean_speedup:.3f}x over the original on {b.device}"
+                if b is not None and b.geomean_speedup is not None else f"no sweep baseline ({outcome.error})")
+        print(f"  {request.item_id}: {what}", file=log)
+
     while True:
         done = process_queue(args.queue, args.extracted, args.device, jobs=args.jobs,
                              progress=lambda r: print(f"evaluating {r.item_id} ({r.op}, {r.label})", file=log),
                              on_retry=lambda r, why: print(f"  {r.item_id}: the judge failed on its own side, not a "
                                                            f"verdict; left pending for one more pass "
-                                                           f"({why.splitlines()[0][:160]})", file=log))
+                                                           f"({why.splitlines()[0][:160]})", file=log),
+                             on_tune=tuned)
         for item, result in done:
             retime = (result.error or "").startswith(NOT_RETIMED)
             verdict = "correct" if result.ok else f"{NOT_RETIMED} (its own times stand)" if retime else "NOT correct"
@@ -85,7 +95,8 @@ def handle(args: argparse.Namespace) -> int:
             break
         time.sleep(2.0)
     status = queue_status(args.queue)
-    print(f"evaluated {len(evaluated)}; queue: {status['done']} done, {status['pending']} pending", file=log)
+    sweeps = f", swept {len(swept)} original(s)" if swept else ""
+    print(f"evaluated {len(evaluated)}{sweeps}; queue: {status['done']} done, {status['pending']} pending", file=log)
     if args.json:
         print(EvaluateReport(evaluated=evaluated, **status).model_dump_json(indent=2))
     return 0

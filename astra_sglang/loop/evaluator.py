@@ -562,7 +562,8 @@ def list_queue(queue_dir: Path) -> list[tuple[Path, QueueRequest, EvalResult | T
 
 
 def process_queue(queue_dir: Path, extracted_root: Path, device: str | None = None,
-                  progress: Any = None, on_retry: Any = None, jobs: str = "all") -> list[tuple[str, EvalResult]]:
+                  progress: Any = None, on_retry: Any = None, jobs: str = "all",
+                  on_tune: Any = None) -> list[tuple[str, EvalResult]]:
     """Fill in every pending request (the GPU-host side of the queue). Returns what was evaluated.
 
     Pending evaluations of one op under one spec (a K-candidate round, or runs sharing a queue) go to the
@@ -573,7 +574,8 @@ def process_queue(queue_dir: Path, extracted_root: Path, device: str | None = No
     outlast a pass (decode attention's 64 configs x 14 shapes did, 2026-12-04), so a pass that met the sweep
     first ran out of time before the candidates queued behind it. ``progress(request)`` is called as an
     item's work starts (a batch's items together), so what it prints is the order things run in;
-    ``on_retry(request, error)`` when a judge error leaves an item pending for one more pass (CHECKER_ERROR_NAME).
+    ``on_retry(request, error)`` when a judge error leaves an item pending for one more pass (CHECKER_ERROR_NAME);
+    ``on_tune(request, outcome)`` when a sweep's answer is written (a pass of sweeps alone returns nothing else).
     ``jobs``: "evaluate" or "tune" takes only those requests (a sweep can be given a pass of its own)."""
     from astra_sglang.harness import evaluate_many
 
@@ -608,6 +610,8 @@ def process_queue(queue_dir: Path, extracted_root: Path, device: str | None = No
         if job == "tune":
             outcome = _tune_once(Path(extracted_root) / op, spec_json, config, items[0][0])
             atomic_write(items[0][0] / TUNE_RESULT_NAME, outcome.model_dump_json(indent=1))
+            if on_tune is not None:
+                on_tune(items[0][1], outcome)
             continue
 
         def keep(i: int, result: EvalResult, items: list[tuple[Path, QueueRequest, Path | None]] = items) -> None:

@@ -536,7 +536,7 @@ class Optimizer:
                 break
             self.view.update(None, "harness", f"held-out check of {r.key}")
             tag = "" if r.candidate is None else f"-c{r.candidate}"
-            held = self.evaluate(r.round, f"r{r.round:03d}{tag}-heldout", self.folder.path / (r.candidate_file or ""),
+            held = self.evaluate(r.round, f"r{r.round:03d}{tag}-heldout", self._shipped_file(r),
                                  self.spec.heldout(), name=_step_name(r.candidate, "heldout"), cand=r.candidate)
             if held.ok:
                 winner = WinnerInfo(round=r.round, reason="best correct candidate by geomean speedup, correct on "
@@ -554,6 +554,22 @@ class Optimizer:
             self.view.event(f"note: {mixed}")
         self.write_best(winner, records)
         return winner
+
+    def _shipped_file(self, r: RoundRecord) -> Path:
+        """The text best/ would ship for this entry, which is what the held-out check must judge: a tunable
+        candidate's frozen source (its table chosen on the test shapes), else the candidate as written. Handing
+        the held-out check the TUNE source swept it again on the held-out shapes, so it judged a table tuned on
+        the very shapes meant to be unseen, and spent a GPU sweep doing so (K=4 r2 c0's check, H100 2026-12-06)."""
+        path = self.folder.path / (r.candidate_file or "")
+        try:
+            sweep = self.result_of(r.round, r.candidate).sweep
+        except AstraError:
+            return path
+        if sweep is None or sweep.frozen_source is None:
+            return path
+        shipped = path.with_name(f"{path.stem}.shipped{path.suffix}")
+        atomic_write(shipped, sweep.frozen_source)
+        return shipped
 
     def write_best(self, winner: WinnerInfo, records: list[RoundRecord]) -> None:
         best = self.folder.best_dir
