@@ -303,7 +303,8 @@ def test_a_pass_evaluates_every_candidate_before_it_sweeps_an_original(op_dir: P
 
 def _answer(queue: Path, op_dir: Path, labels: set[str]) -> list[str]:
     """The GPU host's answers for the named labels only: candidates and the original through the real harness on
-    the CPU's test shapes, plus the INJECTED timing; the round-0 sweep as a SCRIPTED baseline (1.05x)."""
+    the CPU's test shapes, plus the INJECTED timing (named in the timing method; the device named is the
+    scripted sweep's GPU, so the two stand side by side); the round-0 sweep as a SCRIPTED baseline (1.05x)."""
     from loop_support import merge_sweep_baseline
 
     from astra_sglang.harness import evaluate
@@ -320,6 +321,8 @@ def _answer(queue: Path, op_dir: Path, labels: set[str]) -> list[str]:
             cand = item_dir / request.candidate_file if request.candidate_file else None
             config = to_eval_config(request.spec).model_copy(update={"shapes": "test", "device": "cpu"})
             res = inject_timing(evaluate(op_dir, cand, config), {"r000-original": 1.0}.get(request.label, 1.6))
+            # the sweep's GPU, for the sweep to stand beside these times; INJECTED stays in the timing method
+            res = res.model_copy(update={"device": "NVIDIA H200 (sm_90)"})
             atomic_write(item_dir / RESULT_NAME, res.model_dump_json())
         done.append(request.label)
     return done

@@ -128,7 +128,7 @@ def test_report_page_tables_and_plots(two_runs: tuple[Path, Path], tmp_path: Pat
     assert "The winner does NOT beat the sweep baseline on 1 of 2 shapes: T=64,NH=8,D=128 bfloat16." in page
     assert "| **geomean** |  |  |  |  | 2.000 | 22.4% |" in page
     assert "| T=5,NH=3,D=64 bfloat16 | 10.00 | not measured | 8.00 | 1.00 | 1.250 | 12.5% |" in page
-    assert "Sweep baseline: not measured in this run (merge_state: nothing to sweep (scripted))." in page
+    assert "Sweep baseline: not measured in this run on the winner's GPU (merge_state: nothing to sweep (scripted))." in page
     assert INJECTED in page
 
     # The figures' data, not just their files.

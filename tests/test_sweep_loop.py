@@ -44,7 +44,8 @@ def test_a_winner_that_does_not_beat_the_sweep_baseline_says_so_and_the_shape_ta
     r0 = RoundRecord(round=0, status="ok", correct=True, times=[_row(10.0)],
                      sweep_baseline=TuneOutcome(baseline=_baseline(1.25)))
     r1 = RoundRecord(round=1, status="ok", correct=True, geomean_speedup=1.1, times=[_row(10.0, 9.09)])
-    winner = WinnerInfo(round=1, reason="best", geomean_speedup=1.1, heldout_ok=True)
+    winner = WinnerInfo(round=1, reason="best", geomean_speedup=1.1, heldout_ok=True,
+                        timing_source="NVIDIA H200 (sm_90); cuda-graph replay")
     text = _render(final_table([r0, r1], winner, "t"))
     assert "does NOT beat the sweep baseline (1.250x" in text
     shapes = _render(shape_table([r0, r1], winner))
@@ -54,6 +55,11 @@ def test_a_winner_that_does_not_beat_the_sweep_baseline_says_so_and_the_shape_ta
     assert "512x40x128" in shapes and "8.00 (1.25x)" in shapes and "9.09 (1.10x)" in shapes and "4.00" in shapes
     r0_better = r0.model_copy(update={"sweep_baseline": TuneOutcome(baseline=_baseline(1.05))})
     assert "the winner beats the sweep baseline" in _render(final_table([r0_better, r1], winner, "t"))
+    # a winner timed on another GPU than the sweep is not set against it: ratios over SGLang differ by GPU
+    h100 = winner.model_copy(update={"timing_source": "NVIDIA H100 80GB HBM3 (sm_90); cuda-graph replay"})
+    cross = " ".join(_render(final_table([r0_better, r1], h100, "t")).split())
+    assert "beat" not in cross and "1.050x on NVIDIA H200 (sm_90); the winner was timed on NVIDIA H100" in cross
+    assert "not compared" in cross
 
 
 def test_without_timing_the_op_folder_s_baseline_is_used_or_reported_missing(tmp_path):

@@ -128,6 +128,9 @@ RunStatus = Literal["running", "waiting_eval", "done", "failed", "interrupted"]
 
 
 class WinnerInfo(Extended):
+    """The run's winner. ``geomean_speedup`` and ``timing_source`` are its times on the GPU the run ranked on
+    (a re-time there when its own evaluation ran on another GPU), the ones best/result.json holds."""
+
     added = ("candidate",)
 
     round: int | None = Field(description="None: no candidate beat the original")

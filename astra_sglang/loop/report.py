@@ -23,7 +23,15 @@ from astra_sglang.errors import AstraError
 from astra_sglang.loop.records import RoundRecord, RunMeta, StepRecord, TuneOutcome
 from astra_sglang.loop.runfolder import RunFolder, atomic_write
 from astra_sglang.loop.stopping import best_per_round
-from astra_sglang.loop.winner import flat, gpu_of, mixed_gpus_note, ranking_gpu, speed_on_ranking_gpu, timing_gpus
+from astra_sglang.loop.winner import (
+    flat,
+    gpu_of,
+    mixed_gpus_note,
+    ranking_gpu,
+    same_gpu_text,
+    speed_on_ranking_gpu,
+    timing_gpus,
+)
 from astra_sglang.platform_info import same_gpu
 
 if TYPE_CHECKING:
@@ -129,6 +137,7 @@ def load_run(path: Path, runs_dir: Path = Path("runs"), allow_unfinished: bool =
             run.best = EvalResult.model_validate_json((folder.best_dir / "result.json").read_text())
         except ValueError as e:
             raise AstraError(f"{folder.best_dir / 'result.json'}: unreadable ({type(e).__name__})") from None
+        run.sweep = read_sweep(folder.path, run.best.device)
         run.rows = shape_rows(run.best, run.sweep)
     return run
 
@@ -141,19 +150,25 @@ def _tune_outcome(run_dir: Path) -> TuneOutcome | None:
     return RunFolder(run_dir).load_step(0, "tune", TuneOutcome)
 
 
-def read_sweep(run_dir: Path) -> dict[tuple[str, str], float] | None:
-    """Per-shape best times of round 0's sweep baseline, or None when the run measured none."""
+def read_sweep(run_dir: Path, device: str | None = None) -> dict[tuple[str, str], float] | None:
+    """Per-shape best times of round 0's sweep baseline, or None when the run measured none, or (``device``: the
+    winner's result's device) measured it on another GPU than the winner's times, which it may not stand beside."""
     outcome = _tune_outcome(run_dir)
     if outcome is None or outcome.baseline is None:
+        return None
+    if device is not None and not same_gpu_text(outcome.baseline.device, device):
         return None
     return {_shape_key(s.dims, s.dtype): s.best_us for s in outcome.baseline.shapes} or None
 
 
-def sweep_missing(run_dir: Path) -> str:
-    """Why a run has no sweep baseline, in the run's own words where it recorded them."""
+def sweep_missing(run_dir: Path, device: str | None = None) -> str:
+    """Why a run has no sweep baseline beside its winner, in the run's own words where it recorded them."""
     outcome = _tune_outcome(run_dir)
     if outcome is None:
         return "no round-0 sweep record"
+    b = outcome.baseline
+    if b is not None and b.shapes and device is not None and not same_gpu_text(b.device, device):
+        return f"the sweep ran on {b.device}, the winner's times are from {device}"
     return (outcome.error or "the sweep recorded no shapes")[:300]
 
 
@@ -351,7 +366,8 @@ def winner_section(run: RunReport, png: str | None) -> list[str]:
     if not run.rows:
         return lines + ["The winner's result has no per-shape timing.", ""]
     if run.sweep is None:
-        lines += [f"Sweep baseline: not measured in this run ({sweep_missing(run.folder.path)}).", ""]
+        lines += [f"Sweep baseline: not measured in this run on the winner's GPU "
+                  f"({sweep_missing(run.folder.path, run.best.device if run.best else None)}).", ""]
     rows = [[r.name, f"{r.original_us:.2f}", _f(r.sweep_us, "{:.2f}", NOT_MEASURED), _f(r.best_us, "{:.2f}"),
              _f(r.bound_us, "{:.2f}"), _f(r.speedup), _f(r.pct_of_bound, "{:.1f}%")] for r in run.rows]
     rows.append(["**geomean**", "", "", "", "", _f(geomean([r.speedup for r in run.rows])),

@@ -15,6 +15,7 @@ from typing import Any
 from rich.console import Console
 
 from astra_sglang.contract.op import ManifestError, find_op_dir, load_manifest
+from astra_sglang.contract.result import EvalResult
 from astra_sglang.contract.validation import require_validated
 from astra_sglang.errors import AstraError
 from astra_sglang.loop.evaluator import (
@@ -194,7 +195,7 @@ def run_optimize(req: OptimizeRequest, console: Console | None = None) -> RunSum
 
     records = folder.records()
     console.print(final_table(records, winner, title, opts.label))
-    shapes = shape_table(records, winner)
+    shapes = shape_table(records, winner, _best_result(folder))
     if shapes is not None:
         console.print(shapes)
     console.print(f"run log: {folder.path / 'log.jsonl'}; best: {folder.best_dir}", highlight=False)
@@ -212,3 +213,12 @@ async def _run_and_close(optimizer: Any, model: Any) -> WinnerInfo:
         return await optimizer.run()
     finally:
         await model.close()  # inside the loop that owns the HTTP connections
+
+
+def _best_result(folder: RunFolder) -> EvalResult | None:
+    """best/result.json: the winner's times on the GPU the run ranked on (None when there is no winner)."""
+    path = folder.best_dir / "result.json"
+    try:
+        return EvalResult.model_validate_json(path.read_text()) if path.is_file() else None
+    except (OSError, ValueError):
+        return None

@@ -11,8 +11,10 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from astra_sglang.contract.result import SweepBaseline
+from astra_sglang.contract.result import EvalResult, SweepBaseline
 from astra_sglang.loop.records import RoundRecord, WinnerInfo
+from astra_sglang.loop.report import copy_bound_us
+from astra_sglang.loop.winner import same_gpu_text
 
 
 def _fmt(x: float | None, digits: int = 3) -> str:
@@ -129,29 +131,39 @@ def _against_sweep(records: list[RoundRecord], winner: WinnerInfo | None) -> str
     if b is not None and not measured_on_gpu(b):  # interpreter host times: no speedup to show, none to beat
         return f"sweep baseline: none (the sweep ran on {b.device}, where nothing is measured; tune on a GPU host)"
     geo = b.geomean_speedup if b is not None else None
-    if geo is None:
+    if geo is None or b is None:
         return f"sweep baseline: {r0.sweep_baseline.error or 'not timed on this device'}"
     if winner is None or winner.round is None or winner.geomean_speedup is None:
         return f"sweep baseline (the original retuned): {geo:.3f}x"
+    there = (winner.timing_source or "").split(";", 1)[0]
+    if not same_gpu_text(there, b.device):
+        return (f"sweep baseline (the original retuned): {geo:.3f}x on {b.device}; the winner was timed on "
+                f"{there or 'an unknown GPU'}: not compared")
     if winner.geomean_speedup <= geo:
         return (f"the winner ({winner.geomean_speedup:.3f}x) does NOT beat the sweep baseline ({geo:.3f}x: the "
                 "original with its launch parameters retuned per shape)")
     return f"the winner beats the sweep baseline ({geo:.3f}x: the original with its launch parameters retuned)"
 
 
-def shape_table(records: list[RoundRecord], winner: WinnerInfo | None) -> Table | None:
-    """Per timed shape: the original, the sweep baseline, the best candidate and the copy bound, in us."""
+def shape_table(records: list[RoundRecord], winner: WinnerInfo | None,
+                best: EvalResult | None = None) -> Table | None:
+    """Per timed shape: the original, the sweep baseline, the best candidate and the copy bound, in us. With the
+    winner's ``best`` result (best/result.json, on the GPU the run ranked on) every column comes from that GPU:
+    the original as timed beside the winner, the sweep only when it ran there; round 0's own times and another
+    GPU's sweep do not stand beside it."""
+    if best is not None and best.timing is not None and best.timing.shapes:
+        return _winner_shapes(records, best)
     r0 = next((r for r in records if r.round == 0), None)
     if r0 is None or not r0.times:
         return None
-    best = next((r for r in records if winner is not None and r.round == winner.round and r.round != 0), None)
-    if best is None:
-        best = max((r for r in records if r.round > 0 and r.correct and r.times and r.geomean_speedup),
-                   key=lambda r: r.geomean_speedup or 0.0, default=None)
+    top = next((r for r in records if winner is not None and r.round == winner.round and r.round != 0), None)
+    if top is None:
+        top = max((r for r in records if r.round > 0 and r.correct and r.times and r.geomean_speedup),
+                  key=lambda r: r.geomean_speedup or 0.0, default=None)
     b0 = _baseline(records)
     base = {repr(sorted(s.dims.items())): s for s in (b0.shapes if b0 is not None else [])}
-    cand = {(repr(sorted(t.dims.items())), t.dtype): t for t in (best.times if best else [])}
-    table = Table(title="per shape (us)" + (f"; best candidate: round {best.round}" if best else ""))
+    cand = {(repr(sorted(t.dims.items())), t.dtype): t for t in (top.times if top else [])}
+    table = Table(title="per shape (us)" + (f"; best candidate: round {top.round}" if top else ""))
     for col in ("shape", "dtype", "original", "sweep baseline", "best candidate", "copy bound"):
         table.add_column(col, justify="left" if col in ("shape", "dtype") else "right")
     for t in r0.times:
@@ -163,4 +175,22 @@ def shape_table(records: list[RoundRecord], winner: WinnerInfo | None) -> Table 
                       "-" if b is None else f"{b.best_us:.2f} ({b.speedup:.2f}x)",
                       "-" if c is None or c.candidate_us is None else f"{c.candidate_us:.2f} ({c.speedup or 0:.2f}x)",
                       _fmt(bound, 2))
+    return table
+
+
+def _winner_shapes(records: list[RoundRecord], best: EvalResult) -> Table:
+    assert best.timing is not None
+    b0 = _baseline(records)
+    here = b0 is not None and same_gpu_text(b0.device, best.device)
+    base = {repr(sorted(s.dims.items())): s for s in (b0.shapes if b0 is not None and here else [])}
+    note = "" if here or b0 is None else f"; sweep baseline not shown: timed on {b0.device}"
+    table = Table(title=f"per shape (us) on {best.device}; the winner beside the original in one run{note}")
+    for col in ("shape", "dtype", "original", "sweep baseline", "best candidate", "copy bound"):
+        table.add_column(col, justify="left" if col in ("shape", "dtype") else "right")
+    for t in best.timing.shapes:
+        b = base.get(repr(sorted(t.dims.items())))
+        table.add_row("x".join(str(v) for v in t.dims.values()), t.dtype, _fmt(t.original_us, 2),
+                      "-" if b is None else f"{b.best_us:.2f} ({b.speedup:.2f}x)",
+                      "-" if t.candidate_us is None else f"{t.candidate_us:.2f} ({t.speedup or 0:.2f}x)",
+                      _fmt(copy_bound_us(t, best.timing.copy_ceiling_gbps), 2))
     return table

@@ -98,6 +98,16 @@ def contenders(records: list[RoundRecord], base: RoundRecord) -> list[tuple[Roun
     return [(r, gpu if speeds[id(r)] is not None else (gpu_of(r) or gpu)) for r in picked]
 
 
+def same_gpu_text(a: str | None, b: str | None) -> bool:
+    """Whether two results' device texts ('NVIDIA H200 (sm_90)') name one GPU model: only then may their times
+    stand side by side (a sweep baseline from the H100 beside a winner timed on the H200 made a 1.755x "beat"
+    1.514x, 2026-12-06)."""
+    ga, gb = gpu_of_text(a or ""), gpu_of_text(b or "")
+    if ga is not None and gb is not None:
+        return same_gpu(ga, gb)
+    return bool(a) and ga is None and gb is None and same_gpu(a or "", b or "")  # one non-GPU host's own words
+
+
 def mixed_gpus_note(records: list[RoundRecord]) -> str | None:
     """One sentence when candidates were timed on more than one GPU, else None."""
     gpus = timing_gpus(records)

@@ -360,16 +360,22 @@ def sweep_note(run_dir: Path, results: list[EvalResult], force: bool) -> str:
     refused unless ``force``. Shapes are matched by dims and dtype; the sweep's speedup is over the original."""
     from astra_sglang.loop.records import TuneOutcome
     from astra_sglang.loop.runfolder import RunFolder
+    from astra_sglang.loop.winner import same_gpu_text
 
     outcome = RunFolder(run_dir).load_step(0, "tune", TuneOutcome)
-    shapes = outcome.baseline.shapes if outcome is not None and outcome.baseline is not None else []
-    sweep = {(json.dumps(s.dims, sort_keys=True), s.dtype): s.speedup for s in shapes if s.speedup}
-    timing = next((r.timing for r in results if r.timing is not None and r.timing.shapes), None)
-    if timing is None:
+    base = outcome.baseline if outcome is not None else None
+    sweep = {(json.dumps(s.dims, sort_keys=True), s.dtype): s.speedup for s in (base.shapes if base else [])
+             if s.speedup}
+    timed = [r for r in results if r.timing is not None and r.timing.shapes]
+    if not timed:
         return "sweep baseline: the run's winner has no timing to compare"
-    if not sweep:
+    if not sweep or base is None:
         why = (outcome.error if outcome is not None else None) or "no round-0 sweep baseline in the run"
         return f"sweep baseline: none ({why[:200]})"
+    timing = next((r.timing for r in timed if same_gpu_text(r.device, base.device)), None)
+    if timing is None:  # speedups over SGLang on two GPUs are not comparable
+        return (f"sweep baseline: timed on {base.device}, the winner only on "
+                f"{', '.join(sorted({r.device for r in timed}))}: not compared")
     rows, losses = [], []
     for s in timing.shapes:
         key = (json.dumps(s.dims, sort_keys=True), s.dtype)
