@@ -78,6 +78,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="the winner measured over more shapes (`bench OP --candidate F --shapes all --heldout "
                         "--json`); the guard is derived from every timed shape; repeatable")
     r.set_defaults(handler=cmd_add_run)
+    rt = sub.add_parser("add-retune", help="register SGLang's own kernel under the launch configs its sweep "
+                                           "baseline found (no kernel code: the configs, applied at load)")
+    rt.add_argument("op", help="the extracted op (a Triton one)")
+    rt.add_argument("--sweep", type=Path, required=True,
+                    help="the GPU sweep: extracted/<op>/tune_baseline.json, a queue's <item>/baseline.json or a "
+                         "run's rounds/r000/tune.json")
+    rt.add_argument("--id", dest="patch_id", required=True, help="patch id")
+    rt.add_argument("--min-gain-pct", type=float, default=2.0,
+                    help="serve a shape only where its bucket's config beat SGLang's by more than this and the "
+                         "spread (default 2)")
+    rt.add_argument("--force", action="store_true", help="replace an existing patch folder of that id")
+    rt.add_argument("--not-in-all", action="store_true",
+                    help="serve it only where ASTRA_SGLANG_PATCHES names its id, never under 'all'")
+    rt.set_defaults(handler=cmd_add_retune)
     g = sub.add_parser("guard", help="derive a patch's guard from per-shape measurements: it serves exactly where it "
                                      "beat what SGLang serves, beyond the spread")
     g.add_argument("patch_id", help="the patch's id (see `patches list`)")
@@ -372,6 +386,15 @@ def cmd_add_run(args: argparse.Namespace) -> int:
     dest = add_from_run(args.run_dir, patch_id=args.patch_id, model=args.model, rounds=args.rounds, force=args.force,
                         sglang_versions=args.sglang_version, archs=args.arch, guard=guard,
                         evidence_paths=args.evidence)
+    _report_added(dest)
+    return 0
+
+
+def cmd_add_retune(args: argparse.Namespace) -> int:
+    from astra_sglang.patches.tooling.retune_add import add_retune
+
+    dest = add_retune(args.op, args.sweep, patch_id=args.patch_id, force=args.force, min_gain_pct=args.min_gain_pct,
+                      in_all=not args.not_in_all)
     _report_added(dest)
     return 0
 

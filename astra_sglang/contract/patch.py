@@ -44,6 +44,31 @@ class PatchSource(Model):
 
     kind: KernelKind
     file: str = Field(description="relative path of the kernel source inside the patch folder")
+    retune: bool | None = Field(default=None, description="True: ``file`` is a RetuneRecipe (retune.json), and the "
+                                "kernel is SGLang's own source of the op, read from the installed SGLang at load, "
+                                "with its launch configs set per call from the recipe's rows (no SGLang code here)")
+
+
+class RetuneRow(Model):
+    """One bucket of a retune: the call dims it stands for and the launch config its calls get."""
+
+    dims: dict[str, int] = Field(description="the dims a call is matched on (nearest by log distance)")
+    config: dict[str, int] = Field(description="launch parameter -> value, as the sweep names them")
+    shapes: list[dict[str, int]] = Field(description="the timed shapes whose sweep chose this config")
+    geomean_speedup: float = Field(description="this config over SGLang's own at those shapes, in the sweep")
+
+
+class RetuneRecipe(Model):
+    """``retune.json``: SGLang's kernel with launch configs from a sweep baseline (``astra-sglang tune``), per bucket
+    of the dims a call shows. Numbers only: the source it applies to is the installed SGLang's, pinned through the
+    op manifest by SHA-256."""
+
+    schema_version: int = 1
+    op_id: str
+    sglang_version: str
+    swept_on: str = Field(description="the device the sweep measured, as the harness names it")
+    parameters: dict[str, list[int]]
+    rows: list[RetuneRow]
 
 
 class DimRange(Model):

@@ -65,6 +65,8 @@ def load_kernel(patch_dir: Path, m: PatchManifest, op: Manifest, *, dtypes: list
     """The patch's kernel, built or imported against the op folder completed with SGLang's files: a CUDA one
     includes SGLang's headers, a Triton one may import what SGLang's kernel module imports (decode_attention's
     score_mod and srt utilities), which a wheel never carries (the H200 forward's first call failed on it)."""
+    from astra_sglang.patches.retune import kernel_file
+
     op_dir = extracted_op_dir(m)
     return op_kernel(op_dir, op, kind=m.source.kind, dtypes=dtypes, arch=arch or "sm_90a",
-                     source=Path(patch_dir) / m.source.file)
+                     source=kernel_file(patch_dir, m, op_dir, op))

@@ -296,7 +296,7 @@ def _add_patches(kmap: KernelMap, patches_root: Path | None, ops: dict[str, OpRe
         if entry.manifest is None or entry.op not in ops:
             continue
         path = entry.path / entry.manifest.source.file
-        if not path.is_file():
+        if not path.is_file() or entry.manifest.source.retune:  # a retune runs SGLang's own kernels: the op's names
             continue
         text = path.read_text(errors="replace")
         base = ops[entry.op]

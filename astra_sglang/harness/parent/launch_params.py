@@ -16,11 +16,14 @@ from __future__ import annotations
 import ast
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from astra_sglang import pyast
+from astra_sglang.contract.op import Manifest
 from astra_sglang.contract.result import TuneValue
-from astra_sglang.harness.parent.tune_space import MAX_CONFIGS, TuneError
+from astra_sglang.errors import AstraError
+from astra_sglang.harness.parent.tune_space import MAX_CONFIGS, TuneError, dispatch_code
 
 WARPS = [1, 2, 4, 8]
 STAGES = [1, 2, 3, 4]
@@ -147,22 +150,25 @@ def config_dict_params(source: str, wrapper: str, arg: str, space: dict[str, lis
 
 
 class _Apply(ast.NodeTransformer):
-    def __init__(self, params: list[LaunchParam], config: dict[str, TuneValue]):
-        self.by_launch: dict[int, list[tuple[str, TuneValue]]] = {}
-        self.by_assign: dict[int, TuneValue] = {}
-        self.by_dict: dict[tuple[str, str], list[tuple[str, TuneValue]]] = {}
+    """Each launch value of ``params`` replaced by ``value(param)``: a literal of one config (a sweep variant), or a
+    read of the module dict a retune's dispatch sets per call (``retuned_source``)."""
+
+    def __init__(self, params: list[LaunchParam], value: Callable[[LaunchParam], ast.expr]):
+        self.by_launch: dict[int, list[tuple[str, ast.expr]]] = {}
+        self.by_assign: dict[int, ast.expr] = {}
+        self.by_dict: dict[tuple[str, str], list[tuple[str, ast.expr]]] = {}
         for p in params:
             if p.dict_arg is not None:
-                self.by_dict.setdefault(p.dict_arg, []).append((p.keyword, config[p.name]))
+                self.by_dict.setdefault(p.dict_arg, []).append((p.keyword, value(p)))
             elif p.assign_line is not None:
-                self.by_assign[p.assign_line] = config[p.name]
+                self.by_assign[p.assign_line] = value(p)
             else:
-                self.by_launch.setdefault(p.launch_line, []).append((p.keyword, config[p.name]))
+                self.by_launch.setdefault(p.launch_line, []).append((p.keyword, value(p)))
 
     def visit_Assign(self, node: ast.Assign) -> ast.AST:
         self.generic_visit(node)
         if node.lineno in self.by_assign:
-            node.value = ast.Constant(self.by_assign[node.lineno])
+            node.value = self.by_assign[node.lineno]
         return node
 
     def visit_FunctionDef(self, node: ast.FunctionDef) -> ast.AST:
@@ -170,7 +176,7 @@ class _Apply(ast.NodeTransformer):
         for (wrapper, arg), items in self.by_dict.items():
             if node.name == wrapper:
                 merged = ast.Dict(keys=[None, *(ast.Constant(k) for k, _ in items)],
-                                  values=[ast.Name(arg, ast.Load()), *(ast.Constant(v) for _, v in items)])
+                                  values=[ast.Name(arg, ast.Load()), *(v for _, v in items)])
                 rebind = ast.Assign(targets=[ast.Name(arg, ast.Store())], value=merged)
                 doc = int(bool(node.body) and isinstance(node.body[0], ast.Expr)
                           and isinstance(getattr(node.body[0], "value", None), ast.Constant)
@@ -182,10 +188,37 @@ class _Apply(ast.NodeTransformer):
         self.generic_visit(node)
         if isinstance(node.func, ast.Subscript) and node.lineno in self.by_launch:
             for key, value in self.by_launch[node.lineno]:
-                node.keywords = [k for k in node.keywords if k.arg != key] + [ast.keyword(key, ast.Constant(value))]
+                node.keywords = [k for k in node.keywords if k.arg != key] + [ast.keyword(key, value)]
         return node
 
 
 def launch_variant(source: str, params: list[LaunchParam], config: dict[str, TuneValue]) -> str:
-    tree = _Apply(params, config).visit(pyast.parse(source))
+    tree = _Apply(params, lambda p: ast.Constant(config[p.name])).visit(pyast.parse(source))
     return ast.unparse(ast.fix_missing_locations(tree)) + "\n"
+
+
+RETUNE_DICT = "_ASTRA_LAUNCH"
+RetuneTable = list[tuple[dict[str, int], dict[str, TuneValue]]]
+
+
+def _read_launch(p: LaunchParam) -> ast.expr:
+    return ast.Subscript(value=ast.Name(RETUNE_DICT, ast.Load()), slice=ast.Constant(p.name), ctx=ast.Load())
+
+
+def retuned_source(source: str, params: list[LaunchParam], table: RetuneTable, manifest: Manifest) -> str:
+    """SGLang's own source with every swept launch value read at call time from ``_ASTRA_LAUNCH``, which a wrapper
+    of the entry point sets from the ``table`` row nearest the call's dims (the sweep's per-shape best configs).
+    What a retune patch runs: SGLang's kernels, unchanged but for their launch configs, built from the installed
+    SGLang's file each time it loads, so no SGLang code is ever kept in the registry."""
+    if not table:
+        raise AstraError("retuned_source: an empty table")
+    names = {p.name for p in params}
+    for _, config in table:
+        if set(config) != names:
+            raise AstraError(f"retune table row sets {sorted(config)}, SGLang's source exposes {sorted(names)}: "
+                             "its launch changed since the sweep; sweep it again (`astra-sglang tune`)")
+    tree = _Apply(params, _read_launch).visit(pyast.parse(source))
+    text = ast.unparse(ast.fix_missing_locations(tree)) + "\n"
+    head = (f"\n# ---- astra-sglang retune: SGLang's launch configs chosen per call (generated) ----\n"
+            f"{RETUNE_DICT} = {dict(table[0][1])!r}\n")
+    return text + head + dispatch_code(manifest, table, RETUNE_DICT)

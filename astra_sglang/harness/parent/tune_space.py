@@ -136,6 +136,12 @@ def variant_source(source: str, space: TuneSpace, config: dict[str, TuneValue], 
                     f"# TUNE removed by astra-sglang tune: {label}")
 
 
+def call_dims(manifest: Manifest) -> set[str]:
+    """The dims a frozen table's dispatch can read off a call (tensor axes named by one dim); the others (a context
+    length held in index data, a pool size) play no part in which row a call gets."""
+    return set(_dim_getters(manifest))
+
+
 def _dim_getters(manifest: Manifest) -> dict[str, tuple[int, str, int]]:
     """dim -> (position in the wrapper's call, argument name, axis) of the first tensor that has it as an axis."""
     _, call = entry_and_call(manifest, "triton")
@@ -186,7 +192,7 @@ _astra_untuned_{entry} = {entry}
 
 
 def {entry}(*args, **kwargs):
-    CONFIG.update(_astra_config(args, kwargs))
+    {config}.update(_astra_config(args, kwargs))
     return _astra_untuned_{entry}(*args, **kwargs)
 '''
 
@@ -206,10 +212,16 @@ def freeze(source: str, space: TuneSpace, table: list[tuple[dict[str, int], dict
     if rows == 1:
         return text + f"\n# ---- astra-sglang tune: one config won on every timed shape ----\nTUNED = [\n" \
                       f"    ({table[0][0]!r}, {_config_text(table[0][1])}),\n]\n"
+    return text + dispatch_code(manifest, table, "CONFIG")
+
+
+def dispatch_code(manifest: Manifest, table: list[tuple[dict[str, int], dict[str, TuneValue]]], config: str) -> str:
+    """The TUNED table and the wrapper of the op's entry point that sets the module dict ``config`` from the row
+    nearest each call's dims: appended to a frozen candidate, and to SGLang's own source by a retune patch."""
     entry, _ = entry_and_call(manifest, "triton")
     getters = []
     for dim, (pos, name, axis) in _dim_getters(manifest).items():
         arg = f"kwargs[{name!r}]" if pos < 0 else f"(args[{pos}] if len(args) > {pos} else kwargs[{name!r}])"
         getters.append(f"    dims[{dim!r}] = int({arg}.shape[{axis}])")
-    return text + _DISPATCH.format(rows="\n".join(f"    ({d!r}, {_config_text(c)})," for d, c in table),
-                                   getters="\n".join(getters) or "    pass", entry=entry)
+    return _DISPATCH.format(rows="\n".join(f"    ({d!r}, {_config_text(c)})," for d, c in table),
+                            getters="\n".join(getters) or "    pass", entry=entry, config=config)

@@ -229,6 +229,9 @@ def _harness(entry: PatchEntry, shapes: str) -> tuple[EvalResult | None, str | N
                       f"`pytest tests/test_acceptance_gpu.py -k {m.patch_id}` times it on the GPU host")
     from astra_sglang.contract.eval_config import EvalConfig
     from astra_sglang.harness import evaluate
+    from astra_sglang.patches.retune import kernel_file
 
     cfg: Any = EvalConfig(shapes=shapes, include_heldout=True)  # type: ignore[arg-type]
-    return evaluate(op_dir, entry.path / m.source.file, cfg), None
+    if m.source.retune:  # SGLang's own source (its imports too) with our launch table: not a candidate's code
+        cfg = cfg.model_copy(update={"screen": False})
+    return evaluate(op_dir, kernel_file(entry.path, m, op_dir, op), cfg), None

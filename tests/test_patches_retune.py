@@ -1,0 +1,134 @@
+"""A retune patch: SGLang's own kernel under the launch configs its sweep found, with no kernel code of its own.
+
+The sweeps here are SCRIPTED (numbers written by the test, named as an H200's so the GPU-only gate lets them in);
+the kernels are real: merge_state's original, rebuilt from extracted/merge_state, run under TRITON_INTERPRET=1.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from astra_sglang.cli.main import main
+from astra_sglang.contract.result import BaselineShape, SweepBaseline, SweepConfig, SweepShape
+
+WARPS = "merge_state_kernel.num_warps"
+BIG, SMALL = {"T": 512, "NH": 40, "D": 128}, {"T": 5, "NH": 8, "D": 128}
+
+
+def _scripted_sweep(device: str = "NVIDIA H200 (sm_90)", op_id: str = "attention.merge_state_triton") -> SweepBaseline:
+    """8 warps win at T 512 (1.25x), 2 warps at T 5 (1.10x); each loses at the other's shape. SCRIPTED."""
+    def at(dims: dict[str, int], speedup: float) -> SweepShape:
+        return SweepShape(dims=dims, dtype="bfloat16", original_us=10.0, candidate_us=10.0 / speedup,
+                          speedup=speedup, spread_pct=0.5)
+    return SweepBaseline(
+        op_id=op_id, sglang_version="0.5.23", device=device, parameters={WARPS: [2, 8]},
+        original_config={WARPS: "4 (Triton's default)"}, method="SCRIPTED BY TEST, not a measurement",
+        shapes=[BaselineShape(dims=BIG, dtype="bfloat16", original_us=10.0, best_config={WARPS: 8}, best_us=8.0,
+                              speedup=1.25),
+                BaselineShape(dims=SMALL, dtype="bfloat16", original_us=10.0, best_config={WARPS: 2},
+                              best_us=10.0 / 1.1, speedup=1.1)],
+        configs=[SweepConfig(config={WARPS: 2}, ok=True, shapes=[at(BIG, 0.9), at(SMALL, 1.1)]),
+                 SweepConfig(config={WARPS: 8}, ok=True, shapes=[at(BIG, 1.25), at(SMALL, 0.95)])])
+
+
+@pytest.fixture
+def root(tmp_path, monkeypatch):
+    monkeypatch.setenv("ASTRA_SGLANG_PATCHES_DIR", str(tmp_path / "patches"))
+    monkeypatch.setenv("ASTRA_SGLANG_STATE_FILE", str(tmp_path / "state.json"))
+    return tmp_path / "patches"
+
+
+def _write(tmp_path: Path, sweep: SweepBaseline) -> Path:
+    path = tmp_path / "tune_baseline.json"
+    path.write_text(sweep.model_dump_json())
+    return path
+
+
+def test_a_retune_patch_serves_sglangs_own_kernel_with_the_config_of_the_calls_bucket(root, tmp_path, monkeypatch,
+                                                                                      restored_op):
+    restored_op("merge_state")
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("the CPU path")
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    from astra_sglang.contract.patch import load_patch_manifest, write_patch_manifest
+    from astra_sglang.loader.pyimport import load_function
+    from astra_sglang.patches import counters, status
+    from astra_sglang.patches.kernels import extracted_op_dir
+    from astra_sglang.patches.registry import discover, load_op
+    from astra_sglang.patches.retune import kernel_file
+    from astra_sglang.patches.runtime import PatchRuntime
+    from astra_sglang.patches.tooling.devcheck import extracted_original
+
+    assert main(["patches", "add-retune", "merge_state", "--sweep", str(_write(tmp_path, _scripted_sweep())),
+                 "--id", "rt-merge"]) == 0
+    d = root / "merge_state" / "rt-merge"
+    assert sorted(p.name for p in d.iterdir()) == ["manifest.json", "retune.json"]  # no kernel code kept
+    recipe = json.loads((d / "retune.json").read_text())
+    assert [(r["dims"], r["config"]) for r in recipe["rows"]] == [(BIG, {WARPS: 8}), (SMALL, {WARPS: 2})]
+    m = load_patch_manifest(d)
+    assert m.source.retune and m.guard.regions  # both shapes won with their bucket's config: both served
+    assert m.validated_on.archs == ["sm_90"] and m.validated_on.gpus == ["NVIDIA H200"]  # the sweep's GPU
+    assert m.check_shapes and all(m.guard.accepts_dims(c) for c in m.check_shapes)
+    m.check_shapes = [SMALL]  # one: the interpreter is slow
+    m.validated_on.archs.append("cpu-interpret")  # this host: the interpreter stands in for the GPU
+    write_patch_manifest(d, m)
+    entry = discover()[0]
+    original = extracted_original(entry)
+    status.reset("rt-merge")
+    hook = PatchRuntime(entry.path, entry.manifest).hook_for(original, m.targets[0])
+    args = [torch.randn(5, 8, 128).bfloat16(), torch.randn(5, 8), torch.randn(5, 8, 128).bfloat16(), torch.randn(5, 8)]
+    out, lse = hook(*args)  # inside the guard: the derived regions are the two measured shapes
+    assert status.statuses()["rt-merge"].state == "active", status.statuses()["rt-merge"]
+    assert counters()["rt-merge"] == {"patch": 1, "original": 0}
+    ref_out, ref_lse = original(*args)
+    assert torch.allclose(out.float(), ref_out.float(), atol=2e-2, rtol=2e-2) and torch.allclose(lse, ref_lse)
+    # the text it runs: SGLang's source with the launch reading the per-call dict, set by the nearest bucket
+    op_dir = extracted_op_dir(m)
+    path = kernel_file(d, m, op_dir, load_op(m))
+    text = path.read_text()
+    assert "num_warps=_ASTRA_LAUNCH['merge_state_kernel.num_warps']" in text
+    fn = load_function(path, "merge_state_triton")
+    fn(*args)
+    assert fn.__globals__["_ASTRA_LAUNCH"] == {WARPS: 2}  # the T 5 bucket
+    big = [torch.randn(64, 40, 128).bfloat16(), torch.randn(64, 40), torch.randn(64, 40, 128).bfloat16(),
+           torch.randn(64, 40)]
+    fn(*big)
+    assert fn.__globals__["_ASTRA_LAUNCH"] == {WARPS: 8}
+
+
+def test_a_retune_refuses_a_sglang_whose_launch_no_longer_matches_its_sweep(root, tmp_path, restored_op):
+    """A stale table must not run: the installed SGLang exposes other launch parameters than the recipe sets."""
+    restored_op("merge_state")
+    from astra_sglang.contract.patch import RetuneRecipe, RetuneRow, load_patch_manifest
+    from astra_sglang.errors import AstraError
+    from astra_sglang.patches.kernels import extracted_op_dir
+    from astra_sglang.patches.registry import load_op
+    from astra_sglang.patches.retune import kernel_file
+
+    assert main(["patches", "add-retune", "merge_state", "--sweep", str(_write(tmp_path, _scripted_sweep())),
+                 "--id", "rt-stale"]) == 0
+    d = root / "merge_state" / "rt-stale"
+    m = load_patch_manifest(d)
+    stale = RetuneRecipe(op_id="attention.merge_state_triton", sglang_version="0.5.23", swept_on="NVIDIA H200 (sm_90)",
+                         parameters={WARPS: [2, 8], "merge_state_kernel.BLOCK_H": [16, 32]},
+                         rows=[RetuneRow(dims=BIG, config={WARPS: 8, "merge_state_kernel.BLOCK_H": 16}, shapes=[BIG],
+                                         geomean_speedup=1.2)])
+    (d / "retune.json").write_text(stale.model_dump_json())
+    with pytest.raises(AstraError, match="its launch changed since the sweep"):
+        kernel_file(d, m, extracted_op_dir(m), load_op(m))
+
+
+@pytest.mark.parametrize("sweep, says", [
+    (_scripted_sweep(device="cpu (TRITON_INTERPRET=1)"), "not timed on a GPU"),
+    (_scripted_sweep(op_id="attention.decode_attention_fwd"), "not of attention.merge_state_triton"),
+])
+def test_add_retune_refuses_a_sweep_that_says_nothing_about_this_op_s_speed(root, tmp_path, restored_op, capsys,
+                                                                            sweep, says):
+    restored_op("merge_state")
+    assert main(["patches", "add-retune", "merge_state", "--sweep", str(_write(tmp_path, sweep)), "--id", "x"]) == 2
+    err = capsys.readouterr().err
+    assert says in err and "Traceback" not in err and not (root / "merge_state" / "x").exists()
