@@ -13,6 +13,7 @@ the real ``process_queue`` and the harness's real correctness verdicts, then add
 from __future__ import annotations
 
 import json
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -128,6 +129,28 @@ def _gpu_host(queue: Path, extracted: Path, stop: threading.Event, timed: list[s
         time.sleep(0.2)
 
 
+def _run_beside_gpu_host(op_dir: Path, runs: Path, queue: Path, script: Script, rounds: str, run_id: str,
+                         monkeypatch: pytest.MonkeyPatch, speedups: dict[str, float] = SPEEDUPS
+                         ) -> tuple[subprocess.CompletedProcess, list[str], list[str]]:
+    """A queue run of ``rounds`` rounds while this process plays the GPU host; the run must end (exit 0)."""
+    stop = threading.Event()
+    timed: list[str] = []
+    answered: list[str] = []
+    host = threading.Thread(target=_gpu_host, args=(queue, op_dir.parent, stop, timed, answered, monkeypatch,
+                                                    speedups), daemon=True)
+    host.start()
+    try:
+        with FakeOpenAIServer(script, api_key=API_KEY) as srv:
+            out = run_cli(optimize_args(op_dir, runs, srv.url, "--rounds", rounds, "--eval-queue", str(queue),
+                                        "--run-id", run_id, "--eval-wait-s", "300"), loop_env(interpret=False),
+                          timeout=480)
+    finally:
+        stop.set()
+        host.join(timeout=60)
+    assert out.returncode == 0, out.stdout + out.stderr
+    return out, timed, answered
+
+
 def test_the_queue_re_times_the_base_where_the_round_ran_on_another_gpu(op_dir: Path, tmp_path: Path,
                                                                        monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv("TRITON_INTERPRET", "1")  # this process plays the GPU host
@@ -138,21 +161,7 @@ def test_the_queue_re_times_the_base_where_the_round_ran_on_another_gpu(op_dir: 
     s.add("planning", final(plan_reply("r1")), final(plan_reply("r2")), final(plan_reply("r3")))
     s.add("coding", final(code_reply(candidate("r5.py"), "big tiles")), final(code_reply(candidate("r3.py"), "chunks")),
           final(code_reply(candidate("r4.py"), "rows")))
-    stop = threading.Event()
-    timed: list[str] = []
-    answered: list[str] = []
-    host = threading.Thread(target=_gpu_host, args=(queue, op_dir.parent, stop, timed, answered, monkeypatch),
-                            daemon=True)
-    host.start()
-    try:
-        with FakeOpenAIServer(s, api_key=API_KEY) as srv:
-            out = run_cli(optimize_args(op_dir, runs, srv.url, "--rounds", "3", "--eval-queue", str(queue),
-                                        "--run-id", "rt", "--eval-wait-s", "300"), loop_env(interpret=False),
-                          timeout=480)
-    finally:
-        stop.set()
-        host.join(timeout=60)
-    assert out.returncode == 0, out.stdout + out.stderr
+    out, timed, answered = _run_beside_gpu_host(op_dir, runs, queue, s, "3", "rt", monkeypatch)
     # Round 2 ran on the H100: its base (round 1, timed on the H200) was timed beside it in the same pass. Round 3
     # ran on the H100 too, where its base (round 2) already had times: the host answered without running it.
     assert timed == ["r000-original", "r001", "r002", "r002-base", "r003", "r002-heldout"]
@@ -189,20 +198,7 @@ def test_a_winner_re_timed_on_the_ranking_gpu_is_reported_and_kept_with_those_ti
     s.add("profiling", final(diagnosis_reply()), final(diagnosis_reply("round 2")))
     s.add("planning", final(plan_reply("r1")), final(plan_reply("r2")))
     s.add("coding", final(code_reply(candidate("r5.py"), "big tiles")), final(code_reply(candidate("r3.py"), "chunks")))
-    stop = threading.Event()
-    timed: list[str] = []
-    host = threading.Thread(target=_gpu_host, args=(queue, op_dir.parent, stop, timed, [], monkeypatch, speedups),
-                            daemon=True)
-    host.start()
-    try:
-        with FakeOpenAIServer(s, api_key=API_KEY) as srv:
-            out = run_cli(optimize_args(op_dir, runs, srv.url, "--rounds", "2", "--eval-queue", str(queue),
-                                        "--run-id", "rw", "--eval-wait-s", "300"), loop_env(interpret=False),
-                          timeout=480)
-    finally:
-        stop.set()
-        host.join(timeout=60)
-    assert out.returncode == 0, out.stdout + out.stderr
+    out, timed, _ = _run_beside_gpu_host(op_dir, runs, queue, s, "2", "rw", monkeypatch, speedups)
     assert timed == ["r000-original", "r001", "r002", "r002-base", "r001-heldout"]
     run = only_run(runs)
     winner = json.loads((run / "run.json").read_text())["winner"]

@@ -107,13 +107,7 @@ def add_patch(
     guard = within_contract(guard, op_manifest) if guard is not None else guard_default(ad, op_manifest)
     checked = check_source(op_manifest, folder, source, kind, guard.dtypes)
     evidence = evidence.model_copy(update={"notes": [*evidence.notes, f"patches add: {checked}"]})
-    root = Path(root) if root is not None else patches_root()
-    dest = root / op / patch_id
-    if dest.exists():
-        if not force:
-            raise AstraError(f"{dest} exists; pick another --id or pass --force")
-        shutil.rmtree(dest)
-    dest.mkdir(parents=True)
+    dest = fresh_patch_dir(root, op, patch_id, force)
     kernel_name = "kernel.py" if kind == "triton" else "kernel.cuh"
     shutil.copy2(source, dest / kernel_name)
     for f in extra_files or []:
@@ -134,6 +128,17 @@ def add_patch(
         evidence=evidence,
     )
     write_patch_manifest(dest, m)
+    return dest
+
+
+def fresh_patch_dir(root: Path | None, op: str, patch_id: str, force: bool) -> Path:
+    """``<root>/<op>/<patch_id>/``, made empty: an existing folder of that id is replaced only with ``force``."""
+    dest = (Path(root) if root is not None else patches_root()) / op / patch_id
+    if dest.exists():
+        if not force:
+            raise AstraError(f"{dest} exists; pick another --id or pass --force")
+        shutil.rmtree(dest)
+    dest.mkdir(parents=True)
     return dest
 
 

@@ -11,7 +11,6 @@ patch: pinned, version and arch gated, checked against the original at its first
 from __future__ import annotations
 
 import math
-import shutil
 from pathlib import Path
 
 from astra_sglang.contract.base import write_atomic
@@ -33,9 +32,15 @@ from astra_sglang.contract.restore import materialize
 from astra_sglang.contract.result import SweepBaseline, SweepConfig, SweepShape
 from astra_sglang.data_paths import user_cache
 from astra_sglang.errors import AstraError
-from astra_sglang.patches.registry import op_folder, patches_root
+from astra_sglang.patches.registry import op_folder
 from astra_sglang.patches.retune import RECIPE_NAME, retuned_text
-from astra_sglang.patches.tooling.add import _check_id, _import_triton, covered_check_shapes, guard_default
+from astra_sglang.patches.tooling.add import (
+    _check_id,
+    _import_triton,
+    covered_check_shapes,
+    fresh_patch_dir,
+    guard_default,
+)
 from astra_sglang.patches.tooling.guard import derive_guard
 from astra_sglang.platform_info import arch_of_text, gpu_of_text
 
@@ -130,13 +135,7 @@ def add_retune(op: str, sweep_path: Path, *, patch_id: str, root: Path | None = 
     text = retuned_text(full, op_manifest, recipe)  # refuses a recipe SGLang's launch no longer matches
     ad = get_adapter(op)
     guard, marked = derive_guard(guard_default(ad, op_manifest), guard_rows)
-    root = Path(root) if root is not None else patches_root()
-    dest = root / op / patch_id
-    if dest.exists():
-        if not force:
-            raise AstraError(f"{dest} exists; pick another --id or pass --force")
-        shutil.rmtree(dest)
-    dest.mkdir(parents=True)
+    dest = fresh_patch_dir(root, op, patch_id, force)
     write_atomic(dest / RECIPE_NAME, recipe.model_dump_json(indent=1) + "\n")
     probe = user_cache() / "retuned" / f"add-{patch_id}.py"
     probe.parent.mkdir(parents=True, exist_ok=True)
