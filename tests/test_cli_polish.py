@@ -124,7 +124,9 @@ def test_evaluate_prints_items_in_the_order_it_runs_them(tmp_path: Path, capsys,
     lines = capsys.readouterr().out.splitlines()
     printed = [ln.split()[1] for ln in lines if ln.startswith("evaluating ")]
     assert printed == ran == ["a--r001", "c--r001", "b--r001", "b--r000-tune"]
-    assert [ln.split(":")[0].strip() for ln in lines if ln.startswith("  ")] == ["a--r001", "c--r001", "b--r001"]
+    # each answer as it is written, the sweep's too
+    assert [ln.split(":")[0].strip() for ln in lines if ln.startswith("  ")] == ["a--r001", "c--r001", "b--r001",
+                                                                                 "b--r000-tune"]
 
 
 # ------------------------------------------------------------------------------------------------- serve
