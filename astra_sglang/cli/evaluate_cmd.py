@@ -69,14 +69,14 @@ def handle(args: argparse.Namespace) -> int:
     log = sys.stderr if args.json else sys.stdout  # with --json, stdout carries only the report
     deadline = time.monotonic() + args.watch
     evaluated: list[EvaluatedItem] = []
-    swept: list[str] = []
+    said = 0
+    swept: list[str] = []  # "item: answer" of each sweep, said after the pass's evaluations, in the order they ran
 
     def tuned(request: QueueRequest, outcome: TuneOutcome) -> None:
-        swept.append(request.item_id)
         b = outcome.baseline
         what = (f"sweep baseline {b.geomean_speedup:.3f}x over the original on {b.device}"
                 if b is not None and b.geomean_speedup is not None else f"no sweep baseline ({outcome.error})")
-        print(f"  {request.item_id}: {what}", file=log)
+        swept.append(f"{request.item_id}: {what}")
 
     while True:
         done = process_queue(args.queue, args.extracted, args.device, jobs=args.jobs,
@@ -91,6 +91,9 @@ def handle(args: argparse.Namespace) -> int:
             sp = f", geomean {result.geomean_speedup:.3f}x" if result.geomean_speedup is not None else ""
             print(f"  {item}: {verdict}{sp} on {result.device}", file=log)
             evaluated.append(EvaluatedItem(item=item, result=result))
+        for line in swept[said:]:
+            print(f"  {line}", file=log)
+        said = len(swept)
         if time.monotonic() >= deadline:
             break
         time.sleep(2.0)
