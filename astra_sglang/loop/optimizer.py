@@ -574,11 +574,10 @@ class Optimizer:
         gpu, mine = ranking_gpu(flat(records)), gpu_of(r)
         if gpu is None or mine is None or platform_info.same_gpu(mine, gpu):
             return own
-        tag = f"r{r.round:03d}" + (f"-c{r.candidate}" if r.candidate is not None else "")
         for rr in sorted(records, key=lambda x: -x.round):  # the latest re-time there
             if any((t.of_round, t.of_candidate) == (r.round, r.candidate) and platform_info.same_gpu(t.gpu, gpu)
                    for t in rr.retimes):
-                for label in (f"r{rr.round:03d}-base", f"r{rr.round:03d}-retime-{tag}"):
+                for label in (_retime_label(rr.round, r, True), _retime_label(rr.round, r, False)):
                     got = self.folder.load_step(rr.round, f"again/{label}", EvalResult)
                     if got is not None and got.candidate_sha256 == own.candidate_sha256 and got.ok:
                         return got
@@ -678,9 +677,7 @@ class Optimizer:
         asks = []
         for r, gpu in contenders(flat(records), base):
             if r.candidate_file:
-                tag = f"r{r.round:03d}" + (f"-c{r.candidate}" if r.candidate is not None else "")
-                label = f"r{i:03d}-base" if r is base else f"r{i:03d}-retime-{tag}"
-                asks.append((label, self.folder.path / r.candidate_file, gpu, r))
+                asks.append((_retime_label(i, r, r is base), self.folder.path / r.candidate_file, gpu, r))
         return asks
 
     def evaluate_round(self, rnd: int, items: list[tuple[int | None, str, Path]], base: RoundRecord,
@@ -802,6 +799,13 @@ class Optimizer:
 def _step_name(cand: int | None, name: str) -> str:
     """A step file of the round, or of candidate ``cand`` of a K-candidate round (``c<cand>/<name>``)."""
     return name if cand is None else f"c{cand}/{name}"
+
+
+def _retime_label(i: int, r: RoundRecord, as_base: bool) -> str:
+    """The queue label under which round i times ``r`` again: rNNN-base for its base, else rNNN-retime-<r>."""
+    if as_base:
+        return f"r{i:03d}-base"
+    return f"r{i:03d}-retime-r{r.round:03d}" + (f"-c{r.candidate}" if r.candidate is not None else "")
 
 
 def _retime_of(result: EvalResult | None, r: RoundRecord) -> Retime | None:
