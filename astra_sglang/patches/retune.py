@@ -31,7 +31,7 @@ def load_recipe(path: Path) -> RetuneRecipe:
 def retuned_text(op_dir: Path, op: Manifest, recipe: RetuneRecipe) -> str:
     """SGLang's source of the op (from ``op_dir``, completed with the installed SGLang's files) under ``recipe``."""
     from astra_sglang.contract.op import TritonRecipe
-    from astra_sglang.harness.parent.launch_params import retuned_source
+    from astra_sglang.harness.parent.launch_params import RetuneTable, retuned_source
     from astra_sglang.harness.parent.tune_baseline import original_params
 
     if not isinstance(op.recipe, TritonRecipe):
@@ -40,8 +40,8 @@ def retuned_text(op_dir: Path, op: Manifest, recipe: RetuneRecipe) -> str:
     if {p.name for p in params} != set(recipe.parameters):
         raise AstraError(f"retune of {op.short_name}: SGLang's source exposes {sorted(p.name for p in params)}, the "
                          f"recipe sets {sorted(recipe.parameters)}; its launch changed since the sweep")
-    table = [(r.dims, dict(r.config)) for r in recipe.rows]
-    return retuned_source((op_dir / op.recipe.source).read_text(), params, table, op)  # type: ignore[arg-type]
+    table: RetuneTable = [(r.dims, {k: v for k, v in r.config.items()}) for r in recipe.rows]
+    return retuned_source((op_dir / op.recipe.source).read_text(), params, table, op)
 
 
 def kernel_file(patch_dir: Path, m: PatchManifest, op_dir: Path, op: Manifest) -> Path:
