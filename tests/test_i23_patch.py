@@ -232,13 +232,13 @@ def test_a_triton_patch_loads_against_the_op_folder_completed_with_sglang_s_file
     """On the H200 (2026-12-04) a decode_attention patch failed its first call in SGLang's forward: a wheel's op
     folder holds only the committed files, and the Triton kernel imports score_mod.py and srt utilities the way
     SGLang's module does. The kernel is loaded from the folder completed from the installed SGLang."""
-    from astra_sglang.contract.patch import PatchManifest
+    from astra_sglang.contract.patch import PatchManifest, PatchSource
     from astra_sglang.patches import kernels
 
     seen: list[Path] = []
     monkeypatch.setattr(kernels, "extracted_op_dir", lambda m: tmp_path / "completed")
     monkeypatch.setattr(kernels, "op_kernel", lambda op_dir, *a, **k: seen.append(op_dir))
-    m = PatchManifest.model_construct(op="decode_attention", source=type("S", (), {"kind": "triton", "file": "k.py"})())
+    m = PatchManifest.model_construct(op="decode_attention", source=PatchSource(kind="triton", file="k.py"))
     kernels.load_kernel(tmp_path, m, None, dtypes=["bfloat16"], arch=None)
     assert seen == [tmp_path / "completed"]
 

@@ -5,7 +5,7 @@
 # that recorded manifest. ASTRA_SGLANG_PATCHES_DIR=$PWD/patches makes the servers read the tree's patches (the
 # recorded one), and check_wheel.py then leaves the wheel's own patch copies out of its comparison, so the wheel
 # built before the record still passes. Copy $OUT/manifest.recorded.json back into patches/ by hand.
-# Usage: record_then_profile.sh PATCH_ID [BATCH] [INPUT_LEN] [SECONDS_PER_ARM]   (defaults: 128 1024 140)
+# Usage: [PROFILE=0] record_then_profile.sh PATCH_ID [BATCH] [INPUT_LEN] [SECONDS_PER_ARM]   (defaults: 128 1024 140)
 set -uo pipefail
 ID=${1:?usage: record_then_profile.sh PATCH_ID [BATCH] [INPUT_LEN] [SECONDS_PER_ARM]}
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -20,4 +20,5 @@ SMOKE=0 bash scripts/h200_server/device.sh site > "$OUT/site.log" 2>&1 || { tail
   timeout "${RECORD_S:-260}" python3 -m astra_sglang patches verify "$ID" --record --shapes paper > "$OUT/verify.log" 2>&1
   echo "verify exit $?"; grep -v "^\[" "$OUT/verify.log" | tail -22 )
 cp "$MANIFEST" "$OUT/manifest.recorded.json"
+[ "${PROFILE:-1}" = 0 ] && exit 0  # PROFILE=0: the record alone (a call's time kept for the sweep that follows it)
 bash "$(dirname "$0")/profile_ab.sh" "$ID" "${2:-128}" "${3:-1024}" "${4:-140}"
