@@ -131,13 +131,14 @@ def load_run(path: Path, runs_dir: Path = Path("runs"), allow_unfinished: bool =
                 steps.append(StepRecord.model_validate_json(line))
             except ValueError:
                 continue  # a torn last line of a killed run
-    run = RunReport(folder=folder, meta=meta, records=records, steps=steps, sweep=read_sweep(folder.path))
+    run = RunReport(folder=folder, meta=meta, records=records, steps=steps)
     if meta.winner is not None and meta.winner.round is not None and (folder.best_dir / "result.json").is_file():
         try:
             run.best = EvalResult.model_validate_json((folder.best_dir / "result.json").read_text())
         except ValueError as e:
             raise AstraError(f"{folder.best_dir / 'result.json'}: unreadable ({type(e).__name__})") from None
-        run.sweep = read_sweep(folder.path, run.best.device)
+    run.sweep = read_sweep(folder.path, run.best.device if run.best is not None else None)
+    if run.best is not None:
         run.rows = shape_rows(run.best, run.sweep)
     return run
 
