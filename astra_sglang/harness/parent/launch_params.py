@@ -207,7 +207,7 @@ def _read_launch(p: LaunchParam) -> ast.expr:
 
 def retuned_source(source: str, params: list[LaunchParam], table: RetuneTable, manifest: Manifest) -> str:
     """SGLang's own source with every swept launch value read at call time from ``_ASTRA_LAUNCH``, which a wrapper
-    of the entry point sets from the ``table`` row nearest the call's dims (the sweep's per-shape best configs).
+    of the entry point sets from the ``table`` row nearest the call's dims (one config per bucket of the sweep's shapes).
     What a retune patch runs: SGLang's kernels, unchanged but for their launch configs, built from the installed
     SGLang's file each time it loads, so no SGLang code is ever kept in the registry."""
     if not table:
