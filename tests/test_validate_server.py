@@ -350,3 +350,38 @@ def test_a_throughput_ratio_with_no_patch_serving_is_called_noise_not_a_speedup(
     rep.servers[1].status["patches"][0]["served_by_patch"] = 3840
     note = throughput_note(rep)
     assert "do not measure speed" in note and "astra-sglang e2e" in note and "noise" not in note
+
+
+def test_a_running_servers_counts_are_read_once_they_have_settled(tmp_path: Path) -> None:
+    """CI, 2026-12-06: a stand-in served every request within one second and validate read its plugin-load record
+    ("active but served no call"): the flusher writes within a second of a change, so a live server's counts are
+    read only after they stood still."""
+    import threading
+
+    from astra_sglang.contract.status import PatchCounts, ProcessStatus
+    from astra_sglang.serving.ab import read_status
+    from astra_sglang.serving.launch import Server
+
+    folder = tmp_path / "pg-1"
+    folder.mkdir()
+
+    def write(served: int) -> None:
+        rec = ProcessStatus(pid=os.getpid(), pgid=1, started=0.0, updated=time.time(), exited=False, patches=[
+            PatchCounts(patch_id="p", op="merge_state", state="active", served_by_patch=served)])
+        (folder / "1.json.tmp").write_text(rec.model_dump_json())
+        os.replace(folder / "1.json.tmp", folder / "1.json")
+
+    write(0)  # the plugin-load record
+    late = threading.Timer(1.2, write, args=(12,))  # the flusher's write, a second after the last call
+    late.start()
+    server = Server(name="patched", url="http://127.0.0.1:1", status_root=tmp_path)
+    try:
+        live = read_status(server)
+        assert live is not None and live["patches"][0]["served_by_patch"] == 12
+    finally:
+        late.join()
+    write(5)
+    t0 = time.monotonic()
+    stopped = read_status(server, settle=False)  # a stopped server's records are final
+    assert stopped is not None and stopped["patches"][0]["served_by_patch"] == 5
+    assert time.monotonic() - t0 < 1.0

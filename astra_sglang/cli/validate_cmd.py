@@ -119,7 +119,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     finally:
         for srv in servers:
             launch.stop(srv)
-    report = ab.with_status(report, ab.read_status(servers[1]) or report.servers[1].status)
+    report = ab.with_status(report, ab.read_status(servers[1], settle=False) or report.servers[1].status)
     return _finish(report, args)
 
 

@@ -22,6 +22,7 @@ from typing import Any
 from pydantic import Field
 
 from astra_sglang.contract.base import Model, write_atomic
+from astra_sglang.patches.status_file import INTERVAL_S
 from astra_sglang.patches.tooling.status_report import aggregate, server_dirs
 from astra_sglang.serving.client import LoadPass, complete_all, load_pass, model_id, quantile
 from astra_sglang.serving.compare import Agreement, compare
@@ -104,8 +105,38 @@ def _side(server: Server, patches: str, passes: list[LoadPass]) -> ServerSide:
                       plugin_lines=plugin_log_lines(server))
 
 
-def read_status(server: Server) -> dict[str, Any] | None:
-    """The patched server's records: its own process group's folder when we launched it, else the newest."""
+def read_status(server: Server, settle: bool = True) -> dict[str, Any] | None:
+    """The patched server's records: its own process group's folder when we launched it, else the newest.
+
+    A running server writes its counts within a second of a change (patches/status_file.py), so a read right
+    after the last request can see the plugin-load record alone: CI, 2026-12-06, failed "active but served no
+    call" on a stand-in that had served every request, all within one second. So ``settle`` reads until the
+    counts have stood still for ``SETTLE_S``; a stopped server's records are final and need no wait."""
+    first = _read_status(server)
+    if not settle or first is None:
+        return first
+    last, since = first, time.monotonic()
+    deadline = since + SETTLE_MAX_S
+    while time.monotonic() < deadline:
+        time.sleep(SETTLE_POLL_S)
+        now = _read_status(server)
+        if now is not None and _counts(now) != _counts(last):
+            last, since = now, time.monotonic()
+        elif time.monotonic() - since >= SETTLE_S:
+            break
+    return last
+
+
+SETTLE_S = 3 * INTERVAL_S  # the flusher's sleep, its write, and a loaded host's scheduling lag
+SETTLE_MAX_S = 15.0  # a server still serving other traffic never stands still
+SETTLE_POLL_S = 0.25
+
+
+def _counts(status: dict[str, Any]) -> list[Any]:
+    return list(status["patches"])
+
+
+def _read_status(server: Server) -> dict[str, Any] | None:
     if server.status_root is None or not server.status_root.is_dir():
         return None
     if server.pgid is not None:
