@@ -436,3 +436,33 @@ def test_the_heldout_check_judges_the_frozen_source_that_ships_not_a_sweep_on_th
     assert (held / "candidate.py").read_text() == shipped  # the held-out check judged the shipped text
     assert EvalResult.model_validate_json((held / RESULT_NAME).read_text()).sweep is None  # and swept nothing
     assert json.loads((run / "run.json").read_text())["winner"]["heldout_ok"] is True
+
+
+def test_a_host_whose_contract_differs_from_the_runs_refuses_its_items_before_any_work(
+        op_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A queue item names its op by name, and the GPU host judges it against its own extracted/<op>. A run made on
+    a revised contract (pending/, 2026-12-06: decode attention at S+9 with q in the qkv rows) and evaluated where
+    the old one is checked in would have been timed on shapes it was never meant for, silently. The item now
+    carries the manifest digest it was made against; another contract there is one clear error, nothing run."""
+    import shutil
+
+    from astra_sglang.errors import AstraError
+    from astra_sglang.loop.evaluator import process_queue
+
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    queue = tmp_path / "queue"
+    with pytest.raises(EvalPending):
+        QueueEvaluator(op_dir, queue, "run1").evaluate("r000-original", None, EvalSpec(shapes="test", device="cpu"))
+    request = QueueRequest.model_validate_json((queue / "run1--r000-original" / REQUEST_NAME).read_text())
+    assert request.op_manifest_sha256
+    host = tmp_path / "host" / op_dir.name
+    shutil.copytree(op_dir, host)
+    raw = json.loads((host / "manifest.json").read_text())
+    raw["shapes"] = raw["shapes"][:-1]  # another revision of the contract: one shape fewer
+    (host / "manifest.json").write_text(json.dumps(raw, indent=2))
+    with pytest.raises(AstraError, match="another contract of merge_state"):
+        process_queue(queue, host.parent)
+    assert not (queue / "run1--r000-original" / RESULT_NAME).exists()
+    # the run's own contract there: evaluated as before
+    done = process_queue(queue, op_dir.parent)
+    assert [item for item, _ in done] == ["run1--r000-original"]

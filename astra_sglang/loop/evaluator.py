@@ -30,6 +30,7 @@ from astra_sglang.contract.op import (
     TritonRecipe,
     canonical_op_id,
     load_manifest,
+    manifest_digest,
 )
 from astra_sglang.contract.result import BuildReport, EvalResult, SweepBaseline
 from astra_sglang.errors import AstraError
@@ -338,7 +339,8 @@ class QueueEvaluator(Evaluator):
         request = QueueRequest(item_id=item_id, run_id=self.run_id, label=label, op=self.manifest.short_name,
                                op_id=self.manifest.op_id, spec=spec, created=now_iso(), note=self.note,
                                candidate_file=("candidate" + Path(candidate).suffix) if candidate else None,
-                               candidate_sha256=sha, retime_unless_on=retime_unless_on)
+                               candidate_sha256=sha, retime_unless_on=retime_unless_on,
+                               op_manifest_sha256=manifest_digest(self.manifest))
         existing = item_dir / REQUEST_NAME
         if existing.is_file():
             try:
@@ -390,7 +392,8 @@ class QueueEvaluator(Evaluator):
         item_id = f"{self.run_id}--r000-tune"
         item_dir = self.queue_dir / item_id
         request = QueueRequest(item_id=item_id, run_id=self.run_id, label="r000-tune", op=self.manifest.short_name,
-                               op_id=self.manifest.op_id, spec=spec, created=now_iso(), note=self.note, job="tune")
+                               op_id=self.manifest.op_id, spec=spec, created=now_iso(), note=self.note, job="tune",
+                               op_manifest_sha256=manifest_digest(self.manifest))
         if not (item_dir / REQUEST_NAME).is_file():
             atomic_write(item_dir / REQUEST_NAME, request.model_dump_json(indent=1))
         deadline = time.monotonic() + self.wait_s
@@ -590,6 +593,12 @@ def process_queue(queue_dir: Path, extracted_root: Path, device: str | None = No
         manifest = load_manifest(op_dir)
         if canonical_op_id(manifest.op_id) != canonical_op_id(request.op_id):  # either written before issue 24
             raise AstraError(f"{item_dir}: request is for op {request.op_id}, {op_dir} holds {manifest.op_id}")
+        held = manifest_digest(manifest)
+        if request.op_manifest_sha256 and request.op_manifest_sha256 != held:
+            raise AstraError(f"{item_dir}: run {request.run_id} was made against another contract of {request.op} "
+                             f"(manifest digest {request.op_manifest_sha256[:12]}; {op_dir} holds {held[:12]}): "
+                             "its verdicts would judge other shapes. Evaluate it where the op folder is the run's "
+                             "contract (pending/ holds revisions waiting for a GPU record)")
         if request.retime_unless_on:
             here = here if here is not None else _this_gpu()
             if here and same_gpu(here, request.retime_unless_on):

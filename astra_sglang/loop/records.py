@@ -72,6 +72,9 @@ class QueueRequest(Model):
     note: str | None = None
     job: Literal["evaluate", "tune"] = Field("evaluate", description="tune: `sweep_baseline` of the op's original "
                                              "(no candidate); its answer is <item>/baseline.json (TuneOutcome)")
+    op_manifest_sha256: str | None = Field(None, description="the op contract the run was made against "
+                                           "(manifest_digest): a host whose extracted/<op> states another contract "
+                                           "refuses the item; None in requests written before 2026-12-06")
     retime_unless_on: str | None = Field(None, description="a kernel a round competes with (its base, the latest "
                                          "round's fastest per GPU), already timed on this GPU: a host with that GPU "
                                          "answers NOT_RETIMED at once, another one times it beside the round's "
