@@ -338,16 +338,19 @@ def status_table(srv: dict) -> object:
     t = Table(title=f"{srv['dir']}: {len(srv['processes'])} process(es), {running} running",
               caption="captured = calls made during CUDA-graph capture; each graph replay reruns them "
                       "without a Python call, so they are counted once")
-    for col in ("patch", "op", "state per process", "patch calls", "original calls", "captured (patch/orig)",
-                "first-call check", "fallbacks / reasons"):
+    stacked = any(r.get("passed_on") for r in srv["patches"])  # a rewrite with SGLang's kernel retuned behind it
+    for col in ("patch", "op", "state per process", "patch calls", "original calls",
+                *(("passed on",) if stacked else ()), "captured (patch/orig)", "first-call check",
+                "fallbacks / reasons"):
         t.add_column(col)
     for r in srv["patches"]:
         states = r["states"].values()
         why = r["fallbacks"] or [x for x in r["reasons"] if {"failed", "inapplicable"} & set(states)]
         check = "; ".join(r["first_call_checks"]) or ("not run yet" if "pending" in states else "not run")
         t.add_row(r["patch_id"], r["op"], states_text(r["states"]), str(r["served_by_patch"]),
-                  str(r["served_by_original"]), f"{r['captured_by_patch']}/{r['captured_by_original']}",
-                  literal(check), literal("; ".join(why) or "-"))
+                  str(r["served_by_original"]), *((str(r.get("passed_on", 0)),) if stacked else ()),
+                  f"{r['captured_by_patch']}/{r['captured_by_original']}", literal(check),
+                  literal("; ".join(why) or "-"))
     return t
 
 

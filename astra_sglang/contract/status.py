@@ -31,6 +31,8 @@ class PatchCounts(Model):
     reason: str = Field(default="", description="why it is in this state (a refusal, the check it passed)")
     served_by_patch: int = 0
     served_by_original: int = Field(default=0, description="calls outside the guard, or after a refusal/fallback")
+    passed_on: int = Field(default=0, description="calls this patch did not serve, handed to the patch of the same "
+                                                  "op stacked behind it (SGLang's kernel retuned), which counts them")
     captured_by_patch: int = Field(default=0, description="of served_by_patch, made during CUDA-graph capture")
     captured_by_original: int = 0
     first_call_check: str = Field(default="", description="'' = not run yet; 'passed ...', 'failed: ...' or "

@@ -37,7 +37,7 @@ from astra_sglang.e2e.runner import arm_order
 
 ENV_ROUNDS = "ASTRA_E2E_INPROCESS_ROUNDS"
 ENV_OUT = "ASTRA_E2E_INPROCESS_OUT"
-COUNTED = ("served_by_patch", "served_by_original", "captured_by_patch", "captured_by_original")
+COUNTED = ("served_by_patch", "served_by_original", "passed_on", "captured_by_patch", "captured_by_original")
 
 
 def _counts() -> dict[str, dict[str, int | str]]:

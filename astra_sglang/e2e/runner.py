@@ -89,6 +89,7 @@ class PatchCount(Model):
     state: str = ""
     served_by_patch: int = 0
     served_by_original: int = 0
+    passed_on: int = Field(default=0, description="calls handed to the same op's patch stacked behind it")
     captured_by_patch: int = Field(default=0, description="in-process arm-runs: calls inside the recapture")
     captured_by_original: int = 0
     reason: str = ""
@@ -227,7 +228,8 @@ def patches_from_line(stdout: str) -> list[PatchCount]:
         return []
     data = json.loads(lines[-1][len(STATUS_LINE):])
     return [PatchCount(patch_id=pid, state=str(d.get("state", "")), served_by_patch=int(d.get("patch", 0)),
-                       served_by_original=int(d.get("original", 0)), reason=str(d.get("reason", "")))
+                       served_by_original=int(d.get("original", 0)), passed_on=int(d.get("passed_on", 0)),
+                       reason=str(d.get("reason", "")))
             for pid, d in sorted(data.items())]
 
 
@@ -243,6 +245,7 @@ def patches_from_records(status_dir: Path) -> list[PatchCount]:
             c = rows.setdefault(row["patch_id"], PatchCount(patch_id=row["patch_id"]))
             c.served_by_patch += row["served_by_patch"]
             c.served_by_original += row["served_by_original"]
+            c.passed_on += row.get("passed_on", 0)
             c.state = ", ".join(sorted({*filter(None, c.state.split(", ")), *row["states"].values()}))
             c.reason = c.reason or "; ".join(row["reasons"])
     return [rows[k] for k in sorted(rows)]
@@ -489,7 +492,7 @@ def not_reached(cfg: E2EConfig, runs: Sequence[ArmRun]) -> list[str]:
     for r in runs:
         if r.arm in ("B", "C"):
             for c in r.patches:
-                seen[c.patch_id] = seen.get(c.patch_id, 0) + c.served_by_patch + c.served_by_original
+                seen[c.patch_id] = seen.get(c.patch_id, 0) + c.served_by_patch + c.served_by_original + c.passed_on
     return [pid for pid in expected_patches(cfg, runs) if seen.get(pid) == 0]
 
 

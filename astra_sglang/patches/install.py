@@ -54,7 +54,8 @@ def install_selected(installer: Installer, *, root: Path | None = None, value: s
     for pid in unknown:
         status.fail(pid, f"requested in ASTRA_SGLANG_PATCHES but no such patch under {folder}")
     version = sglang_version or installed_sglang_version()
-    claimed: dict[str, list[tuple[str, str]]] = {}  # target -> [(patch id, op)] chained on it, innermost first
+    chosen = sorted(chosen, key=lambda e: not is_retune(e))  # a retune stands behind a rewrite of its op: inner
+    claimed: dict[str, list[tuple[str, str, bool]]] = {}  # target -> [(patch id, op, retune)], innermost first
     hooks: dict[str, Callable[..., Any]] = {}  # target -> its outermost stand-in so far
     originals: dict[str, Any] = {}  # target -> SGLang's function
     installed: dict[str, Any] = {}
@@ -65,9 +66,12 @@ def install_selected(installer: Installer, *, root: Path | None = None, value: s
             continue
         m = e.manifest
         assert m is not None
-        clash = [pid for t in m.targets for pid, op in claimed.get(t, []) if op == m.op or not shares_target(op, m.op)]
+        clash = [pid for t in m.targets for pid, op, retune in claimed.get(t, [])
+                 if (op == m.op and not stacks_on(claimed[t], m.op, is_retune(e))) or
+                 (op != m.op and not shares_target(op, m.op))]
         if clash:
-            status.fail(m.patch_id, f"call site already patched by {clash[0]} (enable one patch per op)", m.op)
+            status.fail(m.patch_id, f"call site already patched by {clash[-1]} (enable one patch per op, or a "
+                        "rewrite with SGLang's kernel retuned behind it)", m.op)
             continue
         others = [(t, who) for t in m.targets if conflict is not None and (who := conflict(t))]
         if others:
@@ -82,8 +86,10 @@ def install_selected(installer: Installer, *, root: Path | None = None, value: s
             continue
         for target, original in found.items():
             originals[target] = original
-            hooks[target] = rt.hook_for(original, target, passthrough=hooks.get(target))
-            claimed.setdefault(target, []).append((m.patch_id, m.op))
+            below = claimed.get(target, [])
+            hooks[target] = rt.hook_for(original, target, passthrough=hooks.get(target),
+                                        stacked=bool(below) and below[-1][1] == m.op)
+            claimed.setdefault(target, []).append((m.patch_id, m.op, is_retune(e)))
         installed[m.patch_id] = rt
         _runtimes[m.patch_id] = rt
     # one registration per call site, of its outermost stand-in, once every patch is chosen: a second REPLACE of
@@ -92,6 +98,21 @@ def install_selected(installer: Installer, *, root: Path | None = None, value: s
     for target, hook in hooks.items():
         installer(target, originals[target], hook)
     return installed
+
+
+def is_retune(e: Any) -> bool:
+    """A retune patch: SGLang's own kernel under swept launch configs (``patches add-retune``)."""
+    return e.manifest is not None and bool(e.manifest.source.retune)
+
+
+def stacks_on(below: list[tuple[str, str, bool]], op: str, retune: bool) -> bool:
+    """Whether a patch of ``op`` may stand in front of the patches of ``op`` already on a call site: one rewrite in
+    front of one retune (SGLang's own kernel with swept configs), never two of a kind. The rewrite serves its
+    guard, the retune what the rewrite leaves (decode attention: the rewrite is slower at B 17..127, where the
+    retune's configs win), SGLang's original the rest; each is checked against that original at its first call.
+    Two rewrites would overlap where neither was measured against the other."""
+    mine = [r for _, o, r in below if o == op]
+    return not retune and mine == [True]
 
 
 def shares_target(op_a: str, op_b: str) -> bool:

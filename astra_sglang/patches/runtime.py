@@ -63,12 +63,14 @@ class PatchRuntime:
 
     # ------------------------------------------------------------------------------------------- hot path
 
-    def hook_for(self, original: Original, target: str = "",
-                 passthrough: Callable[..., Any] | None = None) -> Callable[..., Any]:
+    def hook_for(self, original: Original, target: str = "", passthrough: Callable[..., Any] | None = None,
+                 stacked: bool = False) -> Callable[..., Any]:
         """The stand-in for ``original`` at ``target``. ``passthrough``: another op's stand-in on the same function
         (the two fused-MoE GEMMs share ``invoke_fused_moe_kernel``), which gets every call this adapter does not
         take as its form, whatever this patch's state; ``original`` stays SGLang's function, the one this patch
-        falls back to and is checked against."""
+        falls back to and is checked against. ``stacked``: ``passthrough`` is a patch of this same op (SGLang's
+        kernel retuned) standing behind this one, and gets every call this patch does not serve (outside its
+        guard, before its check, after a fallback), counted here as passed on and there as served."""
         st = self.status
         prepare = self.adapter.prepare
         launch = self.adapter.launch
@@ -80,7 +82,7 @@ class PatchRuntime:
         if target:
             st.targets = tuple(sorted(set(st.targets) | {target}))
         if placebo_requested():  # read once here, so the patch's own hot path below gains no check
-            return self._named(self._placebo_hook(original, passthrough), original)
+            return self._named(self._placebo_hook(original, passthrough, stacked), original)
 
         def astra_patched(*args: Any, **kwargs: Any) -> Any:
             live = st.state in ("active", "pending")
@@ -93,7 +95,7 @@ class PatchRuntime:
                     if live:
                         self.fail(f"exception in the guard ({type(e).__name__}: {e})")
                     p = None
-                if p is None and passthrough is not None:  # another form of this function: the next stand-in's
+                if p is None and passthrough is not None and not stacked:  # another form: the next stand-in's
                     return passthrough(*args, **kwargs)
                 if p is not None and live and guard(p) and (st.state == "active" or self._activate_on(p, original)):
                     try:
@@ -106,6 +108,10 @@ class PatchRuntime:
                             st.captured_by_patch += 1
                         tick()
                         return ret
+            if stacked:  # not this patch's call: the same op's patch behind it serves it or hands it to SGLang
+                st.passed_on += 1
+                tick()
+                return passthrough(*args, **kwargs)  # type: ignore[misc]
             st.served_by_original += 1
             if capturing():
                 st.captured_by_original += 1
@@ -114,7 +120,8 @@ class PatchRuntime:
 
         return self._named(astra_patched, original)
 
-    def _placebo_hook(self, original: Original, passthrough: Callable[..., Any] | None = None) -> Callable[..., Any]:
+    def _placebo_hook(self, original: Original, passthrough: Callable[..., Any] | None = None,
+                      stacked: bool = False) -> Callable[..., Any]:
         """The e2e placebo (ASTRA_SGLANG_PLACEBO): the host work the patch's hook does on every call (the
         adapter's prepare and the guard, results discarded; the counters and the status tick), then SGLang's
         original. Nothing is built, checked or launched, so a placebo process runs SGLang's kernels, and its
@@ -135,8 +142,12 @@ class PatchRuntime:
                         guard(p)
                 except Exception:  # the patch would have fallen back here too; the original serves either way
                     p = None
-                if p is None and passthrough is not None:
+                if p is None and passthrough is not None and not stacked:
                     return passthrough(*args, **kwargs)
+            if stacked:  # the placebo behind it does its own host work, then SGLang's original serves
+                st.passed_on += 1
+                tick()
+                return passthrough(*args, **kwargs)  # type: ignore[misc]
             st.served_by_original += 1
             if capturing():
                 st.captured_by_original += 1

@@ -26,6 +26,7 @@ class PatchStatus:
     reason: str = ""
     served_by_patch: int = 0
     served_by_original: int = 0
+    passed_on: int = 0  # calls handed to the patch of the same op stacked behind this one (a retune)
     captured_by_patch: int = 0
     captured_by_original: int = 0
     first_call_check: str = ""  # "" = not run; "passed ..." / "failed: ..." / "not applicable: ..."

@@ -120,6 +120,7 @@ def _patch_counts() -> list[PatchCounts]:
 
     return [PatchCounts(patch_id=s.patch_id, op=s.op, state=s.state, reason=s.reason,
                         served_by_patch=s.served_by_patch, served_by_original=s.served_by_original,
+                        passed_on=s.passed_on,
                         captured_by_patch=s.captured_by_patch, captured_by_original=s.captured_by_original,
                         first_call_check=s.first_call_check, fallbacks=list(s.fallbacks))
             for s in sorted(status.statuses().values(), key=lambda s: s.patch_id)]

@@ -21,7 +21,7 @@ def _report() -> None:
     from astra_sglang.patches import status
 
     out = {pid: {"state": s.state, "reason": s.reason, "first_call_check": s.first_call_check,
-                 "patch": s.served_by_patch, "original": s.served_by_original,
+                 "patch": s.served_by_patch, "original": s.served_by_original, "passed_on": s.passed_on,
                  "captured_patch": s.captured_by_patch, "captured_original": s.captured_by_original}
            for pid, s in status.statuses().items()}
     print(PATCH_LINE + json.dumps(out), flush=True)

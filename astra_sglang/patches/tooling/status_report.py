@@ -11,7 +11,7 @@ from astra_sglang.contract.base import pid_alive
 from astra_sglang.contract.status import ProcessStatus, read_process_status
 from astra_sglang.errors import AstraError
 
-SUMMED = ("served_by_patch", "served_by_original", "captured_by_patch", "captured_by_original")
+SUMMED = ("served_by_patch", "served_by_original", "passed_on", "captured_by_patch", "captured_by_original")
 
 
 def server_dirs(folder: Path) -> list[Path]:

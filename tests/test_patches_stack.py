@@ -1,0 +1,161 @@
+"""A rewrite with SGLang's own kernel retuned behind it, on one call site: the rewrite serves its guard, the retune
+what the rewrite leaves, SGLang's original the rest (decode attention: the shipped rewrite is slower at B 17..127,
+where a retune's configs win). The rewrite is merge-state-mr-k1 (a MODEL RUN's kernel, shipped), the retune comes
+from a SCRIPTED sweep (test_patches_retune.py); both run under TRITON_INTERPRET=1 against merge_state's real
+original, rebuilt from extracted/merge_state. Nothing here is timed."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_patches_retune import SMALL, _scripted_sweep, _write
+
+from astra_sglang.cli.main import main
+
+REPO = Path(__file__).resolve().parents[1]
+REWRITE = {"T": 32, "NH": 8, "D": 128}  # inside mr-k1's measured region for 8 heads (T 32..2048); SMALL is not
+NEITHER = {"T": 5, "NH": 3, "D": 128}  # in neither guard
+
+
+@pytest.fixture
+def root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("ASTRA_SGLANG_PATCHES_DIR", str(tmp_path / "patches"))
+    monkeypatch.setenv("ASTRA_SGLANG_STATE_FILE", str(tmp_path / "state.json"))
+    monkeypatch.setenv("ASTRA_SGLANG_PATCHES", "rt-merge,merge-state-mr-k1")
+    return tmp_path / "patches"
+
+
+def _args(torch: Any, dims: dict[str, int]) -> list[Any]:
+    t, nh, d = dims["T"], dims["NH"], dims["D"]
+    return [torch.randn(t, nh, d).bfloat16(), torch.randn(t, nh), torch.randn(t, nh, d).bfloat16(),
+            torch.randn(t, nh)]
+
+
+def _both(root: Path, tmp_path: Path) -> None:
+    from astra_sglang.contract.patch import load_patch_manifest, write_patch_manifest
+
+    assert main(["patches", "add-retune", "merge_state", "--sweep", str(_write(tmp_path, _scripted_sweep())),
+                 "--id", "rt-merge", "--not-in-all"]) == 0
+    shutil.copytree(REPO / "patches" / "merge_state" / "merge-state-mr-k1", root / "merge_state" / "merge-state-mr-k1")
+    for pid, check in (("rt-merge", SMALL), ("merge-state-mr-k1", REWRITE)):
+        d = root / "merge_state" / pid
+        m = load_patch_manifest(d)
+        m.check_shapes = [check]  # one each: the interpreter is slow
+        m.validated_on.archs.append("cpu-interpret")  # this host: the interpreter stands in for the GPU
+        m.validated_on.gpus = []
+        write_patch_manifest(d, m)
+
+
+def test_a_rewrite_serves_its_guard_and_hands_the_rest_to_the_retune_behind_it(root, tmp_path, monkeypatch,
+                                                                              restored_op):
+    restored_op("merge_state")
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("the CPU path")
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    from astra_sglang.patches import install, status
+    from astra_sglang.patches.registry import discover
+    from astra_sglang.patches.tooling.devcheck import extracted_original
+
+    _both(root, tmp_path)
+    original = extracted_original(discover()[0])
+    monkeypatch.setattr(install, "resolve_target", lambda target: original)
+    status.reset()
+    hooked: dict[str, Any] = {}
+    installed = install.install_selected(lambda target, orig, hook: hooked.__setitem__(target, hook))
+    assert sorted(installed) == ["merge-state-mr-k1", "rt-merge"]
+    (hook,) = hooked.values()  # one registration: the rewrite's stand-in, the retune's behind it
+    for dims in (REWRITE, SMALL, NEITHER):
+        args = _args(torch, dims)
+        out, lse = hook(*args)
+        ref_out, ref_lse = original(*args)
+        assert torch.allclose(out.float(), ref_out.float(), atol=2e-2, rtol=2e-2), dims
+        assert torch.allclose(lse, ref_lse, atol=1e-3, rtol=1e-3), dims
+    s = status.statuses()
+    rewrite, retune = s["merge-state-mr-k1"], s["rt-merge"]
+    assert (rewrite.state, retune.state) == ("active", "active"), (rewrite.reason, retune.reason)
+    assert (rewrite.served_by_patch, rewrite.passed_on, rewrite.served_by_original) == (1, 2, 0)
+    assert (retune.served_by_patch, retune.served_by_original) == (1, 1)  # NEITHER: SGLang's original
+
+
+def test_two_rewrites_of_one_op_are_never_stacked_and_the_retune_stands_behind_whatever_the_order(
+        root, tmp_path, restored_op):
+    """Two rewrites would overlap where neither was measured against the other: the second is refused with one
+    line. The retune goes behind the rewrite even when it is named first."""
+    restored_op("merge_state")
+    from astra_sglang.patches import install, status
+
+    _both(root, tmp_path)
+    shutil.copytree(root / "merge_state" / "merge-state-mr-k1", root / "merge_state" / "merge-state-mr-k1b")
+    from astra_sglang.contract.patch import load_patch_manifest, write_patch_manifest
+
+    d = root / "merge_state" / "merge-state-mr-k1b"
+    m = load_patch_manifest(d)
+    m.patch_id = "merge-state-mr-k1b"
+    write_patch_manifest(d, m)
+    status.reset()
+    order: list[str] = []
+    install.resolve_target = lambda target: (lambda *a, **k: None)  # type: ignore[assignment]
+    try:
+        installed = install.install_selected(lambda target, orig, hook: order.append(hook.astra_patch_id),
+                                             value="rt-merge,merge-state-mr-k1,merge-state-mr-k1b")
+    finally:
+        import pkgutil
+
+        install.resolve_target = pkgutil.resolve_name  # type: ignore[assignment]
+    assert sorted(installed) == ["merge-state-mr-k1", "rt-merge"]
+    assert order == ["merge-state-mr-k1"]  # the outermost stand-in is the rewrite's
+    refused = status.statuses()["merge-state-mr-k1b"]
+    assert refused.state == "failed" and "already patched by merge-state-mr-k1" in refused.reason
+
+
+def test_a_stacked_placebo_runs_both_hooks_host_work_and_sglangs_original_serves(root, tmp_path, monkeypatch,
+                                                                                 restored_op):
+    """e2e's C arm: the hooks of both patches are installed and do their host work, every call is SGLang's."""
+    restored_op("merge_state")
+    torch = pytest.importorskip("torch")
+    from astra_sglang.patches import install, status
+    from astra_sglang.patches.env import ENV_PLACEBO
+
+    _both(root, tmp_path)
+    monkeypatch.setenv(ENV_PLACEBO, "1")
+    calls: list[int] = []
+
+    def sglang(*args: Any, **kwargs: Any) -> str:
+        calls.append(args[0].shape[0])
+        return "sglang"
+
+    monkeypatch.setattr(install, "resolve_target", lambda target: sglang)
+    status.reset()
+    hooked: dict[str, Any] = {}
+    install.install_selected(lambda target, orig, hook: hooked.__setitem__(target, hook))
+    (hook,) = hooked.values()
+    assert [hook(*_args(torch, dims)) for dims in (REWRITE, SMALL, NEITHER)] == ["sglang"] * 3
+    assert calls == [32, 5, 5]
+    s = status.statuses()
+    assert (s["merge-state-mr-k1"].passed_on, s["merge-state-mr-k1"].served_by_patch) == (3, 0)
+    assert (s["rt-merge"].served_by_original, s["rt-merge"].served_by_patch) == (3, 0)
+
+
+def test_patches_status_shows_what_a_rewrite_passed_on_beside_what_it_served(tmp_path, capsys):
+    from astra_sglang.contract.status import PatchCounts, ProcessStatus
+
+    d = tmp_path / "pg-1"
+    d.mkdir()
+    for pid in (999998, 999999):  # two scheduler processes: the counts add up
+        rec = ProcessStatus(pid=pid, pgid=1, started=0.0, updated=0.0, exited=True, patches=[
+            PatchCounts(patch_id="rewrite", op="decode_attention", state="active", served_by_patch=10, passed_on=3),
+            PatchCounts(patch_id="retune", op="decode_attention", state="active", served_by_patch=2,
+                        served_by_original=1)])
+        (d / f"{pid}.json").write_text(rec.model_dump_json())
+    assert main(["patches", "status", "--dir", str(d)]) == 0
+    out = capsys.readouterr().out
+    assert "passed on" in out
+    header = next(line.split() for line in out.splitlines() if line.startswith("patch "))
+    assert header[:12] == ["patch", "op", "state", "per", "process", "patch", "calls", "original", "calls", "passed",
+                           "on", "captured"]
+    row = next(line.split() for line in out.splitlines() if line.startswith("rewrite"))
+    assert row[4:7] == ["20", "0", "6"]  # patch calls, original calls, passed on: summed over both processes
