@@ -108,7 +108,7 @@ def add_retune(op: str, sweep_path: Path, *, patch_id: str, root: Path | None = 
     """Register SGLang's ``op`` under its sweep's launch configs as ``patches/<op>/<patch_id>/`` (retune.json and
     the manifest). Refused when the sweep is of another op, SGLang version or contract, or wins nowhere.
     ``in_all`` False: served only where its id is named, never by ``ASTRA_SGLANG_PATCHES=all`` (a retune not yet
-    measured end to end beside the op's other patch: one patch per op is installed)."""
+    measured end to end behind the op's rewrite, which it stacks behind once both are named)."""
     from astra_sglang.harness.parent.tune_space import call_dims
     from astra_sglang.patches.adapters import get_adapter
 
