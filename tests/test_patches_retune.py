@@ -15,11 +15,11 @@ from astra_sglang.cli.main import main
 from astra_sglang.contract.result import BaselineShape, SweepBaseline, SweepConfig, SweepShape
 
 WARPS = "merge_state_kernel.num_warps"
-BIG, SMALL = {"T": 512, "NH": 40, "D": 128}, {"T": 5, "NH": 8, "D": 128}
+BIG, SMALL = {"T": 512, "NH": 40, "D": 128}, {"T": 8, "NH": 5, "D": 128}  # two of the contract's shapes
 
 
 def _scripted_sweep(device: str = "NVIDIA H200 (sm_90)", op_id: str = "attention.merge_state_triton") -> SweepBaseline:
-    """8 warps win at T 512 (1.25x), 2 warps at T 5 (1.10x); each loses at the other's shape. SCRIPTED."""
+    """8 warps win at T 512 (1.25x), 2 warps at T 8 (1.10x); each loses at the other's shape. SCRIPTED."""
     def at(dims: dict[str, int], speedup: float) -> SweepShape:
         return SweepShape(dims=dims, dtype="bfloat16", original_us=10.0, candidate_us=10.0 / speedup,
                           speedup=speedup, spread_pct=0.5)
@@ -80,7 +80,7 @@ def test_a_retune_patch_serves_sglangs_own_kernel_with_the_config_of_the_calls_b
     original = extracted_original(entry)
     status.reset("rt-merge")
     hook = PatchRuntime(entry.path, entry.manifest).hook_for(original, m.targets[0])
-    args = [torch.randn(5, 8, 128).bfloat16(), torch.randn(5, 8), torch.randn(5, 8, 128).bfloat16(), torch.randn(5, 8)]
+    args = [torch.randn(8, 5, 128).bfloat16(), torch.randn(8, 5), torch.randn(8, 5, 128).bfloat16(), torch.randn(8, 5)]
     out, lse = hook(*args)  # inside the guard: the derived regions are the two measured shapes
     assert status.statuses()["rt-merge"].state == "active", status.statuses()["rt-merge"]
     assert counters()["rt-merge"] == {"patch": 1, "original": 0}
@@ -93,7 +93,7 @@ def test_a_retune_patch_serves_sglangs_own_kernel_with_the_config_of_the_calls_b
     assert "num_warps=_ASTRA_LAUNCH['merge_state_kernel.num_warps']" in text
     fn = load_function(path, "merge_state_triton")
     fn(*args)
-    assert fn.__globals__["_ASTRA_LAUNCH"] == {WARPS: 2}  # the T 5 bucket
+    assert fn.__globals__["_ASTRA_LAUNCH"] == {WARPS: 2}  # the T 8 bucket
     big = [torch.randn(64, 40, 128).bfloat16(), torch.randn(64, 40), torch.randn(64, 40, 128).bfloat16(),
            torch.randn(64, 40)]
     fn(*big)
@@ -132,3 +132,20 @@ def test_add_retune_refuses_a_sweep_that_says_nothing_about_this_op_s_speed(root
     assert main(["patches", "add-retune", "merge_state", "--sweep", str(_write(tmp_path, sweep)), "--id", "x"]) == 2
     err = capsys.readouterr().err
     assert says in err and "Traceback" not in err and not (root / "merge_state" / "x").exists()
+
+
+def test_a_sweep_of_shapes_the_contract_no_longer_states_is_refused_naming_the_re_sweep(root, tmp_path, restored_op,
+                                                                                       capsys):
+    """A guard derived from shapes SGLang's contract no longer states (decode attention's old sweep at S 1024 with
+    a contiguous q, after the revision to S 1033 with q in the qkv rows) would serve calls nothing measured."""
+    restored_op("merge_state")
+    old = _scripted_sweep()
+    moved = {"T": 5, "NH": 8, "D": 128}  # not a merge_state contract shape
+    old.shapes[1] = old.shapes[1].model_copy(update={"dims": moved})
+    for c in old.configs:
+        c.shapes[1] = c.shapes[1].model_copy(update={"dims": moved})
+    rc = main(["patches", "add-retune", "merge_state", "--sweep", str(_write(tmp_path, old)), "--id", "rt-old"])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and len(err.splitlines()) == 1, err
+    assert "1 of its 2 shapes are not the merge_state contract's" in err and "--prior" in err
+    assert not (root / "merge_state" / "rt-old").exists()

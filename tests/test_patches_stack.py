@@ -16,7 +16,7 @@ from test_patches_retune import SMALL, _scripted_sweep, _write
 from astra_sglang.cli.main import main
 
 REPO = Path(__file__).resolve().parents[1]
-REWRITE = {"T": 32, "NH": 8, "D": 128}  # inside mr-k1's measured region for 8 heads (T 32..2048); SMALL is not
+REWRITE = {"T": 32, "NH": 8, "D": 128}  # inside mr-k1's measured region for 8 heads (T 32..2048)
 NEITHER = {"T": 5, "NH": 3, "D": 128}  # in neither guard
 
 
@@ -44,6 +44,9 @@ def _both(root: Path, tmp_path: Path) -> None:
         d = root / "merge_state" / pid
         m = load_patch_manifest(d)
         m.check_shapes = [check]  # one each: the interpreter is slow
+        if pid == "merge-state-mr-k1":  # its measured region for 8 heads alone, so SMALL is the retune's to serve
+            m.guard.regions = [r for r in m.guard.regions if r["NH"].min == 8]
+            assert m.guard.regions and m.guard.accepts_dims(REWRITE) and not m.guard.accepts_dims(SMALL)
         m.validated_on.archs.append("cpu-interpret")  # this host: the interpreter stands in for the GPU
         m.validated_on.gpus = []
         write_patch_manifest(d, m)
@@ -134,7 +137,7 @@ def test_a_stacked_placebo_runs_both_hooks_host_work_and_sglangs_original_serves
     install.install_selected(lambda target, orig, hook: hooked.__setitem__(target, hook))
     (hook,) = hooked.values()
     assert [hook(*_args(torch, dims)) for dims in (REWRITE, SMALL, NEITHER)] == ["sglang"] * 3
-    assert calls == [32, 5, 5]
+    assert calls == [32, 8, 5]
     s = status.statuses()
     assert (s["merge-state-mr-k1"].passed_on, s["merge-state-mr-k1"].served_by_patch) == (3, 0)
     assert (s["rt-merge"].served_by_original, s["rt-merge"].served_by_patch) == (3, 0)

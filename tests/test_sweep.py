@@ -280,3 +280,49 @@ def test_an_interpreter_check_leaves_huge_extra_cases_to_the_gpu_and_says_so(mer
     r = evaluate(merge_op, None, cfg)
     assert r.ok and any("1 of the suite's 2 extra case(s) not run here" in n for n in r.correctness.notes)
     assert "run when the candidate is evaluated on the GPU" in check_from_result(r).ran
+
+
+def test_a_sweep_from_a_prior_times_only_each_prior_shapes_fastest_configs_and_is_never_a_runs_bar(
+        merge_op, tmp_path, capsys):
+    """After a contract revision that moved the shapes a little (decode attention, 2026-12-06: S 1024 -> 1033, q in
+    the qkv rows), `tune --prior` re-times the configs that ranked among each prior shape's top K, not all 64 (9 of
+    64 for decode attention's H100 sweep at K 3). The prior here is SCRIPTED; timing is the CPU simulation."""
+    from astra_sglang.contract.result import SweepBaseline, SweepConfig, SweepShape
+    from astra_sglang.harness.parent.tune_baseline import prior_configs, sweep_baseline
+    from astra_sglang.loop.evaluator import _same_sweep
+    from astra_sglang.loop.records import EvalSpec
+
+    w = "merge_state_kernel.num_warps"
+
+    def at(us_a: float, us_b: float) -> list[SweepShape]:
+        return [SweepShape(dims={"T": 5, "NH": 8, "D": 128}, dtype="bfloat16", original_us=10.0, candidate_us=us_a,
+                           speedup=10.0 / us_a, spread_pct=0.5),
+                SweepShape(dims={"T": 512, "NH": 40, "D": 128}, dtype="bfloat16", original_us=10.0,
+                           candidate_us=us_b, speedup=10.0 / us_b, spread_pct=0.5)]
+    prior = SweepBaseline(op_id="attention.merge_state_triton", sglang_version="0.5.23", device="NVIDIA H200 (sm_90)",
+                          parameters={w: [1, 2, 4, 8]}, original_config={w: "4"}, shapes=[], method="SCRIPTED",
+                          configs=[SweepConfig(config={w: 1}, ok=True, shapes=at(7.0, 12.0)),
+                                   SweepConfig(config={w: 2}, ok=True, shapes=at(8.0, 11.0)),
+                                   SweepConfig(config={w: 4}, ok=True, shapes=at(9.0, 10.0)),
+                                   SweepConfig(config={w: 8}, ok=False, shapes=[], failure="wrong")])
+    space = [{w: v} for v in (1, 2, 4, 8)]
+    assert prior_configs(prior, space, 1, "merge_state") == [{w: 1}, {w: 4}]  # each shape's fastest correct one
+    assert prior_configs(prior, space, 2, "merge_state") == [{w: 1}, {w: 2}, {w: 4}]  # never the wrong one
+    b = sweep_baseline(merge_op, SIM, prior=(prior, 1))
+    assert [c.config for c in b.configs] == [{w: 1}, {w: 4}]
+    assert b.configs_from.startswith("2 of the 4 configs") and "NVIDIA H200" in b.configs_from
+    # written where a run would look for its bar, it is still not one: part of the space is a bar too low
+    folder = tmp_path / "merge_state"
+    shutil.copytree(merge_op, folder)
+    (folder / "tune_baseline.json").write_text(b.model_copy(update={"device": "NVIDIA H200 (sm_90)",
+                                                                    "method": "cold L2"}).model_dump_json())
+    spec = EvalSpec(shapes="test", mode="cold")
+    assert _same_sweep(folder, load_manifest(folder), spec) is None
+    full = b.model_copy(update={"device": "NVIDIA H200 (sm_90)", "method": "cold L2", "configs_from": ""})
+    (folder / "tune_baseline.json").write_text(full.model_dump_json())
+    assert _same_sweep(folder, load_manifest(folder), spec) is not None  # the same file, the whole space
+    # bad input: one line, exit 2
+    bad = tmp_path / "other.json"
+    bad.write_text(prior.model_copy(update={"configs": [SweepConfig(config={"k.BLOCK": 1}, ok=True)]}).model_dump_json())
+    _one_line_exit_2(["tune", str(merge_op), "--prior", str(bad), "--device", "cpu"], capsys, "not the same space")
+    _one_line_exit_2(["tune", str(merge_op), "--prior", str(tmp_path / "none.json")], capsys, "cannot read it")

@@ -9,6 +9,7 @@ from pathlib import Path
 from astra_sglang.cli.args import positive_float, positive_int
 from astra_sglang.contract.eval_config import EvalConfig
 from astra_sglang.contract.op import canonical_op_id, find_op_dir
+from astra_sglang.contract.result import SweepBaseline
 from astra_sglang.errors import AstraError
 
 
@@ -32,6 +33,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, help="base seed of the quick cases (default: fresh)")
     p.add_argument("--extracted", type=Path, default=Path("extracted"), help="extracted ops root (default: extracted/)")
     p.add_argument("--json", action="store_true", help="print the baseline as JSON")
+    p.add_argument("--prior", type=Path, metavar="SWEEP",
+                   help="an earlier sweep of this op (its tune_baseline.json): time only the configs among each of "
+                        "its shapes' --top fastest, e.g. after a contract revision moved the shapes a little. Written "
+                        "to <op folder>/tune_baseline.prior.json by default; a retune can be registered from it, it "
+                        "is never a loop run's bar (that is the whole space)")
+    p.add_argument("--top", type=positive_int, default=3, help="with --prior: configs kept per prior shape (default 3)")
     p.add_argument("--chunk", type=positive_int, default=None,
                    help="configs per judge worker (default 16); each finished chunk is kept in <out>.partial.json "
                         "and a cut tune of the same sweep resumes from it")
@@ -42,19 +49,21 @@ def handle(args: argparse.Namespace) -> int:
     from astra_sglang import platform_info
     from astra_sglang.contract.base import write_atomic
     from astra_sglang.harness import resolve_device, sweep_baseline
-    from astra_sglang.harness.parent.tune_baseline import BASELINE_NAME, CHUNK, partial_path
+    from astra_sglang.harness.parent.tune_baseline import BASELINE_NAME, CHUNK, PRIOR_NAME, partial_path
 
     op_dir = find_op_dir(args.op, args.extracted)
+    prior = (_read_prior(args.prior), args.top) if args.prior else None
     config = EvalConfig(shapes=args.shapes or "paper", dtypes=args.dtypes, timing_dtypes=args.dtypes,
                         device=args.device, timeout_s=args.timeout, seed=args.seed)
     if args.device == "auto" and resolve_device(config) == "cpu":
         raise AstraError("no CUDA GPU visible: tuning needs one to time. To check every config's correctness only "
                          "(Triton ops, under TRITON_INTERPRET=1; nothing is written) pass --device cpu")
     if resolve_device(config) == "cpu":
-        return check_only(args, op_dir, config)
-    out = args.out or op_dir / BASELINE_NAME
+        return check_only(args, op_dir, config, prior)
+    out = args.out or op_dir / (PRIOR_NAME if prior else BASELINE_NAME)
     partial = partial_path(out, platform_info.current().gpu)
-    baseline = sweep_baseline(op_dir, config, progress=_stderr, partial=partial, chunk=args.chunk or CHUNK)
+    baseline = sweep_baseline(op_dir, config, progress=_stderr, partial=partial, chunk=args.chunk or CHUNK,
+                              prior=prior)
     write_atomic(out, baseline.model_dump_json(indent=1) + "\n")
     partial.unlink(missing_ok=True)
     if args.json:
@@ -63,6 +72,8 @@ def handle(args: argparse.Namespace) -> int:
     print(f"{canonical_op_id(baseline.op_id)} on {baseline.device}: swept "
           + "; ".join(f"{k} in {v} (original: {baseline.original_config[k]})" for k, v in baseline.parameters.items()))
     dropped = [c for c in baseline.configs if not c.ok]
+    if baseline.configs_from:
+        print(f"configs: {baseline.configs_from}")
     print(f"{len(baseline.configs)} configs, {len(dropped)} dropped by the checks"
           + (f" (first: {dropped[0].config}: {(dropped[0].failure or '')[:120]})" if dropped else ""))
     if baseline.shapes:
@@ -79,11 +90,21 @@ def handle(args: argparse.Namespace) -> int:
     return 0
 
 
+def _read_prior(path: Path) -> SweepBaseline:
+    try:
+        return SweepBaseline.model_validate_json(path.read_text())
+    except OSError as e:
+        raise AstraError(f"--prior {path}: cannot read it ({e.strerror})") from None
+    except ValueError as e:
+        raise AstraError(f"--prior {path}: not a sweep baseline ({str(e).splitlines()[0]})") from None
+
+
 def _stderr(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
-def check_only(args: argparse.Namespace, op_dir: Path, config: EvalConfig) -> int:
+def check_only(args: argparse.Namespace, op_dir: Path, config: EvalConfig,
+               prior: tuple[SweepBaseline, int] | None = None) -> int:
     """``tune --device cpu``: every config of the original checked under the interpreter on the test shapes,
     nothing timed and nothing written. Interpreter times are host calls of a simulator: persisted as a
     baseline they would later be shown as the bar a candidate beat (as an earlier version did)."""
@@ -102,7 +123,7 @@ def check_only(args: argparse.Namespace, op_dir: Path, config: EvalConfig) -> in
             _stderr(header.pop())
         _stderr(line)
 
-    baseline = sweep_baseline(op_dir, config, progress=progress)
+    baseline = sweep_baseline(op_dir, config, progress=progress, prior=prior)
     if args.json:
         print(baseline.model_dump_json(indent=2))
     dropped = [c for c in baseline.configs if not c.ok]

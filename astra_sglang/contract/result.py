@@ -182,6 +182,9 @@ class SweepBaseline(Model):
     method: str = ""
     note: str = ""
     wall_s: float = 0.0
+    configs_from: str = Field(default="", description="'' = every config of the space; else which configs were "
+                              "swept and the prior sweep they were chosen from (`tune --prior`): such a sweep can "
+                              "register a retune, it is never a run's bar")
 
     @property
     def geomean_speedup(self) -> float | None:

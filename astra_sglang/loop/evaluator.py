@@ -492,8 +492,8 @@ def _same_sweep(op_dir: Path, manifest: Manifest, spec: EvalSpec, gpu: str | Non
 
     found = read_baseline(op_dir)
     if (found is None or canonical_op_id(found.op_id) != canonical_op_id(manifest.op_id)
-            or found.sglang_version != manifest.sglang_version):
-        return None
+            or found.sglang_version != manifest.sglang_version or found.configs_from):
+        return None  # configs_from: part of the space (tune --prior), a bar too low for a run
     if f"{spec.mode} L2" not in found.method:
         return None
     measured_on = gpu_of_text(found.device)

@@ -39,6 +39,7 @@ from astra_sglang.harness.parent.sweep import CPU_NOTE, choose, sweep_method, sw
 from astra_sglang.harness.shared.suite import timed_shapes
 
 BASELINE_NAME = "tune_baseline.json"
+PRIOR_NAME = "tune_baseline.prior.json"  # tune --prior: part of the space, for retunes; never read as a bar
 # Configs per worker: a worker's start and warm-up cost ~7 s, and each config of decode_attention's 64 takes ~14 s
 # over 14 timed shapes (H100). Chunks of 16 took ~230 s each: a pass cut by its call's limit in config 16 of the
 # first chunk kept nothing (2026-12-05). Four configs lose at most ~1 minute to a cut.
@@ -76,11 +77,14 @@ def partial_path(out: Path, gpu: str | None = None) -> Path:
     return out.with_name(out.stem + (f".{slug}" if slug else "") + ".partial.json")
 
 
-def _sweep_key(text: str, params: list[LaunchParam], config: EvalConfig, device: str) -> str:
+def _sweep_key(text: str, params: list[LaunchParam], config: EvalConfig, device: str,
+               only: list[dict[str, TuneValue]] | None = None) -> str:
     import hashlib
 
     what = [hashlib.sha256(text.encode()).hexdigest(), [(p.name, p.values) for p in params], config.shapes,
             config.dtypes, config.timing_dtypes, config.mode, config.timing, device, config.gpu]
+    if only is not None:
+        what.append(sorted(repr(sorted(c.items())) for c in only))
     return hashlib.sha256(repr(what).encode()).hexdigest()[:32]
 
 
@@ -126,10 +130,12 @@ def _chunk_say(say: Callable[[str], None], n: int, of: int, part: list[int]) -> 
 
 def sweep_baseline(op_dir: Path, config: EvalConfig,
                    progress: Callable[[str], None] | None = None, partial: Path | None = None,
-                   chunk: int = CHUNK) -> SweepBaseline:
+                   chunk: int = CHUNK, prior: tuple[SweepBaseline, int] | None = None) -> SweepBaseline:
     """The sweep; with ``config.timing`` off (the CPU interpreter) only the checks of every config run, and
     the result has no shapes: it says which configs are correct, never which is faster. ``partial``: where
-    each finished chunk is kept and a cut sweep of the same key resumes from (removed once the sweep ends)."""
+    each finished chunk is kept and a cut sweep of the same key resumes from (removed once the sweep ends).
+    ``prior``: (an earlier sweep of this op, K): only the configs among each of its shapes' K fastest
+    (``prior_configs``), as after a contract revision that moved the shapes a little."""
     from astra_sglang.harness.parent.evaluate import resolve_device, with_gpu
 
     t0 = time.monotonic()
@@ -147,7 +153,14 @@ def sweep_baseline(op_dir: Path, config: EvalConfig,
     configs: list[dict[str, TuneValue]] = [dict(zip((p.name for p in params), values))
                                            for values in itertools.product(*(p.values for p in params))]
     say = progress or (lambda line: None)
-    key = _sweep_key(text, params, config, device)
+    configs_from = ""
+    if prior is not None:
+        space = len(configs)
+        configs = prior_configs(prior[0], configs, prior[1], manifest.short_name)
+        configs_from = (f"{len(configs)} of the {space} configs: each timed shape's {prior[1]} fastest in the prior "
+                        f"sweep on {prior[0].device} ({len(prior[0].shapes)} shapes, {len(prior[0].configs)} configs)")
+        say(f"sweeping {configs_from}")
+    key = _sweep_key(text, params, config, device, configs if prior is not None else None)
     kept = _read_partial(partial, key, say, timed_shapes(manifest, config) if config.timing else None)
     seed = kept.seed if kept else config.seed if config.seed is not None else random.SystemRandom().getrandbits(48)
     state = kept or TunePartial(key=key, seed=seed)
@@ -200,7 +213,30 @@ def sweep_baseline(op_dir: Path, config: EvalConfig,
                          original_config={p.name: p.original for p in params}, shapes=shapes, configs=results,
                          method=sweep_method(config, dev, not shapes),
                          note="" if device == "cuda" else CPU_NOTE if shapes else CHECK_ONLY_NOTE,
-                         wall_s=time.monotonic() - t0)
+                         wall_s=time.monotonic() - t0, configs_from=configs_from)
+
+
+def prior_configs(prior: SweepBaseline, space: list[dict[str, TuneValue]], k: int,
+                  op: str) -> list[dict[str, TuneValue]]:
+    """The configs of ``space`` that were among the ``k`` fastest correct ones at some shape of ``prior``, in the
+    space's order. A re-sweep after a small contract revision (decode attention: S 1024 -> 1033, q in the qkv rows)
+    then times 9 of 64 configs (the H100 sweep's top 3 per shape), about 70 s instead of 500 s of a GPU session.
+    The whole space stays the bar a loop run must beat; this is for retunes, which need good configs, not all."""
+    if not prior.configs:
+        raise AstraError(f"tune {op} --prior: that sweep lists no configs (a CPU check-only sweep?)")
+    names = set(space[0]) if space else set()
+    if {frozenset(c.config) for c in prior.configs} != {frozenset(names)}:
+        raise AstraError(f"tune {op} --prior: that sweep varied {sorted(prior.parameters)}, this source exposes "
+                         f"{sorted(names)}: not the same space")
+    ok = [c for c in prior.configs if c.ok and c.shapes]
+    keep: set[str] = set()
+    for i in range(min((len(c.shapes) for c in ok), default=0)):
+        ranked = sorted(ok, key=lambda c: c.shapes[i].candidate_us)
+        keep.update(repr(sorted(c.config.items())) for c in ranked[:k])
+    chosen = [c for c in space if repr(sorted(c.items())) in keep]
+    if not chosen:
+        raise AstraError(f"tune {op} --prior: none of that sweep's fastest configs is in this source's space")
+    return chosen
 
 
 def measured_on_gpu(b: SweepBaseline) -> bool:

@@ -14,7 +14,7 @@ import math
 from pathlib import Path
 
 from astra_sglang.contract.base import write_atomic
-from astra_sglang.contract.op import canonical_op_id, entry_and_call, load_manifest, manifest_digest
+from astra_sglang.contract.op import canonical_op_id, complete_dims, entry_and_call, load_manifest, manifest_digest
 from astra_sglang.contract.patch import (
     Evidence,
     GuardRow,
@@ -129,6 +129,14 @@ def add_retune(op: str, sweep_path: Path, *, patch_id: str, root: Path | None = 
     if any(set(d) - contract_dims for r in rows for d in r.shapes):
         raise AstraError(f"{sweep_path}: its shapes have dims the {op} contract does not (an older contract); "
                          "sweep it again")
+    # a guard from shapes SGLang no longer serves as the contract states them (decode attention's S 1024 -> 1033
+    # and q in the qkv rows) would serve calls no measurement covered
+    served = {tuple(sorted(complete_dims(op_manifest, s.dims).items())) for s in op_manifest.shapes}
+    stale = [s.dims for s in sweep.shapes if tuple(sorted(complete_dims(op_manifest, s.dims).items())) not in served]
+    if stale:
+        raise AstraError(f"{sweep_path}: {len(stale)} of its {len(sweep.shapes)} shapes are not the {op} contract's "
+                         f"(first: {stale[0]}; a contract revision since?): sweep it again, `tune {op} --prior "
+                         f"{sweep_path}` re-times only its best configs")
     recipe = RetuneRecipe(op_id=op_manifest.op_id, sglang_version=sweep.sglang_version, swept_on=sweep.device,
                           parameters={k: [int(v) for v in vs] for k, vs in sweep.parameters.items()}, rows=rows)
     full = materialize(folder, user_cache())
@@ -161,7 +169,8 @@ def add_retune(op: str, sweep_path: Path, *, patch_id: str, root: Path | None = 
                                    f"({sweep.method[:200]})"),
         evidence=Evidence(baseline="SGLang's kernel under its own launch configs (what the triton backend runs)",
                           notes=[f"sweep baseline on {sweep.device}: {len(sweep.configs)} configs x "
-                                 f"{len(sweep.shapes)} shapes; per bucket the config of the best geomean",
+                                 f"{len(sweep.shapes)} shapes; per bucket the config of the best geomean"
+                                 + (f" ({sweep.configs_from})" if sweep.configs_from else ""),
                                  "patches add: made from the installed SGLang's source and imported under "
                                  "TRITON_INTERPRET=1"],
                           guard_table=marked),
