@@ -109,7 +109,7 @@ def check_only(args: argparse.Namespace, op_dir: Path, config: EvalConfig,
     nothing timed and nothing written. Interpreter times are host calls of a simulator: persisted as a
     baseline they would later be shown as the bar a candidate beat (as an earlier version did)."""
     from astra_sglang.harness import sweep_baseline
-    from astra_sglang.harness.parent.tune_baseline import BASELINE_NAME
+    from astra_sglang.harness.parent.tune_baseline import BASELINE_NAME, PRIOR_NAME
 
     if args.shapes not in (None, "test"):
         raise AstraError(f"--device cpu checks the configs on the test shapes only (--shapes {args.shapes} would "
@@ -131,6 +131,6 @@ def check_only(args: argparse.Namespace, op_dir: Path, config: EvalConfig,
           + ", ".join(f"{k} in {v}" for k, v in baseline.parameters.items())
           + f" checked on the test shapes: {len(baseline.configs) - len(dropped)} correct, {len(dropped)} dropped"
           + (f" (first: {dropped[0].config}: {(dropped[0].failure or '')[:120]})" if dropped else ""))
-    print(f"nothing written to {args.out or op_dir / BASELINE_NAME}: a sweep baseline is a GPU "
+    print(f"nothing written to {args.out or op_dir / (PRIOR_NAME if prior else BASELINE_NAME)}: a sweep baseline is a GPU "
           f"measurement; run `astra-sglang tune {op_dir.name}` on a GPU host")
     return 0
