@@ -159,6 +159,18 @@ def restored_op() -> Callable[[str], Path]:
     return get
 
 
+@pytest.fixture
+def interpreted_merge_state(restored_op: Callable[[str], Path], monkeypatch: pytest.MonkeyPatch) -> Any:
+    """merge_state's real original, restored, under TRITON_INTERPRET=1: the CPU path of a patch test (a GPU host
+    runs the GPU tests instead). Returns torch."""
+    restored_op("merge_state")
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("the CPU path")
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    return torch
+
+
 @pytest.fixture(scope="session")
 def restored_op_or_none() -> Callable[[str], Path | None]:
     """Like ``restored_op``, but None instead of a skip where a test has its own stand-in op; still a failure

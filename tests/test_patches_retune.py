@@ -47,13 +47,9 @@ def _write(tmp_path: Path, sweep: SweepBaseline) -> Path:
     return path
 
 
-def test_a_retune_patch_serves_sglangs_own_kernel_with_the_config_of_the_calls_bucket(root, tmp_path, monkeypatch,
-                                                                                      restored_op):
-    restored_op("merge_state")
-    torch = pytest.importorskip("torch")
-    if torch.cuda.is_available():
-        pytest.skip("the CPU path")
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
+def test_a_retune_patch_serves_sglangs_own_kernel_with_the_config_of_the_calls_bucket(
+        root, tmp_path, monkeypatch, interpreted_merge_state):
+    torch = interpreted_merge_state
     from astra_sglang.contract.patch import load_patch_manifest, write_patch_manifest
     from astra_sglang.loader.pyimport import load_function
     from astra_sglang.patches import counters, status

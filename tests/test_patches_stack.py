@@ -52,13 +52,9 @@ def _both(root: Path, tmp_path: Path) -> None:
         write_patch_manifest(d, m)
 
 
-def test_a_rewrite_serves_its_guard_and_hands_the_rest_to_the_retune_behind_it(root, tmp_path, monkeypatch,
-                                                                              restored_op):
-    restored_op("merge_state")
-    torch = pytest.importorskip("torch")
-    if torch.cuda.is_available():
-        pytest.skip("the CPU path")
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
+def test_a_rewrite_serves_its_guard_and_hands_the_rest_to_the_retune_behind_it(
+        root, tmp_path, monkeypatch, interpreted_merge_state):
+    torch = interpreted_merge_state
     from astra_sglang.patches import install, status
     from astra_sglang.patches.registry import discover
     from astra_sglang.patches.tooling.devcheck import extracted_original
