@@ -454,7 +454,7 @@ def test_a_host_whose_contract_differs_from_the_runs_refuses_its_items_before_an
     with pytest.raises(EvalPending):
         QueueEvaluator(op_dir, queue, "run1").evaluate("r000-original", None, EvalSpec(shapes="test", device="cpu"))
     request = QueueRequest.model_validate_json((queue / "run1--r000-original" / REQUEST_NAME).read_text())
-    assert request.op_manifest_sha256
+    assert request.verdict_sha256
     host = tmp_path / "host" / op_dir.name
     shutil.copytree(op_dir, host)
     raw = json.loads((host / "manifest.json").read_text())

@@ -516,6 +516,17 @@ def manifest_digest(manifest: Manifest) -> str:
     return sha256_bytes(json.dumps(body, sort_keys=True, separators=(",", ":")).encode())
 
 
+def verdict_digest(manifest: Manifest) -> str:
+    """SHA-256 of what a candidate's verdicts under this contract depend on: the shapes (timed and checked), the
+    tolerances, the pinned files (the original, inputs.py, reference.py) and the arguments. A run records it, and is
+    resumed only under a contract with the same one: a revision that moved the shapes (decode attention, 2026-12-06:
+    S 1024 -> 1033, q in the qkv rows) would rank new candidates against bests timed elsewhere, while one that only
+    narrowed a dim's range (G <= 16, 2026-12-04) changed no verdict the run holds."""
+    body = manifest.model_dump(mode="json", include={"shapes", "tolerances", "files", "inputs", "reference"})
+    body["args"] = manifest.signature.model_dump(mode="json", include={"tensors", "scalars"})
+    return sha256_bytes(json.dumps(body, sort_keys=True, separators=(",", ":")).encode())
+
+
 def manifest_sha256(op_dir: Path) -> str:
     """``manifest_digest`` of the op folder's manifest (ManifestError when it is missing or unreadable)."""
     return manifest_digest(load_manifest(op_dir))

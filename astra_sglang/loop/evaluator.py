@@ -30,7 +30,7 @@ from astra_sglang.contract.op import (
     TritonRecipe,
     canonical_op_id,
     load_manifest,
-    manifest_digest,
+    verdict_digest,
 )
 from astra_sglang.contract.result import BuildReport, EvalResult, SweepBaseline
 from astra_sglang.errors import AstraError
@@ -340,7 +340,7 @@ class QueueEvaluator(Evaluator):
                                op_id=self.manifest.op_id, spec=spec, created=now_iso(), note=self.note,
                                candidate_file=("candidate" + Path(candidate).suffix) if candidate else None,
                                candidate_sha256=sha, retime_unless_on=retime_unless_on,
-                               op_manifest_sha256=manifest_digest(self.manifest))
+                               verdict_sha256=verdict_digest(self.manifest))
         existing = item_dir / REQUEST_NAME
         if existing.is_file():
             try:
@@ -393,7 +393,7 @@ class QueueEvaluator(Evaluator):
         item_dir = self.queue_dir / item_id
         request = QueueRequest(item_id=item_id, run_id=self.run_id, label="r000-tune", op=self.manifest.short_name,
                                op_id=self.manifest.op_id, spec=spec, created=now_iso(), note=self.note, job="tune",
-                               op_manifest_sha256=manifest_digest(self.manifest))
+                               verdict_sha256=verdict_digest(self.manifest))
         if not (item_dir / REQUEST_NAME).is_file():
             atomic_write(item_dir / REQUEST_NAME, request.model_dump_json(indent=1))
         deadline = time.monotonic() + self.wait_s
@@ -593,10 +593,11 @@ def process_queue(queue_dir: Path, extracted_root: Path, device: str | None = No
         manifest = load_manifest(op_dir)
         if canonical_op_id(manifest.op_id) != canonical_op_id(request.op_id):  # either written before issue 24
             raise AstraError(f"{item_dir}: request is for op {request.op_id}, {op_dir} holds {manifest.op_id}")
-        held = manifest_digest(manifest)
-        if request.op_manifest_sha256 and request.op_manifest_sha256 != held:
+        held = verdict_digest(manifest)
+        if request.verdict_sha256 and request.verdict_sha256 != held:
             raise AstraError(f"{item_dir}: run {request.run_id} was made against another contract of {request.op} "
-                             f"(manifest digest {request.op_manifest_sha256[:12]}; {op_dir} holds {held[:12]}): "
+                             f"(its shapes, files or tolerances: digest {request.verdict_sha256[:12]}; {op_dir} "
+                             f"holds {held[:12]}): "
                              "its verdicts would judge other shapes. Evaluate it where the op folder is the run's "
                              "contract (pending/ holds revisions waiting for a GPU record)")
         if request.retime_unless_on:

@@ -72,9 +72,9 @@ class QueueRequest(Model):
     note: str | None = None
     job: Literal["evaluate", "tune"] = Field("evaluate", description="tune: `sweep_baseline` of the op's original "
                                              "(no candidate); its answer is <item>/baseline.json (TuneOutcome)")
-    op_manifest_sha256: str | None = Field(None, description="the op contract the run was made against "
-                                           "(manifest_digest): a host whose extracted/<op> states another contract "
-                                           "refuses the item; None in requests written before 2026-12-06")
+    verdict_sha256: str | None = Field(None, description="what verdicts depend on in the op contract the run "
+                                       "was made against (verdict_digest): a host whose extracted/<op> states other "
+                                       "shapes, files or tolerances refuses the item; None before 2026-12-06")
     retime_unless_on: str | None = Field(None, description="a kernel a round competes with (its base, the latest "
                                          "round's fastest per GPU), already timed on this GPU: a host with that GPU "
                                          "answers NOT_RETIMED at once, another one times it beside the round's "
@@ -165,8 +165,11 @@ class RunMeta(Extended):
     options: LoopOptions
     winner: WinnerInfo | None = None
     stop_reason: str | None = Field(default=None, description="why the rounds stopped before --rounds")
+    verdict_sha256: str | None = Field(default=None, description="what the run's verdicts depend on in the op "
+                                       "contract it was made against (verdict_digest): a resume under a contract "
+                                       "with another is refused")
 
-    added = ("stop_reason",)
+    added = ("stop_reason", "verdict_sha256")
 
 
 class StepRecord(Extended):

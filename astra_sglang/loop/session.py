@@ -14,7 +14,7 @@ from typing import Any
 
 from rich.console import Console
 
-from astra_sglang.contract.op import ManifestError, find_op_dir, load_manifest
+from astra_sglang.contract.op import Manifest, ManifestError, complete_dims, find_op_dir, load_manifest, verdict_digest
 from astra_sglang.contract.result import EvalResult
 from astra_sglang.contract.validation import require_validated
 from astra_sglang.errors import AstraError
@@ -117,6 +117,31 @@ def no_success(records: list[RoundRecord], rounds: int) -> str | None:
             + (f"; first problem: {first.splitlines()[0][:200]}" if first else ""))
 
 
+def contract_moved(folder: RunFolder, meta: RunMeta, manifest: Manifest) -> str | None:
+    """Why ``meta``'s run cannot resume under ``manifest``, or None. Its rounds were judged and ranked under the
+    contract it was made against; resumed under a revision that moved its shapes, files or tolerances (decode
+    attention, 2026-12-06: S 1024 -> 1033, q in the qkv rows), new candidates would be ranked against bests judged
+    elsewhere. A run records ``verdict_digest``; an older run is held to the shapes its original was timed on."""
+    name = manifest.short_name
+    if meta.verdict_sha256 is not None:
+        now = verdict_digest(manifest)
+        if meta.verdict_sha256 == now:
+            return None
+        return (f"run {meta.run_id} was judged under another contract of {name} (its shapes, files or tolerances: "
+                f"digest {meta.verdict_sha256[:12]}; {meta.op_dir} holds {now[:12]}). Start a new run "
+                f"(`optimize {name}`), or resume where the op folder is the run's contract")
+    r0 = folder.load_step(0, "result", EvalResult)
+    if r0 is None or r0.timing is None:
+        return None
+    stated = {tuple(sorted(complete_dims(manifest, s.dims).items())) for s in manifest.shapes}
+    gone = [s.dims for s in r0.timing.shapes if tuple(sorted(complete_dims(manifest, s.dims).items())) not in stated]
+    if not gone:
+        return None
+    return (f"run {meta.run_id} timed the original on shapes the {name} contract no longer states (first: {gone[0]}; "
+            f"{len(gone)} of {len(r0.timing.shapes)}): the contract was revised since. Start a new run "
+            f"(`optimize {name}`), or resume where the op folder is the run's contract")
+
+
 def run_optimize(req: OptimizeRequest, console: Console | None = None) -> RunSummary:
     """The summary's exit code: 0 when some round produced a correct candidate, 1 when none did, 3 while
     waiting for the queue; a setup problem raises AstraError (exit 2)."""
@@ -146,6 +171,11 @@ def run_optimize(req: OptimizeRequest, console: Console | None = None) -> RunSum
         manifest = load_manifest(op_dir)
     except ManifestError as e:
         raise AstraError(str(e)) from None
+    if folder is not None:
+        moved = contract_moved(folder, meta, manifest)
+        if moved:
+            raise AstraError(moved)
+        meta.verdict_sha256 = verdict_digest(manifest)  # a run made before digests were kept: its from now
     require_validated(op_dir, manifest.short_name)  # a contract the original never agreed with is no target
     require_timing_device(opts)
 
@@ -158,7 +188,8 @@ def run_optimize(req: OptimizeRequest, console: Console | None = None) -> RunSum
         meta = RunMeta(run_id=run_id, op=manifest.short_name, op_id=manifest.op_id, op_dir=str(op_dir),
                        model=opts.model.model, rounds=opts.rounds,
                        mode="single-agent" if opts.single_agent else "multi-agent", created=now_iso(),
-                       updated=now_iso(), label=opts.label, options=opts)
+                       updated=now_iso(), label=opts.label, options=opts,
+                       verdict_sha256=verdict_digest(manifest))
     folder.lock()
     meta.status, meta.message = "running", None
     folder.write_meta(meta)
