@@ -26,7 +26,7 @@ from astra_sglang.contract.result import EvalResult
 from astra_sglang.harness import evaluate, evaluate_many
 from astra_sglang.patches.registry import discover
 
-pytestmark = pytest.mark.gpu
+pytestmark = [pytest.mark.gpu, pytest.mark.gpu_timing]  # timed: never beside other GPU work
 
 REPO = Path(__file__).resolve().parents[1]
 CANDS = REPO / "tests" / "candidates"

@@ -13,7 +13,7 @@ from astra_sglang.contract.eval_config import EvalConfig
 from astra_sglang.harness import evaluate, evaluate_many
 from astra_sglang.harness.shared.sandbox import WRITABLE_ENV
 
-pytestmark = pytest.mark.gpu
+pytestmark = [pytest.mark.gpu, pytest.mark.gpu_timing]  # timed: never beside other GPU work
 
 REPO = Path(__file__).resolve().parent.parent
 CANDS = REPO / "tests" / "candidates"

@@ -117,6 +117,7 @@ def test_the_worker_is_stopped_in_the_body_and_continued_even_when_the_body_rais
 
 
 @pytest.mark.gpu
+@pytest.mark.gpu_timing
 def test_gpu_work_queued_before_the_stop_makes_the_timing_suspect(tmp_path, monkeypatch, restored_op):
     """On the H200: the candidate's thread keeps the GPU queue full; SIGSTOP stops the thread, not the queue.
     With NVML the shape is suspect (never a win); without it a note says the queue is not watched."""

@@ -12,7 +12,7 @@ import pytest
 from astra_sglang.contract.eval_config import EvalConfig
 from astra_sglang.harness import evaluate, sweep_baseline
 
-pytestmark = pytest.mark.gpu
+pytestmark = [pytest.mark.gpu, pytest.mark.gpu_timing]  # timed: never beside other GPU work
 
 REPO = Path(__file__).resolve().parent.parent
 MS = REPO / "tests" / "candidates" / "merge_state"

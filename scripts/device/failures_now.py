@@ -14,7 +14,7 @@ import pytest
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    if not report.failed:
+    if not report.failed or os.environ.get("PYTEST_XDIST_WORKER"):  # under xdist the controller writes it, once
         return
     path = Path(os.environ.get("ASTRA_SGLANG_FAILURES", "failures.log"))
     with path.open("a") as f:
