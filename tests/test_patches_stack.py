@@ -158,3 +158,19 @@ def test_patches_status_shows_what_a_rewrite_passed_on_beside_what_it_served(tmp
                            "on", "captured"]
     row = next(line.split() for line in out.splitlines() if line.startswith("rewrite"))
     assert row[4:7] == ["20", "0", "6"]  # patch calls, original calls, passed on: summed over both processes
+
+
+def test_each_ops_retune_is_installed_right_behind_its_rewrite_in_a_chain_of_ops() -> None:
+    """The two fused-MoE GEMMs chain on one call site; with a retune of one of them, the rewrite must sit right in
+    front of its own retune (passing it the calls of its form it does not serve), not in front of the other op's."""
+    from types import SimpleNamespace
+
+    from astra_sglang.patches.install import stack_order
+
+    def entry(pid: str, op: str, retune: bool) -> SimpleNamespace:
+        return SimpleNamespace(patch_id=pid, manifest=SimpleNamespace(op=op, source=SimpleNamespace(retune=retune)))
+
+    chosen = [entry("down", "fused_moe_down", False), entry("up", "fused_moe_kernel", False),
+              entry("up-rt", "fused_moe_kernel", True), entry("bad", "", False)]
+    chosen[3].manifest = None
+    assert [e.patch_id for e in stack_order(chosen)] == ["down", "up-rt", "up", "bad"]

@@ -54,7 +54,7 @@ def install_selected(installer: Installer, *, root: Path | None = None, value: s
     for pid in unknown:
         status.fail(pid, f"requested in ASTRA_SGLANG_PATCHES but no such patch under {folder}")
     version = sglang_version or installed_sglang_version()
-    chosen = sorted(chosen, key=lambda e: not is_retune(e))  # a retune stands behind a rewrite of its op: inner
+    chosen = stack_order(chosen)
     claimed: dict[str, list[tuple[str, str, bool]]] = {}  # target -> [(patch id, op, retune)], innermost first
     hooks: dict[str, Callable[..., Any]] = {}  # target -> its outermost stand-in so far
     originals: dict[str, Any] = {}  # target -> SGLang's function
@@ -103,6 +103,19 @@ def install_selected(installer: Installer, *, root: Path | None = None, value: s
 def is_retune(e: Any) -> bool:
     """A retune patch: SGLang's own kernel under swept launch configs (``patches add-retune``)."""
     return e.manifest is not None and bool(e.manifest.source.retune)
+
+
+def stack_order(entries: list[Any]) -> list[Any]:
+    """The install order, innermost first: each op's patches together (a chain of ops on one call site keeps the
+    order they were chosen in), its retune before its rewrite, so the rewrite's stand-in sits right in front of
+    the retune's and hands it every call of its form it does not serve."""
+    first: dict[str, int] = {}
+    keyed = []
+    for i, e in enumerate(entries):
+        op = e.manifest.op if e.manifest is not None else f"#{i}"  # an unreadable one: refused later, alone
+        first.setdefault(op, i)
+        keyed.append(((first[op], not is_retune(e), i), e))
+    return [e for _, e in sorted(keyed, key=lambda k: k[0])]
 
 
 def stacks_on(below: list[tuple[str, str, bool]], op: str, retune: bool) -> bool:
