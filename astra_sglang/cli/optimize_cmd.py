@@ -8,6 +8,7 @@ from pathlib import Path
 
 from astra_sglang.cli.args import at_most_16, fraction, non_negative_float, non_negative_int, positive_int
 from astra_sglang.cli.model_args import add_model_arguments, model_options, model_overrides, retry_policy
+from astra_sglang.errors import AstraError
 from astra_sglang.loop.records import EvalSpec, LoopOptions
 
 
@@ -31,6 +32,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "together (default 1, the paper's loop; with --single-agent: K single agents)")
     p.add_argument("--patience", type=positive_int, default=None, metavar="N",
                    help="stop after N rounds without a gain in the best speedup")
+    p.add_argument("--seed-kernel", type=Path, metavar="FILE",
+                   help="round 1 evaluates this kernel instead of asking the model (an earlier run's winner, e.g. a "
+                        "shipped patch's kernel.py), and the rounds after it go on from it if it is the best; it "
+                        "counts as one of --rounds and is labelled as the seed wherever it appears")
     p.add_argument("--stop-at-bound-margin", type=fraction, default=None, metavar="M",
                    help="stop once the best runs within M (e.g. 0.03) of the copy bound on the timed shapes")
     add_model_arguments(p)
@@ -70,6 +75,11 @@ def handle(args: argparse.Namespace) -> int:
     from astra_sglang.loop.session import OptimizeRequest, run_optimize
 
     refuse_taken_run_id(args)
+    if args.seed_kernel is not None:
+        if args.resume:
+            raise AstraError("--seed-kernel starts a run; a resumed run keeps the seed it started with")
+        if not args.seed_kernel.is_file():
+            raise AstraError(f"--seed-kernel {args.seed_kernel}: no such file")
     model = model_options(args)
     options = LoopOptions(
         rounds=5 if args.rounds is None else args.rounds, single_agent=args.single_agent,
@@ -80,7 +90,8 @@ def handle(args: argparse.Namespace) -> int:
         eval=EvalSpec(shapes=args.shapes, device=args.device, mode=args.mode,
                       harness={"max_tune_configs": tune_cap(args.candidates)} if args.candidates > 1 else {}),
         ncu=args.ncu, label=args.label,
-        candidates=args.candidates, patience=args.patience, stop_at_bound_margin=args.stop_at_bound_margin)
+        candidates=args.candidates, patience=args.patience, stop_at_bound_margin=args.stop_at_bound_margin,
+        seed_kernel=str(args.seed_kernel.resolve()) if args.seed_kernel else None)
     overrides = {**model_overrides(args), "rounds": args.rounds, "eval_wait_s": args.eval_wait_s,
                  "patience": args.patience, "stop_at_bound_margin": args.stop_at_bound_margin}
     req = OptimizeRequest(op=args.op, options=options, extracted=args.extracted, runs_dir=args.runs_dir,

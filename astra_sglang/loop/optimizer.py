@@ -69,7 +69,7 @@ from astra_sglang.loop.records import (
     WinnerInfo,
 )
 from astra_sglang.loop.runfolder import RunFolder, atomic_write, now_iso
-from astra_sglang.loop.static_check import candidate_suffix, original_source_path
+from astra_sglang.loop.static_check import candidate_suffix, original_source_path, seed_name
 from astra_sglang.loop.stopping import stop_reason
 from astra_sglang.loop.view import LiveView
 from astra_sglang.loop.winner import (
@@ -243,6 +243,8 @@ class Optimizer:
         records = [r for r in self.folder.records() if r.round < i]
         base = pick_base(flat(records))
         self.base = base
+        if i == 1 and self.opts.seed_kernel:
+            return self.seed_round(i, base, records)
         if self.k > 1:
             return await self.k_round(i, base, records)
         base_result = self.result_of(base.round, base.candidate)
@@ -277,6 +279,24 @@ class Optimizer:
                 except AstraError as e:  # the harness could not judge this candidate: the round fails
                     record.error = f"evaluation failed: {e}"
         record.transcript = [t for step in (diag, plan, code) if step is not None for t in step.transcript]
+        record.tokens, record.wall_s = self._cost(i)
+        return record
+
+    def seed_round(self, i: int, base: RoundRecord, records: list[RoundRecord]) -> RoundRecord:
+        """Round 1 of a seeded run: the seed (an earlier run's winner, copied into the run folder when it started)
+        is judged like any candidate, and no model is asked; the rounds after it start from it if it is the best
+        correct kernel. Its record says where it came from, so no table credits this run with it."""
+        name = seed_name(self.manifest)
+        path = self.folder.path / name
+        source = path.read_text()
+        record = RoundRecord(round=i, status="failed", base_round=base.round, label=self.opts.label, source=source,
+                             candidate_file=name, candidate_sha256=sha256_text(source), seed=self.opts.seed_kernel,
+                             changes=f"the seed kernel ({self.opts.seed_kernel}): not written by this run")
+        try:
+            results, record.retimes = self.evaluate_round(i, [(None, f"r{i:03d}", path)], base, records)
+            self._take_result(record, results[0])
+        except AstraError as e:
+            record.error = f"evaluation failed: {e}"
         record.tokens, record.wall_s = self._cost(i)
         return record
 
@@ -549,8 +569,9 @@ class Optimizer:
                                  self.spec.heldout(), name=_step_name(r.candidate, "heldout"), cand=r.candidate)
             if held.ok:
                 there = self._ranking_result(r, records)
-                winner = WinnerInfo(round=r.round, reason="best correct candidate by geomean speedup, correct on "
-                                    "held-out shapes", geomean_speedup=there.geomean_speedup, heldout_ok=True,
+                why = ("the seed (round 1, not written by this run): no later round beat it; correct on held-out "
+                       "shapes" if r.seed else "best correct candidate by geomean speedup, correct on held-out shapes")
+                winner = WinnerInfo(round=r.round, reason=why, geomean_speedup=there.geomean_speedup, heldout_ok=True,
                                     heldout_geomean_speedup=held.geomean_speedup, rejected=rejected,
                                     timing_source=_timing_source(there), candidate=r.candidate)
                 break

@@ -107,7 +107,7 @@ class TuneOutcome(Model):
 
 
 class LoopOptions(Extended):
-    added = ("candidates", "patience", "stop_at_bound_margin")
+    added = ("candidates", "patience", "stop_at_bound_margin", "seed_kernel")
 
     rounds: int = Field(default=5, ge=0)
     single_agent: bool = False
@@ -125,6 +125,8 @@ class LoopOptions(Extended):
     patience: int | None = Field(default=None, ge=1, description="stop after this many rounds without gain")
     stop_at_bound_margin: float | None = Field(
         default=None, ge=0, lt=1, description="stop when the best is within this fraction of the copy bound")
+    seed_kernel: str | None = Field(default=None, description="a kernel round 1 evaluates instead of asking the "
+                                    "model (an earlier run's winner, to go on from): its copy in the run folder")
 
 
 RunStatus = Literal["running", "waiting_eval", "done", "failed", "interrupted"]
@@ -296,7 +298,7 @@ class RoundRecord(Extended):
     With K > 1 candidates a round, ``candidates`` holds one record per candidate (``candidate`` = its index)
     and the round's own fields are those of its best candidate, so tables and plots read one line a round."""
 
-    added = ("candidate", "base_candidate", "candidates", "plan_note", "retimes")
+    added = ("candidate", "base_candidate", "candidates", "plan_note", "retimes", "seed")
 
     round: int
     status: RoundStatus
@@ -329,6 +331,8 @@ class RoundRecord(Extended):
     plan_note: str | None = Field(default=None, description="K > 1: what the planner's answers needed")
     retimes: list[Retime] = Field(default_factory=list, description="kernels that compete, timed again beside this "
                                   "round's candidates on their GPU, where their own times came from another")
+    seed: str | None = Field(default=None, description="round 1 of a seeded run: where the kernel it evaluated "
+                             "came from (not written by this run; no model was asked)")
 
     def entries(self) -> list[RoundRecord]:
         """The round's candidates (itself when it had one)."""

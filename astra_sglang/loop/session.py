@@ -33,6 +33,7 @@ from astra_sglang.loop.records import (
     WinnerInfo,
 )
 from astra_sglang.loop.runfolder import RunFolder, new_run_id, now_iso
+from astra_sglang.loop.static_check import require_candidate_file, seed_name
 
 EXIT_NO_SUCCESS = 1
 EXIT_WAITING = 3
@@ -184,7 +185,11 @@ def run_optimize(req: OptimizeRequest, console: Console | None = None) -> RunSum
 
     if folder is None:
         run_id = req.run_id or new_run_id()
+        if opts.seed_kernel:
+            require_candidate_file(Path(opts.seed_kernel), manifest)
         folder = RunFolder.create(req.runs_dir, manifest.short_name, run_id)
+        if opts.seed_kernel:  # the run keeps its own copy: a resume never depends on the file it came from
+            (folder.path / seed_name(manifest)).write_text(Path(opts.seed_kernel).read_text())
         meta = RunMeta(run_id=run_id, op=manifest.short_name, op_id=manifest.op_id, op_dir=str(op_dir),
                        model=opts.model.model, rounds=opts.rounds,
                        mode="single-agent" if opts.single_agent else "multi-agent", created=now_iso(),

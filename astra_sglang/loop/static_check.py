@@ -22,6 +22,11 @@ def candidate_suffix(manifest: Manifest) -> str:
     return ".py" if isinstance(manifest.recipe, TritonRecipe) else Path(manifest.recipe.sources[0]).suffix or ".cuh"
 
 
+def seed_name(manifest: Manifest) -> str:
+    """The run folder's copy of a seeded run's round-1 kernel (``optimize --seed-kernel``)."""
+    return "seed" + candidate_suffix(manifest)
+
+
 def require_candidate_file(candidate: Path, manifest: Manifest) -> None:
     """A CUDA file handed to a Triton op would otherwise fail as a Python SyntaxError, i.e. as a wrong kernel."""
     suffix = Path(candidate).suffix.lower()
