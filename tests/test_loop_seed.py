@@ -125,3 +125,8 @@ def test_a_seed_no_later_round_beats_wins_as_the_seed_never_as_this_runs_kernel(
     assert done.returncode == 0, done.stdout + done.stderr
     meta = json.loads((only_run(runs) / "run.json").read_text())
     assert meta["winner"]["round"] == 1 and meta["winner"]["reason"].startswith("the seed (round 1, not written by")
+    from astra_sglang.errors import AstraError
+    from astra_sglang.patches.tooling.add import add_from_run
+
+    with pytest.raises(AstraError, match="winner is its seed .*register the run the seed came from"):
+        add_from_run(only_run(runs), root=tmp_path / "patches")  # never registered as this run's kernel

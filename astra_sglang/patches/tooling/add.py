@@ -290,6 +290,10 @@ def add_from_run(
     if best == run_dir and not (run_dir / "best").exists() and (run_dir / "run.json").is_file():
         raise AstraError(f"{run_dir} has no winner (no best/ folder): none of its rounds produced a correct, timed "
                          "candidate; see `astra-sglang report` for each round's verdicts")
+    seed = _winning_seed(run_dir)
+    if seed:
+        raise AstraError(f"{run_dir}'s winner is its seed ({seed}): no round of this run beat it, and this run did not "
+                         "write it; register the run the seed came from")
     sources = sorted(p for p in best.iterdir() if p.suffix in (".cuh", ".py") and p.is_file()) if best.is_dir() else []
     if len(sources) != 1:
         raise AstraError(f"{best}: expected one kernel source (*.cuh or *.py), found {len(sources)}")
@@ -328,6 +332,16 @@ def add_from_run(
     return add_patch(op, sources[0], patch_id=patch_id or f"{run_dir.name}", provenance=prov,
                      evidence=Evidence(results=results, notes=notes, guard_table=table), root=root, force=force,
                      sglang_versions=sglang_versions, archs=archs, guard=guard)
+
+
+def _winning_seed(run_dir: Path) -> str | None:
+    """A seeded run (``optimize --seed-kernel``) whose winner is round 1, the seed: where the seed came from."""
+    try:
+        raw = json.loads((run_dir / "run.json").read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    seed = (raw.get("options") or {}).get("seed_kernel")
+    return seed if seed and (raw.get("winner") or {}).get("round") == 1 else None
 
 
 def rederive_guard(patch_id: str, evidence_paths: list[Path], *, root: Path | None = None,
