@@ -66,7 +66,7 @@ def install_selected(installer: Installer, *, root: Path | None = None, value: s
             continue
         m = e.manifest
         assert m is not None
-        clash = [pid for t in m.targets for pid, op, retune in claimed.get(t, [])
+        clash = [pid for t in m.targets for pid, op, _ in claimed.get(t, [])
                  if (op == m.op and not stacks_on(claimed[t], m.op, is_retune(e))) or
                  (op != m.op and not shares_target(op, m.op))]
         if clash:
