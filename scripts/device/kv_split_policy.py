@@ -11,7 +11,8 @@ medians. Only SGLang's code runs (no candidate): the parent process is fine. Eac
 the default's (relative to the output's size, per dtype): a different split moves bf16 results by about an ulp.
 
 Usage (from the repository root, op folder restored): python3 scripts/device/kv_split_policy.py [--shapes paper]
-    [--splits 4 8 16 32 64] [--rep 60] [--out DIR]      (--device cpu: the interpreter, test shapes, a smoke run)
+    [--splits 4 8 16 32 64] [--rep 60] [--out DIR]
+    (TRITON_INTERPRET=1 ... --device cpu: the interpreter, test shapes, a smoke run)
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import statistics
 import sys
 import time
@@ -152,6 +154,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--out", type=Path, default=None)
     args = p.parse_args(argv)
+    if args.device == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
+        p.error("--device cpu runs SGLang's kernel under the Triton interpreter: set TRITON_INTERPRET=1 before "
+                "starting (it must be on when triton is first imported)")
     shapes = args.shapes or ("paper" if args.device == "cuda" else "test")
     t0 = time.monotonic()
     rep = run(args.op_dir.resolve(), shapes, args.splits, args.dtype, args.device, args.rep, args.warmup)
