@@ -516,6 +516,14 @@ def manifest_digest(manifest: Manifest) -> str:
     return sha256_bytes(json.dumps(body, sort_keys=True, separators=(",", ":")).encode())
 
 
+def unstated_dims(manifest: Manifest, dims: list[dict[str, int]]) -> list[dict[str, int]]:
+    """Those of ``dims`` that are none of the contract's shapes, each compared with the dims it lacks filled in by
+    their added defaults: what was measured on shapes a contract revision has since moved (a sweep, a run's
+    original)."""
+    stated = {tuple(sorted(complete_dims(manifest, s.dims).items())) for s in manifest.shapes}
+    return [d for d in dims if tuple(sorted(complete_dims(manifest, d).items())) not in stated]
+
+
 def verdict_digest(manifest: Manifest) -> str:
     """SHA-256 of what a candidate's verdicts under this contract depend on: the shapes (timed and checked), the
     tolerances, the pinned files (the original, inputs.py, reference.py) and the arguments. A run records it, and is

@@ -14,7 +14,14 @@ from typing import Any
 
 from rich.console import Console
 
-from astra_sglang.contract.op import Manifest, ManifestError, complete_dims, find_op_dir, load_manifest, verdict_digest
+from astra_sglang.contract.op import (
+    Manifest,
+    ManifestError,
+    find_op_dir,
+    load_manifest,
+    unstated_dims,
+    verdict_digest,
+)
 from astra_sglang.contract.result import EvalResult
 from astra_sglang.contract.validation import require_validated
 from astra_sglang.errors import AstraError
@@ -134,8 +141,7 @@ def contract_moved(folder: RunFolder, meta: RunMeta, manifest: Manifest) -> str 
     r0 = folder.load_step(0, "result", EvalResult)
     if r0 is None or r0.timing is None:
         return None
-    stated = {tuple(sorted(complete_dims(manifest, s.dims).items())) for s in manifest.shapes}
-    gone = [s.dims for s in r0.timing.shapes if tuple(sorted(complete_dims(manifest, s.dims).items())) not in stated]
+    gone = unstated_dims(manifest, [s.dims for s in r0.timing.shapes])
     if not gone:
         return None
     return (f"run {meta.run_id} timed the original on shapes the {name} contract no longer states (first: {gone[0]}; "

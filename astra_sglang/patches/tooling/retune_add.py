@@ -14,7 +14,7 @@ import math
 from pathlib import Path
 
 from astra_sglang.contract.base import write_atomic
-from astra_sglang.contract.op import canonical_op_id, complete_dims, entry_and_call, load_manifest, manifest_digest
+from astra_sglang.contract.op import canonical_op_id, entry_and_call, load_manifest, manifest_digest, unstated_dims
 from astra_sglang.contract.patch import (
     Evidence,
     GuardRow,
@@ -131,8 +131,7 @@ def add_retune(op: str, sweep_path: Path, *, patch_id: str, root: Path | None = 
                          "sweep it again")
     # a guard from shapes SGLang no longer serves as the contract states them (decode attention's S 1024 -> 1033
     # and q in the qkv rows) would serve calls no measurement covered
-    served = {tuple(sorted(complete_dims(op_manifest, s.dims).items())) for s in op_manifest.shapes}
-    stale = [s.dims for s in sweep.shapes if tuple(sorted(complete_dims(op_manifest, s.dims).items())) not in served]
+    stale = unstated_dims(op_manifest, [s.dims for s in sweep.shapes])
     if stale:
         raise AstraError(f"{sweep_path}: {len(stale)} of its {len(sweep.shapes)} shapes are not the {op} contract's "
                          f"(first: {stale[0]}; a contract revision since?): sweep it again, `tune {op} --prior "
