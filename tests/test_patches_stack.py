@@ -174,3 +174,25 @@ def test_each_ops_retune_is_installed_right_behind_its_rewrite_in_a_chain_of_ops
               entry("up-rt", "fused_moe_kernel", True), entry("bad", "", False)]
     chosen[3].manifest = None
     assert [e.patch_id for e in stack_order(chosen)] == ["down", "up-rt", "up", "bad"]
+
+
+def test_e2e_counts_a_stacked_rewrite_as_reached_and_sums_what_it_passed_on() -> None:
+    """An e2e B process where the rewrite passed every call on to the retune behind it (a batch outside its guard):
+    the rewrite was reached, so it is in the verdict (and served nothing: a problem, said), and its passed-on calls
+    are summed per arm."""
+    from astra_sglang.e2e.runner import ArmRun, E2EConfig, PatchCount, not_reached, patch_calls, problems
+
+    cfg = E2EConfig(forward=["f"], one_batch_args=["--model-path", "M"], patches="rewrite,retune")
+
+    def arm(a: str, i: int, rewrite: PatchCount, retune: PatchCount) -> ArmRun:
+        return ArmRun(round=1, arm=a, position=i, command=["f"], env={}, seconds=1.0, results=[],
+                      patches=[] if a == "A" else [rewrite, retune])
+    runs = [arm("A", 0, PatchCount(patch_id="rewrite"), PatchCount(patch_id="retune")),
+            arm("B", 1, PatchCount(patch_id="rewrite", state="active", passed_on=64),
+                PatchCount(patch_id="retune", state="active", served_by_patch=64)),
+            arm("C", 2, PatchCount(patch_id="rewrite", state="active", passed_on=64),
+                PatchCount(patch_id="retune", state="active", served_by_original=64))]
+    assert not_reached(cfg, runs) == []
+    assert problems(cfg, runs) == ["patch rewrite served no calls in round 1's B process"]
+    rows = {(r.patch_id, r.arm): r for r in patch_calls(runs)}
+    assert (rows[("rewrite", "B")].passed_on, rows[("retune", "B")].served_by_patch) == (64, 64)

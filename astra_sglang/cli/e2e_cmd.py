@@ -159,12 +159,13 @@ def print_report(report: object, png: Path | None) -> None:
         con.print(t)
     t = Table(title="calls per patch (" + ("counted around each arm-run, graph capture included)" if inproc
                                            else "from the processes' status records)"))
+    stacked = any(row.passed_on for row in report.patch_calls)  # a rewrite with a retune behind it
     for col in ("patch", "arm", "arm-runs" if inproc else "processes", "served by patch", "served by original",
-                "states"):
+                *(("passed on",) if stacked else ()), "states"):
         t.add_column(col)
     for row in report.patch_calls:
         t.add_row(row.patch_id, row.arm, str(row.processes), str(row.served_by_patch), str(row.served_by_original),
-                  literal("; ".join(row.states)))
+                  *((str(row.passed_on),) if stacked else ()), literal("; ".join(row.states)))
     con.print(t)
     con.print(f"verdict: {report.verdict}", markup=False)
     for line in report.reasons:

@@ -128,6 +128,7 @@ class PatchCallRow(Model):
     processes: int
     served_by_patch: int
     served_by_original: int
+    passed_on: int = Field(default=0, description="calls handed to the same op's patch stacked behind it")
     states: list[str]
 
 
@@ -592,6 +593,7 @@ def patch_calls(runs: Sequence[ArmRun]) -> list[PatchCallRow]:
             row.processes += 1
             row.served_by_patch += c.served_by_patch
             row.served_by_original += c.served_by_original
+            row.passed_on += c.passed_on
             if c.state and c.state not in row.states:
                 row.states.append(c.state)
     return [rows[k] for k in sorted(rows)]
