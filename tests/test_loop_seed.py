@@ -12,7 +12,6 @@ import pytest
 from fake_openai_server import FakeOpenAIServer, Script, final, role_of, tool_call
 from loop_support import (
     API_KEY,
-    SCRIPTED,
     answer_files,
     answer_queue,
     candidate,
@@ -89,7 +88,6 @@ def test_a_seed_is_given_when_a_run_starts_and_must_exist(op_dir: Path, tmp_path
     err = capsys.readouterr().err.strip()
     assert rc == 2 and "takes a .py candidate" in err, err
     assert not list((tmp_path / "runs").glob("*/*/run.json"))  # refused before a run folder was made
-    assert SCRIPTED.is_dir()
 
 
 def test_a_seed_no_later_round_beats_wins_as_the_seed_never_as_this_runs_kernel(
