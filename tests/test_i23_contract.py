@@ -190,10 +190,14 @@ def test_the_paper_set_is_the_serving_set_the_h200_profile_measured() -> None:
     shapes = ENTRY.shapes()
     paper = [s.dims for s in shapes if "paper" in s.tags]
     assert 12 <= len(paper) <= 16 and all("decode" in s.tags for s in shapes if "paper" in s.tags)
-    profile = {(b, s) for b, s in ((128, 1024), (32, 1024), (1, 1024), (1, 8192), (16, 8192), (32, 8192))}
+    # the profile's batches at the 9th decode step one_batch profiles: the prefill plus 9 KV rows a request
+    profile = {(b, s + 9) for b, s in ((128, 1024), (32, 1024), (1, 1024), (1, 8192), (16, 8192), (32, 8192))}
     exact = {(d["B"], d["S"]) for d in paper
              if (d["NK"], d["G"], d["D"], d["P"], d["R"]) == (8, 4, 128, 1, 1)}
     assert profile <= exact
+    assert all(d["QS"] == 1 for d in paper)  # q as LLaMA passes it: a view of the fused qkv rows
+    checked = [s.dims for s in shapes if "paper" not in s.tags]
+    assert {d["QS"] for d in checked} == {0, 1}  # both layouts stay checked
     assert all(2 * d["B"] * d["S"] * d["NK"] * d["D"] * 2 <= 1.2e9 for d in paper)  # K and V rows, bf16
     assert {d["P"] for d in paper} == {1, 16} and {d["R"] for d in paper} == {1, 2}
     assert {d["G"] for d in paper} == {4, 8} and {d["NK"] for d in paper} == {8, 4, 2}
@@ -221,6 +225,22 @@ def test_bytes_per_call_are_the_batchs_rows_by_hand() -> None:
     assert contract_bytes(m, {**dims, "X": 1}, "bfloat16") == kv + q_and_o + indices + workspace + 2 * nk * d * 2
     # a CUDA-graph call's kv_indices is the whole buffer; only the batch's B*S entries are read
     assert contract_bytes(m, {**dims, "KX": 1 << 21}, "bfloat16") == kv + q_and_o + indices + workspace
+    # q read from the qkv rows: its own bytes, not the k and v between them
+    assert contract_bytes(m, {**dims, "QS": 1}, "bfloat16") == kv + q_and_o + indices + workspace
+
+
+def test_no_uniform_timed_batch_lines_its_requests_up_with_a_split_kernels_chunks() -> None:
+    """A forward's uniform batch is never a power of two long: one_batch's 9th decode step reads the prefill plus
+    9 rows. At B128 S1024 a work-balanced kernel's 132 chunks of 1024 rows were one request each (stage 2 merging
+    nothing), at S1033 none is: the bench timed 1.345x where the forward gave 1.231x (H100, 2026-12-06)."""
+    paper = [s.dims for s in ENTRY.shapes() if "paper" in s.tags]
+    uniform = [d for d in paper if d["R"] == 1 and d["B"] > 1]
+    assert uniform
+    for d in uniform:
+        assert all(d["S"] % block for block in (16, 32, 64, 128)), d  # no BLOCK_N lines up with a request
+        rows = d["B"] * d["S"]
+        chunk = -(-rows // 132)  # one wave of equal chunks on the H100/H200
+        assert chunk % d["S"] and d["S"] % chunk, d
 
 
 # ------------------------------------------------------------------------------ kv_indices under CUDA graphs
@@ -283,4 +303,4 @@ def test_a_queued_case_written_before_kx_existed_is_run_as_the_eager_form_it_mea
     cfg = EvalConfig(shapes="test", dtypes=["float16"], distributions=["normal"],
                      extra_cases=[ExtraCase(dims=old, dtype="float16")])
     extra = [c for c in build_suite(m, cfg, 1, None) if "extra" in c.tags]
-    assert [c.dims for c in extra] == [{**old, "KX": 0}]
+    assert [c.dims for c in extra] == [{**old, "KX": 0, "QS": 0}]  # the forms it meant: eager, q contiguous

@@ -79,7 +79,7 @@ def make_inputs(dims, dtype, gen, device):
     q = torch.randn((b, nk * g, d), generator=gen, device=device).to(dt)
     k = torch.randn((pool, nk, d), generator=gen, device=device).to(dt)
     return {"q": q, "k_buffer": k, "kv_indptr": indptr, "kv_indices": indices,
-            "num_kv_splits": num_kv_splits(lens, nk * g, nk)}
+            "num_kv_splits": num_kv_splits(lens, nk * g, nk, dims.get("MS", MAX_KV_SPLITS))}
 
 
 def scalars(dims, dtype):

@@ -30,34 +30,43 @@ def _graph_spare(b: int, s: int) -> int:
 
 _UNIFORM, _RAGGED = 1, 2  # dim R: every request S KV rows / lengths mixed
 
+# Uniform contexts as a forward serves them: one_batch's profiled decode step is its 9th, so a batch prefilled with
+# 1024 tokens reads 1033 KV rows a request. A power of two there lines a split kernel's chunks up with the requests
+# (132 chunks of 1024 rows at B128: every request one chunk, stage 2 merging nothing) and the bench timed a case
+# serving never runs: 1.345x at B128 S1024 against 1.231x in the forward (H100, 2026-12-06).
+_DECODED = 9
+
 
 def _serving(tags: list[str], source: str, b: int, s: int, nk: int = 8, g: int = 4, d: int = 128, p: int = 1,
-             r: int = _RAGGED, x: int = 1, graph: bool = True) -> ShapeCase:
+             r: int = _RAGGED, x: int = 1, graph: bool = True, qs: int = 1) -> ShapeCase:
     """One decode batch as the Triton backend serves it (LLaMA-3-8B TP1 heads unless said); ``graph``: kv_indices
-    as a CUDA-graph replay passes it (the whole buffer), else exactly the batch's rows (eager decode)."""
+    as a CUDA-graph replay passes it (the whole buffer), else exactly the batch's rows (eager decode); ``qs``: q
+    as a view of the fused qkv rows (1, what LLaMA-style models pass) or contiguous (0)."""
     kind = "uniform" if r == _UNIFORM else "ragged"
     form = "graph buffer" if graph else "eager"
-    return case(tags, f"{source}: {b} requests, context {s} ({kind}), page {p}, kv_indices {form}", B=b, S=s,
-                NK=nk, G=g, D=d, P=p, R=r, X=x, KX=_graph_spare(b, s) if graph else 0, MS=MAX_KV_SPLITS)
+    layout = "q in qkv rows" if qs else "q contiguous"
+    return case(tags, f"{source}: {b} requests, context {s} ({kind}), page {p}, kv_indices {form}, {layout}", B=b,
+                S=s, NK=nk, G=g, D=d, P=p, R=r, X=x, KX=_graph_spare(b, s) if graph else 0, MS=MAX_KV_SPLITS, QS=qs)
 
 
 def _decode_shapes() -> list[ShapeCase]:
-    """The timed "paper" set (also tagged "decode"): the H200 profile's shapes exactly (uniform lengths, as
-    one_batch runs them) and _serving mixes at GQA 4 and 8, KV heads 8/4/2, page 1 and 16, each case's K and V
-    rows at most ~1.1 GB; then wider "decode" coverage (checked, not timed by default), edges and tiny CPU cases."""
+    """The timed "paper" set (also tagged "decode"): the H200 profile's shapes as its forward serves them
+    (uniform lengths of the prefill plus _DECODED, q in the qkv rows) and _serving mixes at GQA 4 and 8, KV heads
+    8/4/2, page 1 and 16, each case's K and V rows at most ~1.1 GB; then wider "decode" coverage (checked, not
+    timed by default; half with a contiguous q), edges and tiny CPU cases (both q layouts)."""
     paper, decode = ["paper", "decode"], ["decode"]
-    u = _UNIFORM
+    u, n = _UNIFORM, _DECODED
     cases = [
-        _serving(paper, "profile LLaMA-3-8B", 128, 1024, r=u),
-        _serving(paper, "profile LLaMA-3-8B", 32, 1024, r=u),
-        _serving(paper, "profile LLaMA-3-8B", 1, 1024, r=u),
-        _serving(paper, "profile LLaMA-3-8B", 1, 8192, r=u),
-        _serving(paper, "profile LLaMA-3-8B", 16, 8192, r=u),
-        _serving(paper, "profile LLaMA-3-8B", 32, 8192, r=u),
+        _serving(paper, "profile LLaMA-3-8B", 128, 1024 + n, r=u),
+        _serving(paper, "profile LLaMA-3-8B", 32, 1024 + n, r=u),
+        _serving(paper, "profile LLaMA-3-8B", 1, 1024 + n, r=u),
+        _serving(paper, "profile LLaMA-3-8B", 1, 8192 + n, r=u),
+        _serving(paper, "profile LLaMA-3-8B", 16, 8192 + n, r=u),
+        _serving(paper, "profile LLaMA-3-8B", 32, 8192 + n, r=u),
         _serving(paper, "LLaMA-3-8B TP1", 128, 1024),
         _serving(paper, "LLaMA-3-8B TP1", 256, 1024),
         _serving(paper, "LLaMA-3-8B TP1, page 16", 64, 2048, p=16),
-        _serving(paper, "LLaMA-3-8B TP1, page 16", 32, 8192, p=16, r=u),
+        _serving(paper, "LLaMA-3-8B TP1, page 16", 32, 8192 + n, p=16, r=u),
         _serving(paper, "LLaMA-3-70B TP1", 64, 4096, g=8),
         _serving(paper, "LLaMA-3-70B TP2", 8, 32768, nk=4, g=8),
         _serving(paper, "LLaMA-3-70B TP4", 128, 2048, nk=2, g=8),
@@ -68,25 +77,27 @@ def _decode_shapes() -> list[ShapeCase]:
     for i, (nq, nk, src) in enumerate(pairs):
         b, s = wide[i % len(wide)]
         cases.append(_serving(decode, src, b, s, nk=nk, g=nq // nk, p=(1, 16)[i % 2], r=(_RAGGED, u)[i // 2 % 2],
-                              graph=i % 3 != 2))
+                              graph=i % 3 != 2, qs=i // 3 % 2))
     cases += [
         _serving(["edge", "decode"], "edge: one request, one KV token", 1, 1, r=u),
-        _serving(["edge", "decode"], "edge: eager decode (past --cuda-graph-max-bs)", 256, 1024, graph=False),
+        _serving(["edge", "decode"], "edge: eager decode (past --cuda-graph-max-bs)", 256, 1024, graph=False, qs=0),
         _serving(["edge", "decode"], "edge: eager decode, page 16", 200, 700, p=16, graph=False),
         _serving(["edge", "decode"], "edge: long context (32k), GQA 8", 4, 32768, g=8, p=16),
-        _serving(["edge", "decode"], "edge: head_dim 64, MHA (LLaMA-2-7B TP4 heads)", 16, 700, nk=8, g=1, d=64),
+        _serving(["edge", "decode"], "edge: head_dim 64, MHA (LLaMA-2-7B TP4 heads)", 16, 700, nk=8, g=1, d=64,
+                 qs=0),
         _serving(["edge", "decode"], "edge: MHA (LLaMA-2-7B TP4)", 64, 1024, nk=8, g=1, p=16, r=u),
         _serving(["edge", "decode"], "edge: head_dim 64, GQA 4 (LLaMA-3.2-1B)", 64, 1024, d=64),
-        _serving(["edge", "decode"], "edge: head_dim 256, GQA 2 (Gemma-2-9B)", 32, 2048, nk=8, g=2, d=256, p=16),
+        _serving(["edge", "decode"], "edge: head_dim 256, GQA 2 (Gemma-2-9B)", 32, 2048, nk=8, g=2, d=256, p=16,
+                 qs=0),
         _serving(["edge", "decode"], "edge: page 64, odd context", 16, 3001, p=64),
-        case(["test"], "CPU: GQA 2, mixed lengths, kv_indices with 7 stale entries", B=2, S=5, NK=1, G=2, D=16, P=1,
-             R=_RAGGED, X=3, KX=7, MS=MAX_KV_SPLITS),
+        case(["test"], "CPU: GQA 2, mixed lengths, kv_indices with 7 stale entries, q in qkv rows", B=2, S=5, NK=1,
+             G=2, D=16, P=1, R=_RAGGED, X=3, KX=7, MS=MAX_KV_SPLITS, QS=1),
         case(["test"], "CPU: MHA, mixed lengths, page 4", B=3, S=9, NK=2, G=1, D=16, P=4, R=_RAGGED, X=1, KX=0,
-             MS=MAX_KV_SPLITS),
+             MS=MAX_KV_SPLITS, QS=0),
         case(["test"], "CPU: one request, kv_indices with 40 stale entries", B=1, S=3, NK=1, G=1, D=16, P=1, R=u,
-             X=1, KX=40, MS=MAX_KV_SPLITS),
-        case(["test"], "CPU: GQA 4, uniform 7, page 4 (last page partly filled)", B=2, S=7, NK=1, G=4, D=16, P=4,
-             R=u, X=2, KX=0, MS=MAX_KV_SPLITS),
+             X=1, KX=40, MS=MAX_KV_SPLITS, QS=0),
+        case(["test"], "CPU: GQA 4, uniform 7, page 4 (last page partly filled), q in qkv rows", B=2, S=7, NK=1,
+             G=4, D=16, P=4, R=u, X=2, KX=0, MS=MAX_KV_SPLITS, QS=1),
     ]
     return dedup(cases)
 
@@ -191,7 +202,7 @@ def make_inputs(dims, dtype, gen, device):
     q = torch.randn((b, nk * g, d), generator=gen, device=device).to(dt)
     k = torch.randn((pool, nk, d), generator=gen, device=device).to(dt)
     return {"q": q, "k_buffer": k, "kv_indptr": indptr, "kv_indices": indices,
-            "num_kv_splits": num_kv_splits(lens, nk * g, nk)}
+            "num_kv_splits": num_kv_splits(lens, nk * g, nk, dims.get("MS", MAX_KV_SPLITS))}
 
 
 def scalars(dims, dtype):
@@ -245,9 +256,13 @@ ENTRY = CatalogEntry(
                 min=0, max=1 << 22, added_default=0),
             Dim(name="MS", meaning="max_kv_splits (pinned: the server's triton_attention_num_kv_splits)",
                 min=MAX_KV_SPLITS, max=MAX_KV_SPLITS),
+            Dim(name="QS", meaning="q's layout: 0 = contiguous [B, NQ, D]; 1 = a view of the fused qkv projection's "
+                "rows (row stride (NQ + 2 NK) * D; k and v sit in the gaps), as LLaMA-style attention passes it",
+                min=0, max=1, added_default=0),
         ],
         tensors=[
-            TensorArg(name="q", role="input", shape=["B", "NK*G", "D"], dtype="{dtype}", generated=True),
+            TensorArg(name="q", role="input", shape=["B", "NK*G", "D"], dtype="{dtype}", generated=True,
+                      row_stride="NK*G*D+QS*2*NK*D"),
             TensorArg(name="k_buffer", role="input", shape=["B*S+(B+1)*(P-1)+X", "NK", "D"], dtype="{dtype}",
                       generated=True),
             TensorArg(name="v_buffer", role="input", shape=["B*S+(B+1)*(P-1)+X", "NK", "D"], dtype="{dtype}"),
