@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Run ON THE GPU from the repository root, with carry [".srv", "extracted"]: in ONE call, `patches verify ID --record
+# --shapes paper` for a patch that has no GPU record yet (record_then_profile.sh's first half), then `e2e --in-process`
+# on SGLang's own LLaMA-3-8B forward (random weights, triton attention backend) with the patches PATCHES serving in
+# arm B: all arms in one process, decode graphs recaptured per arm-run (astra_sglang/e2e/inprocess_child.py).
+# ASTRA_SGLANG_PATCHES_DIR=$PWD/patches: the forward reads the tree's patches, so the record just made is the one that
+# serves. Copy $OUT/manifest.recorded.json back into patches/ by hand; the run folder comes back as $OUT/e2e.tar.
+# Usage: [ROUNDS=4 BS="1 32 128" IN=1024 OUT_LEN=32 E2E_S=...] record_then_e2e.sh ID|- PATCHES [SECONDS]
+#   ID "-": no record, the e2e alone. SECONDS: the whole call's limit (default 560).
+set -uo pipefail
+ID=${1:?usage: record_then_e2e.sh ID|- PATCHES [SECONDS]}; PATCHES=${2:?usage: record_then_e2e.sh ID|- PATCHES [SECONDS]}
+LIMIT=${3:-560}; OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+. "$(dirname "$0")/out_limit.sh"  # at most 8 files come back: logs packed
+T0=$(date +%s); left() { echo $(( LIMIT - $(date +%s) + T0 )); }
+export ASTRA_SGLANG_PATCHES_DIR=$PWD/patches
+SMOKE=0 bash scripts/h200_server/device.sh site > "$OUT/site.log" 2>&1 || { tail -20 "$OUT/site.log"; exit 1; }
+if [ "$ID" != - ]; then
+  MANIFEST=$(ls patches/*/"$ID"/manifest.json 2>/dev/null | head -1)
+  [ -n "$MANIFEST" ] || { echo "record_then_e2e: no patches/*/$ID/manifest.json"; exit 2; }
+  ( export PYTHONPATH=/tmp/srv-site/astra:/tmp/srv-site CUDA_HOME=/usr/local/cuda PYTHONUNBUFFERED=1
+    fallback=$(python3 scripts/device/sandbox_probe.py) || echo "record_then_e2e: CUDA started in no worker sandbox"
+    eval "$fallback"
+    timeout "${RECORD_S:-200}" python3 -m astra_sglang patches verify "$ID" --record --shapes paper \
+        > "$OUT/verify.log" 2>&1
+    echo "verify exit $? at $(( $(date +%s) - T0 )) s"; grep -v "^\[" "$OUT/verify.log" | tail -22 )
+  cp "$MANIFEST" "$OUT/manifest.recorded.json"
+fi
+BS=${BS:-1 32 128}
+# shellcheck disable=SC2086  # BS is a list of batch sizes
+STEP_S=$(( ${E2E_S:-$(left)} - 15 )) SMOKE=0 MAKE_MODEL="/tmp/llama3-8b llama3-8b" \
+  bash scripts/h200_server/device.sh e2e --in-process --out "$OUT/e2e" --patches "$PATCHES" --rounds "${ROUNDS:-4}" \
+  --batch-size $BS --input-len "${IN:-1024}" --output-len "${OUT_LEN:-32}" -- --model-path /tmp/llama3-8b \
+  --load-format dummy --attention-backend triton --sampling-backend pytorch --dtype bfloat16 \
+  --cuda-graph-bs-decode $BS --mem-fraction-static 0.6 --cuda-graph-backend-prefill disabled \
+  > "$OUT/e2e.txt" 2> "$OUT/e2e.log"
+rc=$?
+echo "e2e --in-process exit $rc at $(( $(date +%s) - T0 )) s"; cat "$OUT/e2e.txt"; tail -8 "$OUT/e2e.log"
+if [ ! -f "$OUT/e2e.tar" ] && [ -d "$OUT/e2e" ]; then tar cf "$OUT/e2e.tar" -C "$OUT/e2e" .; fi  # a cut run too
+rm -rf "$OUT/e2e"
+exit 0
