@@ -178,9 +178,10 @@ def test_each_ops_retune_is_installed_right_behind_its_rewrite_in_a_chain_of_ops
 
 def test_e2e_counts_a_stacked_rewrite_as_reached_and_sums_what_it_passed_on() -> None:
     """An e2e B process where the rewrite passed every call on to the retune behind it (a batch outside its guard):
-    the rewrite was reached, so it is in the verdict (and served nothing: a problem, said), and its passed-on calls
-    are summed per arm."""
-    from astra_sglang.e2e.runner import ArmRun, E2EConfig, PatchCount, not_reached, patch_calls, problems
+    the rewrite was reached, so it is in the verdict; serving nothing there is what its guard says (the retune
+    served them), said as such and no problem; its passed-on calls are summed per arm."""
+    from astra_sglang.e2e.runner import (ArmRun, E2EConfig, PatchCount, not_reached, patch_calls, problems,
+                                         shadowed_runs)
 
     cfg = E2EConfig(forward=["f"], one_batch_args=["--model-path", "M"], patches="rewrite,retune")
 
@@ -193,6 +194,42 @@ def test_e2e_counts_a_stacked_rewrite_as_reached_and_sums_what_it_passed_on() ->
             arm("C", 2, PatchCount(patch_id="rewrite", state="active", passed_on=64),
                 PatchCount(patch_id="retune", state="active", served_by_original=64))]
     assert not_reached(cfg, runs) == []
-    assert problems(cfg, runs) == ["patch rewrite served no calls in round 1's B process"]
+    assert problems(cfg, runs) == []
+    assert shadowed_runs(cfg, runs) == ["rewrite served no call in the B process(es) of round(s) 1: it passed every "
+                                        "call on to the patch stacked behind it, which served them"]
     rows = {(r.patch_id, r.arm): r for r in patch_calls(runs)}
     assert (rows[("rewrite", "B")].passed_on, rows[("retune", "B")].served_by_patch) == (64, 64)
+
+
+def _stack_runs(b_rewrite: Any, b_retune: Any) -> list[Any]:
+    """One in-process round at a batch the rewrite's guard holds: A and C pass through both hooks to SGLang's
+    original (the rewrite disabled passes on, the retune disabled calls the original), B as given."""
+    from astra_sglang.e2e.runner import ArmRun, PatchCount
+
+    def arm(a: str, i: int, rewrite: PatchCount, retune: PatchCount) -> ArmRun:
+        return ArmRun(round=1, arm=a, position=i, command=["f"], env={}, seconds=1.0, results=[],
+                      patches=[rewrite, retune])
+    idle = (PatchCount(patch_id="rewrite", state="disabled", passed_on=192),
+            PatchCount(patch_id="retune", state="disabled", served_by_original=192))
+    return [arm("A", 0, *idle), arm("B", 1, b_rewrite, b_retune), arm("C", 2, *idle)]
+
+
+def test_e2e_takes_a_retune_that_its_rewrite_left_no_call_as_no_problem() -> None:
+    """2026-12-06, e2e --in-process at context 8160, batch 1 and 16, rewrite + retune: the rewrite served every
+    call, none reached the retune behind it, and e2e refused a 0.742 [0.736, 0.753] decode B/A with its placebo at
+    1.007 as "patch sglang-retuned-da served no calls". Not reached is no fall back; a retune that fell back (calls
+    served by SGLang's original) still is a problem."""
+    from astra_sglang.e2e.runner import E2EConfig, PatchCount, problems, shadowed_runs
+
+    cfg = E2EConfig(forward=["f"], one_batch_args=["--model-path", "M"], patches="rewrite,retune")
+    runs = _stack_runs(PatchCount(patch_id="rewrite", state="active", served_by_patch=192),
+                       PatchCount(patch_id="retune", state="active"))
+    assert problems(cfg, runs) == []
+    assert shadowed_runs(cfg, runs) == ["retune served no call in the B process(es) of round(s) 1: the patch "
+                                        "stacked in front of it served every call"]
+    fell_back = _stack_runs(PatchCount(patch_id="rewrite", state="active", served_by_patch=96, passed_on=96),
+                            PatchCount(patch_id="retune", state="failed", served_by_original=96,
+                                       reason="first-call check failed"))
+    assert problems(cfg, fell_back) == ["patch retune served no calls in round 1's B process "
+                                        "(state failed: first-call check failed)"]
+    assert shadowed_runs(cfg, fell_back) == []

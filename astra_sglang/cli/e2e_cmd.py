@@ -172,6 +172,8 @@ def print_report(report: object, png: Path | None) -> None:
         con.print(f"  {line}", markup=False)
     for line in report.problems[:10]:
         con.print(f"  problem: {line}", markup=False)
+    for line in report.shadowed:
+        con.print(f"  stacked: {line}", markup=False)
     if inproc:
         con.print("in-process: A and C ran SGLang's originals through the installed hooks, B the patches; the hooks' "
                   "own cost is not in B/A (the cross-process e2e measures it)", markup=False)

@@ -145,6 +145,9 @@ class E2EReport(Model):
     not_reached: list[str] = Field(default_factory=list,
                                    description="patches whose op this forward never called (no call served by the "
                                                "patch or the original in any B or C process): not counted")
+    shadowed: list[str] = Field(default_factory=list,
+                                description="B processes where a patch stacked behind another got no call at all "
+                                            "because the one in front served every call (not a problem)")
     verdict: Verdict
     reasons: list[str]
     halfwidth: float | None = Field(default=None, description="the widest decode B/A half-width")
@@ -497,6 +500,39 @@ def not_reached(cfg: E2EConfig, runs: Sequence[ArmRun]) -> list[str]:
     return [pid for pid in expected_patches(cfg, runs) if seen.get(pid) == 0]
 
 
+def shadowed(c: PatchCount | None, run: ArmRun) -> str | None:
+    """Why a patch of a stack served no call in a B process without that being a problem, or None.
+
+    A rewrite stands in front of a retune of its op (``patches.install.stacks_on``): the rewrite serves its guard
+    and passes the other calls on, the retune serves what reaches it. In one B process (an in-process arm-run is one
+    batch size) either may then serve nothing: the rewrite when every call lay outside its guard (all passed on, the
+    retune served them), the retune when the rewrite served every call (none reached it: no call at all, which is
+    no fall back, since a fall back counts calls served by the original). 2026-12-06, context 8160 at batch 1 and
+    16: the rewrite served both, and e2e called the idle retune a problem and refused the verdict."""
+    if c is None or c.state != "active" or c.served_by_patch or c.served_by_original:
+        return None
+    others = [o for o in run.patches if o.patch_id != c.patch_id]
+    if c.passed_on and any(o.served_by_patch for o in others):
+        return "it passed every call on to the patch stacked behind it, which served them"
+    if not c.passed_on and any(o.served_by_patch for o in others) and not any(o.passed_on for o in others):
+        return "the patch stacked in front of it served every call"
+    return None
+
+
+def shadowed_runs(cfg: E2EConfig, runs: Sequence[ArmRun]) -> list[str]:
+    """Per expected patch and reason, the B processes (arm-runs) where ``shadowed`` excused it, one line each."""
+    out = []
+    for pid in expected_patches(cfg, runs):
+        rounds: dict[str, set[int]] = {}
+        for r in runs:
+            why = shadowed(next((c for c in r.patches if c.patch_id == pid), None), r) if r.arm == "B" else None
+            if why:
+                rounds.setdefault(why, set()).add(r.round)
+        out += [f"{pid} served no call in the B process(es) of round(s) {', '.join(map(str, sorted(rs)))}: {why}"
+                for why, rs in rounds.items()]
+    return out
+
+
 def problems(cfg: E2EConfig, runs: Sequence[ArmRun]) -> list[str]:
     """What makes B or C not what they claim: an expected patch that was reached but served no call in a B
     process (one this forward never reached is no problem: ``not_reached``), a placebo process whose hooks were
@@ -517,7 +553,7 @@ def problems(cfg: E2EConfig, runs: Sequence[ArmRun]) -> list[str]:
                 if pid in skip:
                     continue
                 c = counts.get(pid)
-                if c is None or c.served_by_patch == 0:
+                if (c is None or c.served_by_patch == 0) and shadowed(c, r) is None:
                     why = f" (state {c.state}: {c.reason})" if c is not None and c.reason else ""
                     out.append(f"patch {pid} served no calls in round {r.round}'s B process{why}")
         if r.graphs:  # in-process: what the recaptured graphs hold is what the arm's decode steps replay
@@ -577,6 +613,7 @@ def build_report(cfg: E2EConfig, runs: Sequence[ArmRun], out: Path) -> E2EReport
     return E2EReport(created=time.strftime("%Y-%m-%dT%H:%M:%S%z"), out=str(out), config=cfg, gpu_findings=findings,
                      rounds_done=len(complete), warmup_processes=warmups, shapes=reports,
                      patch_calls=patch_calls(runs), problems=trouble, not_reached=skipped,
+                     shadowed=shadowed_runs(cfg, runs),
                      verdict=overall(verdicts) if reports else "no measurable change",
                      reasons=reasons, halfwidth=max(widths) if len(widths) == len(reports) and
                      widths else None, rounds_needed=max(needed) if needed else None)
