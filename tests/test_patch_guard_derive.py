@@ -100,7 +100,7 @@ def test_patches_guard_rederives_a_shipped_patch_from_its_evidence(tmp_path: Pat
     assert not after.guard.accepts_dims({"T": 1024, "H": 4096}) and after.guard.accepts_dims({"T": 512, "H": 14336})
     assert after.check_shapes and all(after.guard.accepts_dims(s) for s in after.check_shapes)
     assert after.files == before.files and after.op_manifest_sha256 == before.op_manifest_sha256
-    assert "SERVED" in proc.stdout and "original serves" in proc.stdout
+    assert "SERVED" in proc.stdout and "no win; flashinfer_fused_add_rmsnorm serves" in proc.stdout  # what SGLang serves
 
 
 def _contract(dtypes: list[str], h_max: int | None, h_mult: int):
@@ -164,3 +164,30 @@ def test_verify_records_a_patch_slower_only_where_its_guard_sends_calls_to_sglan
     served, _ = slower_shapes(m, result(timed(128, 0.97)))
     assert [s.dims["B"] for s in served] == [128]
     assert slower_shapes(m, result().model_copy(update={"timing": None})) is None
+
+
+def test_the_guard_in_front_of_a_retune_leaves_it_the_shapes_where_it_beat_the_rewrite(tmp_path: Path) -> None:
+    """`patches guard mr-da2-single-r1 --behind sglang-retuned-da --write` on a copy of the registry, from both
+    patches' own H100 records (2026-12-06, real measurements): at B 128 (NK 8, G 4, page 1) the retune was 1.316x
+    over SGLang and the rewrite 1.228x, and e2e decode B/A was 0.869 with the retune serving against 0.896 with the
+    rewrite; there the retune serves. At B 1 the rewrite (2.05x / 4.24x against the retune's 1.83x / 3.45x) stays
+    in front. The rewrite's own guard, for standing alone, is untouched; a retune is refused in front."""
+    shutil.copytree(REPO / "patches", tmp_path / "patches")
+    folder = tmp_path / "patches" / "decode_attention" / "mr-da2-single-r1"
+    shipped = load_patch_manifest(folder)
+    write_patch_manifest(folder, shipped.model_copy(update={"guard_in_front": {}}))
+    env = {**__import__("os").environ, "ASTRA_SGLANG_PATCHES_DIR": str(tmp_path / "patches")}
+    cmd = [sys.executable, "-m", "astra_sglang", "patches", "guard"]
+    proc = subprocess.run([*cmd, "mr-da2-single-r1", "--behind", "sglang-retuned-da", "--write"], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    after = load_patch_manifest(folder)
+    front = after.guard_in_front["sglang-retuned-da"]
+    b = {"NK": 8, "G": 4, "D": 128, "MS": 8, "P": 1}
+    assert front.accepts_dims({"B": 1, **b}) and not front.accepts_dims({"B": 128, **b})
+    assert after.guard == shipped.guard and after.guard.accepts_dims({"B": 128, **b})
+    assert after.files == shipped.files and after.op_manifest_sha256 == shipped.op_manifest_sha256
+    assert "sglang-retuned-da serves" in proc.stdout
+    refused = subprocess.run([*cmd, "sglang-retuned-da", "--behind", "mr-da2-single-r1"], env=env,
+                             capture_output=True, text=True, timeout=300)
+    assert refused.returncode != 0 and "Traceback" not in refused.stderr

@@ -133,7 +133,7 @@ def test_a_patch_measured_on_one_gpu_model_leaves_another_of_its_arch_to_sglang(
     assert registry.device_problem(unrecorded, "sm_90", "NVIDIA H100 80GB HBM3") is None  # older manifests
     for shipped in registry.discover(REPO / "patches"):
         if "sm_90" in shipped.manifest.validated_on.archs:  # every GPU patch says where it was measured
-            assert "NVIDIA H200" in shipped.manifest.validated_on.gpus, shipped.patch_id
+            assert shipped.manifest.validated_on.gpus, shipped.patch_id  # (sglang-retuned-da: the H100 alone)
 
 
 def test_a_patch_on_a_gpu_it_was_never_measured_on_is_not_applicable_not_a_failed_check(root, monkeypatch):

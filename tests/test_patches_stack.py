@@ -180,8 +180,7 @@ def test_e2e_counts_a_stacked_rewrite_as_reached_and_sums_what_it_passed_on() ->
     """An e2e B process where the rewrite passed every call on to the retune behind it (a batch outside its guard):
     the rewrite was reached, so it is in the verdict; serving nothing there is what its guard says (the retune
     served them), said as such and no problem; its passed-on calls are summed per arm."""
-    from astra_sglang.e2e.runner import (ArmRun, E2EConfig, PatchCount, not_reached, patch_calls, problems,
-                                         shadowed_runs)
+    from astra_sglang.e2e.runner import ArmRun, E2EConfig, PatchCount, not_reached, patch_calls, problems, shadowed_runs
 
     cfg = E2EConfig(forward=["f"], one_batch_args=["--model-path", "M"], patches="rewrite,retune")
 
@@ -233,3 +232,46 @@ def test_e2e_takes_a_retune_that_its_rewrite_left_no_call_as_no_problem() -> Non
     assert problems(cfg, fell_back) == ["patch retune served no calls in round 1's B process "
                                         "(state failed: first-call check failed)"]
     assert shadowed_runs(cfg, fell_back) == []
+
+
+def test_in_front_of_its_retune_a_rewrite_serves_its_guard_in_front_and_alone_its_own(
+        root, tmp_path, monkeypatch, interpreted_merge_state):
+    """``guard_in_front`` (`patches guard ID --behind RETUNE`): stacked, the rewrite hands the retune the shapes
+    where the retune beat it (decode attention at B 128 on the H100, 2026-12-06), and alone it keeps serving its
+    own guard there, since SGLang's original is what it beat."""
+    torch = interpreted_merge_state
+    from astra_sglang.contract.patch import load_patch_manifest, write_patch_manifest
+    from astra_sglang.patches import install, status
+    from astra_sglang.patches.registry import discover
+    from astra_sglang.patches.tooling.devcheck import extracted_original
+
+    _both(root, tmp_path)
+    folder = root / "merge_state" / "merge-state-mr-k1"
+    m = load_patch_manifest(folder)
+    front = m.guard.model_copy(deep=True)
+    for r in front.regions:
+        r["T"] = r["T"].model_copy(update={"min": REWRITE["T"] + 1})
+    assert m.guard.accepts_dims(REWRITE) and not front.accepts_dims(REWRITE)
+    m.guard_in_front = {"rt-merge": front}
+    m.check_shapes = [dict(REWRITE, T=64)]
+    write_patch_manifest(folder, m)
+    assert load_patch_manifest(folder).guard_in_front["rt-merge"] == front  # written and read back
+    original = extracted_original(discover()[0])
+    monkeypatch.setattr(install, "resolve_target", lambda target: original)
+
+    def serve(selected: str) -> Any:
+        monkeypatch.setenv("ASTRA_SGLANG_PATCHES", selected)
+        status.reset()
+        hooked: dict[str, Any] = {}
+        install.install_selected(lambda target, orig, hook: hooked.__setitem__(target, hook))
+        (hook,) = hooked.values()
+        args = _args(torch, REWRITE)
+        out, _ = hook(*args)
+        assert torch.allclose(out.float(), original(*args)[0].float(), atol=2e-2, rtol=2e-2)
+        return status.statuses()
+
+    stacked = serve("rt-merge,merge-state-mr-k1")
+    assert (stacked["merge-state-mr-k1"].served_by_patch, stacked["merge-state-mr-k1"].passed_on) == (0, 1)
+    assert stacked["rt-merge"].served_by_patch + stacked["rt-merge"].served_by_original == 1
+    alone = serve("merge-state-mr-k1")
+    assert (alone["merge-state-mr-k1"].served_by_patch, alone["merge-state-mr-k1"].passed_on) == (1, 0)

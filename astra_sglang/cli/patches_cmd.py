@@ -95,9 +95,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     g = sub.add_parser("guard", help="derive a patch's guard from per-shape measurements: it serves exactly where it "
                                      "beat what SGLang serves, beyond the spread")
     g.add_argument("patch_id", help="the patch's id (see `patches list`)")
-    g.add_argument("--evidence", type=Path, action="append", default=[], required=True,
+    g.add_argument("--evidence", type=Path, action="append", default=[],
                    help="harness EvalResult JSON of the patch's kernel (`bench OP --candidate PATCH/kernel --shapes "
                         "all --heldout --json` on the GPU); repeatable; added to the patch's evidence")
+    g.add_argument("--behind", metavar="RETUNE_ID", default=None,
+                   help="derive the guard the patch serves in front of this retune of its op (stacked): where it "
+                        "beat the retune too, each over SGLang's original on the same GPU; its own guard is kept "
+                        "for standing alone. The patch's evidence alone is used when no --evidence is given")
     g.add_argument("--write", action="store_true",
                    help="write the derived guard, check shapes and evidence table into the patch's manifest "
                         "(default: print them only)")
@@ -406,15 +410,19 @@ def cmd_guard(args: argparse.Namespace) -> int:
     from astra_sglang.patches.tooling.add import rederive_guard
     from astra_sglang.patches.tooling.guard import describe, guard_table_lines
 
-    m, table = rederive_guard(args.patch_id, args.evidence, write=args.write)
+    if not args.evidence and args.behind is None:
+        raise AstraError("give --evidence (bench results of the patch's kernel), or --behind RETUNE_ID")
+    m, table = rederive_guard(args.patch_id, args.evidence, write=args.write, behind=args.behind)
+    guard = m.guard if args.behind is None else m.guard_in_front[args.behind]
     if args.json:
-        print(json.dumps({"patch_id": m.patch_id, "guard": m.guard.model_dump(mode="json"),
+        print(json.dumps({"patch_id": m.patch_id, "behind": args.behind, "guard": guard.model_dump(mode="json"),
                           "check_shapes": m.check_shapes, "table": [r.model_dump(mode="json") for r in table],
                           "written": args.write}, indent=2))
         return 0
     for line in guard_table_lines(table):
         print(line)
-    print(f"guard of {m.patch_id}: {describe(m.guard)}; check shapes {m.check_shapes}")
+    where = f" in front of {args.behind}" if args.behind else ""
+    print(f"guard of {m.patch_id}{where}: {describe(guard)}; check shapes {m.check_shapes}")
     print("written to its manifest" if args.write else "not written (pass --write)")
     return 0
 

@@ -173,11 +173,15 @@ class PatchManifest(Model):
                          "serves only where its id is named")
     repinned: list[RePin] = Field(default_factory=list, description="moves of op_manifest_sha256 since validation, "
                                   "each proven to change nothing but the op id (contract/repin.py)")
+    guard_in_front: dict[str, GuardSpec] = Field(
+        default_factory=dict, description="patch id of a retune of this op -> the guard this patch serves when it "
+        "stands in front of that retune (`patches guard ID --behind RETUNE`): where it beat the retune too, not only "
+        "SGLang's original; ``guard`` when it stands alone")
 
     @model_serializer(mode="wrap")
     def _without_empty_repinned(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         """Written only when there is one, so patch manifests without a re-pin keep their bytes."""
-        return drop_unset(handler(self), "repinned")
+        return drop_unset(handler(self), "repinned", "guard_in_front")
 
 
 class PatchManifestError(AstraError, ValueError):

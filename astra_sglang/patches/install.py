@@ -87,8 +87,9 @@ def install_selected(installer: Installer, *, root: Path | None = None, value: s
         for target, original in found.items():
             originals[target] = original
             below = claimed.get(target, [])
-            hooks[target] = rt.hook_for(original, target, passthrough=hooks.get(target),
-                                        stacked=bool(below) and below[-1][1] == m.op)
+            stacked = bool(below) and below[-1][1] == m.op
+            hooks[target] = rt.hook_for(original, target, passthrough=hooks.get(target), stacked=stacked,
+                                        behind=below[-1][0] if stacked else "")
             claimed.setdefault(target, []).append((m.patch_id, m.op, is_retune(e)))
         installed[m.patch_id] = rt
         _runtimes[m.patch_id] = rt

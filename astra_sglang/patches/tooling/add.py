@@ -37,7 +37,14 @@ from astra_sglang.contract.restore import materialize
 from astra_sglang.data_paths import user_cache
 from astra_sglang.errors import AstraError
 from astra_sglang.patches.registry import op_folder, patches_root
-from astra_sglang.patches.tooling.guard import derive_guard, describe, measured_rows, within_contract, within_shapes
+from astra_sglang.patches.tooling.guard import (
+    derive_guard,
+    describe,
+    measured_rows,
+    rows_behind,
+    within_contract,
+    within_shapes,
+)
 from astra_sglang.platform_info import arch_of_text, gpu_of_text
 
 if TYPE_CHECKING:
@@ -345,10 +352,12 @@ def _winning_seed(run_dir: Path) -> str | None:
 
 
 def rederive_guard(patch_id: str, evidence_paths: list[Path], *, root: Path | None = None,
-                   write: bool = False) -> tuple[PatchManifest, list[GuardRow]]:
+                   write: bool = False, behind: str | None = None) -> tuple[PatchManifest, list[GuardRow]]:
     """A registered patch's guard derived again from its evidence plus new measurements (``evidence_paths``), and
     its check shapes moved inside it; written to its manifest with ``write``. The kernel and its pins are untouched:
-    only where it serves changes, which the plugin's first-call check then covers."""
+    only where it serves changes, which the plugin's first-call check then covers. ``behind``: a retune of the
+    same op; the guard derived is the one for standing in front of it (``guard_in_front``, ``rows_behind``), and
+    the patch's own guard, for standing alone, is left as it is."""
     from astra_sglang.contract.patch import load_patch_manifest
     from astra_sglang.patches.adapters import get_adapter
     from astra_sglang.patches.registry import find
@@ -359,6 +368,8 @@ def rederive_guard(patch_id: str, evidence_paths: list[Path], *, root: Path | No
     known = {r.model_dump_json() for r in m.evidence.results}
     results = [*m.evidence.results, *(r for r in new if r.model_dump_json() not in known)]
     ad = get_adapter(m.op)
+    if behind is not None:
+        return _guard_in_front(entry.path, m, results, behind, root, write)
     guard, table = derive_guard(default_guard(m.op), measured_rows(results))
     note = f"guard derived from {len(table)} measured shape(s) (`patches guard`): {describe(guard)}"
     notes = [n for n in m.evidence.notes if not n.startswith("guard derived from")] + [note]
@@ -369,6 +380,38 @@ def rederive_guard(patch_id: str, evidence_paths: list[Path], *, root: Path | No
     })
     if write:
         write_patch_manifest(entry.path, updated)
+    return updated, table
+
+
+def _guard_in_front(path: Path, m: PatchManifest, results: list[EvalResult], behind: str, root: Path | None,
+                    write: bool) -> tuple[PatchManifest, list[GuardRow]]:
+    """``rederive_guard --behind``: the rewrite's guard in front of the retune ``behind``, inside its own guard."""
+    from astra_sglang.contract.patch import load_patch_manifest
+    from astra_sglang.patches.registry import find
+
+    inner = load_patch_manifest(find(behind, root).path)
+    if not inner.source.retune or inner.op != m.op:
+        raise AstraError(f"{behind} is not a retune of {m.op} (`patches add-retune`): only a retune of its op "
+                         f"stands behind {m.patch_id}")
+    if m.source.retune:
+        raise AstraError(f"{m.patch_id} is a retune itself: a retune stands behind a rewrite, never in front")
+    rows = rows_behind(results, inner.evidence.results, inner.guard, behind)
+    if not any(r.served_by == behind for r in rows):
+        raise AstraError(f"no shape of {m.patch_id}'s evidence was timed for {behind} on the same GPU inside its "
+                         f"guard: `patches verify {behind} --record` on that GPU first")
+    # a shape outside the patch's own guard is a loss here too, so no run of wins is joined across it
+    guard, table = derive_guard(m.guard, [r if m.guard.accepts_dims(r.dims) else r.model_copy(update={"wins": False})
+                                          for r in rows])
+    lost = [r for r in table if r.served_by == behind and not r.wins]
+    note = (f"guard in front of {behind} derived from {len(table)} measured shape(s) (`patches guard --behind`): "
+            f"{describe(guard)}; left to {behind}: "
+            + ("; ".join(f"{'x'.join(map(str, r.dims.values()))} {r.dtype} ({r.speedup:.3f}x of it)" for r in lost)
+               or "nothing"))
+    notes = [n for n in m.evidence.notes if not n.startswith(f"guard in front of {behind} ")] + [note]
+    updated = m.model_copy(update={"guard_in_front": {**m.guard_in_front, behind: guard},
+                                   "evidence": m.evidence.model_copy(update={"notes": notes})})
+    if write:
+        write_patch_manifest(path, updated)
     return updated, table
 
 

@@ -84,6 +84,37 @@ def measured_rows(results: Iterable[EvalResult]) -> list[GuardRow]:
     return rows
 
 
+def rows_behind(results: Iterable[EvalResult], inner: Iterable[EvalResult], inner_guard: GuardSpec,
+                inner_id: str) -> list[GuardRow]:
+    """``measured_rows`` of a rewrite for standing in front of ``inner_id``, a retune of its op: where the retune
+    serves (its guard) and was timed on the same GPU at the same shape, the rewrite is set against the retune, each
+    over SGLang's original of its own run (speedup = the rewrite's / the retune's); it keeps such a shape (wins)
+    only where it beat the original beyond the spread AND the retune did not beat it beyond the wider of the two
+    spreads: a tie stays with the rewrite in front. 2026-12-06, H100, decode attention B 128 S 1033: rewrite 1.228x,
+    retune 1.316x over SGLang, and e2e decode B/A 0.896 for the stack against 0.869 for the retune alone."""
+    from astra_sglang.loop.winner import same_gpu_text
+
+    timed_inner = [(r.device, s) for r in inner if r.timing is not None and (r.correctness is None or r.correctness.ok)
+                   for s in r.timing.shapes]
+    rows = []
+    for r in results:
+        for row in measured_rows([r]):
+            mine = next((s for d, s in timed_inner if same_gpu_text(d, r.device) and s.dtype == row.dtype
+                         and dict(s.dims) == row.dims), None)
+            theirs = None if mine is None else (mine.served_speedup if mine.served_speedup is not None else mine.speedup)
+            if (theirs is None or mine is None or mine.verdict == "suspect" or row.speedup is None
+                    or row.dtype not in inner_guard.dtypes or not inner_guard.accepts_dims(row.dims)):
+                rows.append(row)
+                continue
+            spread = max(row.spread_pct, mine.spread_pct)
+            ratio = row.speedup / theirs
+            inner_wins = (1.0 / ratio - 1.0) * 100.0 > spread
+            rows.append(row.model_copy(update={
+                "served_by": inner_id, "speedup": ratio, "spread_pct": spread, "wins": row.wins and not inner_wins,
+                "served_us": None if row.candidate_us is None else row.candidate_us * ratio}))
+    return rows
+
+
 def derive_guard(base: GuardSpec, rows: list[GuardRow]) -> tuple[GuardSpec, list[GuardRow]]:
     """``base`` (the adapter's widest guard) narrowed to the winning regions of ``rows``; the rows marked served.
 
@@ -154,7 +185,7 @@ def guard_table_lines(rows: list[GuardRow]) -> list[str]:
         us = (f"{r.served_us:.2f} -> {r.candidate_us:.2f} us" if r.served_us is not None and r.candidate_us is not None
               else "")
         out.append(f"{dims} {r.dtype}: {speed} vs {r.served_by or 'original'} ({us}, spread {r.spread_pct:.1f}%) "
-                   f"{'wins' if r.wins else 'no win'}; {'SERVED' if r.served else 'original serves'}")
+                   f"{'wins' if r.wins else 'no win'}; {'SERVED' if r.served else (r.served_by or 'original') + ' serves'}")
     return out
 
 
