@@ -188,6 +188,9 @@ def test_the_guard_in_front_of_a_retune_leaves_it_the_shapes_where_it_beat_the_r
     assert after.guard == shipped.guard and after.guard.accepts_dims({"B": 128, **b})
     assert after.files == shipped.files and after.op_manifest_sha256 == shipped.op_manifest_sha256
     assert "sglang-retuned-da serves" in proc.stdout
+    shown = subprocess.run([sys.executable, "-m", "astra_sglang", "patches", "show", "mr-da2-single-r1"], env=env,
+                           capture_output=True, text=True, timeout=300)
+    assert "serves in front of sglang-retuned-da (stacked; the rest goes to it): bfloat16: (B 1, NK 8" in shown.stdout
     refused = subprocess.run([*cmd, "sglang-retuned-da", "--behind", "mr-da2-single-r1"], env=env,
                              capture_output=True, text=True, timeout=300)
     assert refused.returncode != 0 and "Traceback" not in refused.stderr

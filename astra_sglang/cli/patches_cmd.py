@@ -212,6 +212,12 @@ def cmd_show(args: argparse.Namespace) -> int:
                      for k, r in m.guard.dims.items())
     c.print(f"guard: dtypes {', '.join(m.guard.dtypes)}; {dims}; align {m.guard.align_bytes} B; "
             f"{'contiguous' if m.guard.contiguous else 'any layout'}")
+    from astra_sglang.patches.tooling.guard import describe
+
+    if m.guard.regions:
+        c.print(f"serves (alone): {describe(m.guard)}", markup=False)
+    for inner, g in m.guard_in_front.items():
+        c.print(f"serves in front of {inner} (stacked; the rest goes to it): {describe(g)}", markup=False)
     p = m.provenance
     c.print(f"provenance: {p.kind}" + "".join(f"; {k} {v}" for k, v in
             (("run", p.run), ("model", p.model), ("rounds", p.rounds), ("author", p.author)) if v)
