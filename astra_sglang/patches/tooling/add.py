@@ -409,7 +409,7 @@ def _guard_in_front(path: Path, m: PatchManifest, results: list[EvalResult], beh
                or "nothing"))
     notes = [n for n in m.evidence.notes if not n.startswith(f"guard in front of {behind} ")] + [note]
     updated = m.model_copy(update={"guard_in_front": {**m.guard_in_front, behind: guard},
-                                   "evidence": m.evidence.model_copy(update={"notes": notes})})
+                                   "evidence": m.evidence.model_copy(update={"results": results, "notes": notes})})
     if write:
         write_patch_manifest(path, updated)
     return updated, table
