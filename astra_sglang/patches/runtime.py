@@ -62,7 +62,8 @@ class PatchRuntime:
         self._capturing = torch.cuda.is_current_stream_capturing if torch.cuda.is_available() else (lambda: False)
 
     def guard_behind(self, inner: str) -> Callable[[Prepared], bool]:
-        """The guard this patch serves in front of the patch ``inner``: its ``guard_in_front`` entry, else its own."""
+        """The guard this patch serves in front of the patch ``inner`` ("" when it stands alone): its
+        ``guard_in_front`` entry, else its own."""
         spec = self.m.guard_in_front.get(inner)
         return self.guard if spec is None else make_guard(spec, self.device_type)
 
@@ -81,7 +82,7 @@ class PatchRuntime:
         st = self.status
         prepare = self.adapter.prepare
         launch = self.adapter.launch
-        guard = self.guard_behind(behind) if stacked else self.guard
+        guard = self.guard_behind(behind)
         compiling = _compiling()
         capturing = self._capturing
         tick = status_file.tick
@@ -136,7 +137,7 @@ class PatchRuntime:
         st = self.status
         st.reason = "placebo: hooks installed, SGLang's original serves every call"
         prepare = self.adapter.prepare
-        guard = self.guard_behind(behind) if stacked else self.guard
+        guard = self.guard_behind(behind)
         compiling = _compiling()
         capturing = self._capturing
         tick = status_file.tick

@@ -13,17 +13,9 @@ LIMIT=${3:-560}; OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 . "$(dirname "$0")/out_limit.sh"  # at most 8 files come back: logs packed
 T0=$(date +%s); left() { echo $(( LIMIT - $(date +%s) + T0 )); }
 export ASTRA_SGLANG_PATCHES_DIR=$PWD/patches
-SMOKE=0 bash scripts/h200_server/device.sh site > "$OUT/site.log" 2>&1 || { tail -20 "$OUT/site.log"; exit 1; }
-if [ "$ID" != - ]; then
-  MANIFEST=$(ls patches/*/"$ID"/manifest.json 2>/dev/null | head -1)
-  [ -n "$MANIFEST" ] || { echo "record_then_e2e: no patches/*/$ID/manifest.json"; exit 2; }
-  ( export PYTHONPATH=/tmp/srv-site/astra:/tmp/srv-site CUDA_HOME=/usr/local/cuda PYTHONUNBUFFERED=1
-    fallback=$(python3 scripts/device/sandbox_probe.py) || echo "record_then_e2e: CUDA started in no worker sandbox"
-    eval "$fallback"
-    timeout "${RECORD_S:-200}" python3 -m astra_sglang patches verify "$ID" --record --shapes paper \
-        > "$OUT/verify.log" 2>&1
-    echo "verify exit $? at $(( $(date +%s) - T0 )) s"; grep -v "^\[" "$OUT/verify.log" | tail -22 )
-  cp "$MANIFEST" "$OUT/manifest.recorded.json"
+if [ "$ID" != - ]; then  # the record half of record_then_profile.sh (its site set-up, verify --record, the copy)
+  PROFILE=0 RECORD_S=${RECORD_S:-200} bash "$(dirname "$0")/record_then_profile.sh" "$ID" || exit $?
+  echo "record at $(( $(date +%s) - T0 )) s"
 fi
 BS=${BS:-1 32 128}
 # shellcheck disable=SC2086  # BS is a list of batch sizes
