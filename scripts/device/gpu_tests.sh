@@ -10,12 +10,23 @@
 # image): the 19 contract validations and the sandbox, screen and status tests spend their time compiling and in
 # float64 references on the host; those marked gpu_timing run after them, one at a time, with the GPU to
 # themselves. GPU_JOBS=1: every GPU test one at a time, as before.
+# Carry .whl made with AGENTS=1 (wheels.sh) so the modules that import openai-agents are collected and their GPU
+# tests run. SGLANG_SITE=1, with .srv carried (site312.tar.xz and this tree's wheel, prepare.sh): SGLang's runtime
+# on the path too (device.sh site), so the GPU tests that compare with the installed SGLang run instead of skipping.
 # Usage: gpu_tests.sh [SECONDS] [pytest args...]   (SECONDS: the whole run's limit, default 540)
 set -uo pipefail
 LIMIT=${1:-540}; shift || true
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT/measurements"
 . "$(dirname "$0")/out_limit.sh"  # at most 8 files come back: logs packed
 . "$(dirname "$0")/site.sh"
+if [ "${SGLANG_SITE:-0}" = 1 ]; then
+  if SMOKE=0 bash scripts/h200_server/device.sh site > "$OUT/site_sglang.log" 2>&1; then
+    export PYTHONPATH=$PYTHONPATH:/tmp/srv-site/astra:/tmp/srv-site CUDA_HOME=/usr/local/cuda
+  else
+    echo "gpu_tests.sh: no SGLang site (carry .srv from prepare.sh): the tests that need SGLang skip"; tail -5 "$OUT/site_sglang.log"
+  fi
+fi
+python3 -c "import agents" 2>/dev/null || echo "gpu_tests.sh: no openai-agents (AGENTS=1 scripts/device/wheels.sh): 3 modules will not be collected"
 export ASTRA_SGLANG_MEASUREMENTS="$OUT/measurements" ASTRA_SGLANG_FAILURES="$OUT/failures.log"
 export PYTHONPATH="$(cd "$(dirname "$0")" && pwd)${PYTHONPATH:+:$PYTHONPATH}"
 T0=$(date +%s); left() { echo $(( LIMIT - $(date +%s) + T0 )); }

@@ -3,6 +3,7 @@
 # rebuilt on a bare machine in one command. This session's machine starts with git alone (2026-12-05: no .whl/,
 # .srv/ or runs/; build_site.sh's default `python3.12` was not on PATH under pyenv).
 #   .whl/                  astra-sglang's dependencies for the device's Python 3.12 (wheels.sh; carry it for evaluate)
+#                          (AGENTS=1: openai-agents too, for a GPU test run: gpu_tests.sh)
 #   .srv/site312.tar.xz    the SGLang runtime the device image lacks (h200_server/build_site.sh)
 #   .srv/astra_sglang-*.whl  this commit's wheel, built from a clean export (a stale build/ leaks deleted files),
 #                          checked against the tree (check_wheel.py); device.sh refuses any other
