@@ -5,7 +5,9 @@
 # arm B: all arms in one process, decode graphs recaptured per arm-run (astra_sglang/e2e/inprocess_child.py).
 # ASTRA_SGLANG_PATCHES_DIR=$PWD/patches: the forward reads the tree's patches, so the record just made is the one that
 # serves. Copy $OUT/manifest.recorded.json back into patches/ by hand; the run folder comes back as $OUT/e2e.tar.
-# Usage: [ROUNDS=4 BS="1 32 128" IN=1024 OUT_LEN=32 E2E_S=...] record_then_e2e.sh ID|- PATCHES [SECONDS]
+# MEM_FRAC (default 0.6): SGLang's --mem-fraction-static; bs 32 at context 8192 needs ~34 GB of KV pool, which 0.6
+# of an H100 leaves no room for beside the 16 GB of weights; 0.72 does, and leaves ~22 GB for the 261k-token prefill's activations.
+# Usage: [ROUNDS=4 BS="1 32 128" IN=1024 OUT_LEN=32 MEM_FRAC=0.6 E2E_S=...] record_then_e2e.sh ID|- PATCHES [SECONDS]
 #   ID "-": no record, the e2e alone. SECONDS: the whole call's limit (default 560).
 set -uo pipefail
 ID=${1:?usage: record_then_e2e.sh ID|- PATCHES [SECONDS]}; PATCHES=${2:?usage: record_then_e2e.sh ID|- PATCHES [SECONDS]}
@@ -23,7 +25,7 @@ STEP_S=$(( ${E2E_S:-$(left)} - 15 )) SMOKE=0 MAKE_MODEL="/tmp/llama3-8b llama3-8
   bash scripts/h200_server/device.sh e2e --in-process --out "$OUT/e2e" --patches "$PATCHES" --rounds "${ROUNDS:-4}" \
   --batch-size $BS --input-len "${IN:-1024}" --output-len "${OUT_LEN:-32}" -- --model-path /tmp/llama3-8b \
   --load-format dummy --attention-backend triton --sampling-backend pytorch --dtype bfloat16 \
-  --cuda-graph-bs-decode $BS --mem-fraction-static 0.6 --cuda-graph-backend-prefill disabled \
+  --cuda-graph-bs-decode $BS --mem-fraction-static "${MEM_FRAC:-0.6}" --cuda-graph-backend-prefill disabled \
   > "$OUT/e2e.txt" 2> "$OUT/e2e.log"
 rc=$?
 echo "e2e --in-process exit $rc at $(( $(date +%s) - T0 )) s"; cat "$OUT/e2e.txt"; tail -8 "$OUT/e2e.log"
