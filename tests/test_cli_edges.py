@@ -171,8 +171,12 @@ def test_doctor_on_a_gpu_names_its_arch_and_what_applies(capsys) -> None:
     gpu = next(f for f in report["facts"] if f["name"] == "gpu")
     assert gpu["ok"] and f"({arch})" in gpu["detail"] and torch.cuda.get_device_name() in gpu["detail"]
     merge = next(p for p in report["patches"] if p["patch_id"] == "merge-state-mr-k1")
-    if facts_ok(report, "sglang"):
-        assert merge["applies_here"] == (arch == "sm_90"), merge  # validated on SGLang 0.5.23 / sm_90
+    if facts_ok(report, "sglang"):  # validated on SGLang 0.5.23 / sm_90, and only on the GPU models it was measured on
+        manifest = json.loads((ROOT / "patches" / "merge_state" / "merge-state-mr-k1" / "manifest.json").read_text())
+        measured_here = torch.cuda.get_device_name() in manifest["validated_on"]["gpus"]
+        assert merge["applies_here"] == (arch == "sm_90" and measured_here), merge
+        if arch == "sm_90" and not measured_here:  # an H100 for this H200-measured patch: the GPU gate says so
+            assert "patch measured on" in merge["why_not"] and "patches verify" in merge["why_not"], merge
     else:  # a GPU host without SGLang (the H200 here): the reason is SGLang, not the device
         assert not merge["applies_here"] and merge["why_not"] == "SGLang is not installed", merge
 

@@ -18,6 +18,8 @@ set -uo pipefail
 LIMIT=${1:-540}; shift || true
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT/measurements"
 . "$(dirname "$0")/out_limit.sh"  # at most 8 files come back: logs packed
+# the limit counts from here: the set-up below (SGLang's site, ~60 s) once pushed a 570-s run past the call's 600
+T0=$(date +%s); left() { echo $(( LIMIT - $(date +%s) + T0 )); }
 . "$(dirname "$0")/site.sh"
 if [ "${SGLANG_SITE:-0}" = 1 ]; then
   if SMOKE=0 bash scripts/h200_server/device.sh site > "$OUT/site_sglang.log" 2>&1; then
@@ -29,7 +31,6 @@ fi
 python3 -c "import agents" 2>/dev/null || echo "gpu_tests.sh: no openai-agents (AGENTS=1 scripts/device/wheels.sh): 3 modules will not be collected"
 export ASTRA_SGLANG_MEASUREMENTS="$OUT/measurements" ASTRA_SGLANG_FAILURES="$OUT/failures.log"
 export PYTHONPATH="$(cd "$(dirname "$0")" && pwd)${PYTHONPATH:+:$PYTHONPATH}"
-T0=$(date +%s); left() { echo $(( LIMIT - $(date +%s) + T0 )); }
 JOBS=${GPU_JOBS:-4}
 python3 -c "import xdist" 2>/dev/null || JOBS=1
 phase() {  # MARKER_EXPRESSION JUNIT_FILE [pytest args...]; exit status 5 (nothing selected) counts as 0
