@@ -106,6 +106,21 @@ def test_the_retired_test_vehicle_serves_only_where_named(monkeypatch, tmp_path)
     assert load_patch_manifest(SHIPPED).in_all is False
 
 
+def test_all_stacks_the_decode_attention_rewrite_in_front_of_its_retune(monkeypatch, tmp_path):
+    """`validate` passed the pair as a stack (H100, 2026-12-06: tokens within thresholds, the retune serving 228
+    calls, the rewrite 12), so `all` now holds the retune too, installed behind the rewrite, which hands it every
+    call outside its guard in front."""
+    from astra_sglang.patches.install import stack_order
+
+    monkeypatch.setenv("ASTRA_SGLANG_PATCHES_DIR", str(REPO / "patches"))
+    monkeypatch.setenv("ASTRA_SGLANG_STATE_FILE", str(tmp_path / "state.json"))
+    chosen = registry.selected(registry.discover(), "all")[0]
+    da = [e.patch_id for e in stack_order(chosen) if e.op == "decode_attention"]
+    assert da == ["sglang-retuned-da", "mr-da2-single-r1"]  # innermost first
+    rewrite = next(e for e in chosen if e.patch_id == "mr-da2-single-r1").manifest
+    assert "sglang-retuned-da" in rewrite.guard_in_front
+
+
 def test_applicability_reasons(root):
     e = registry.discover()[0]
     assert registry.static_problem(e, "0.5.23") is None
