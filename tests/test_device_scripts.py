@@ -105,3 +105,45 @@ def test_every_device_script_that_fills_out_packs_its_logs():
     filling = [p for p in scripts if "OUT=${OUT:-/tmp/out}" in p.read_text()]
     assert len(filling) >= 8, [p.name for p in filling]
     assert [p.name for p in filling if "out_limit.sh" not in p.read_text()] == []
+
+
+def test_passed_ids_reads_a_finished_phase_and_a_cut_one_and_skips_what_did_not_pass(tmp_path):
+    """JUnit of a finished phase (failures, errors and skips left in), and the -v log of a cut phase, plain and
+    under xdist: the node ids the next call leaves out (gpu_tests.sh PASSED_IN)."""
+    junit = tmp_path / "gpu_tests.xml"
+    junit.write_text(
+        '<testsuites><testsuite name="pytest">'
+        '<testcase classname="tests.test_a" name="test_ok[x]" time="1"/>'
+        '<testcase classname="tests.test_a" name="test_bad" time="1"><failure message="m"/></testcase>'
+        '<testcase classname="tests.test_a" name="test_err" time="1"><error message="m"/></testcase>'
+        '<testcase classname="tests.test_b" name="test_skip" time="0"><skipped message="m"/></testcase>'
+        "</testsuite></testsuites>")
+    log = tmp_path / "gpu_tests.log"
+    log.write_text("[gw1] [ 33%] PASSED tests/test_c.py::test_par[1] \n"
+                   "[gw0] [ 66%] FAILED tests/test_c.py::test_par[2] \n"
+                   "tests/test_d.py::test_serial[a b] PASSED [  3%]\n"
+                   "tests/test_d.py::test_cut \n"
+                   "tests/test_a.py::test_ok[x] PASSED [  6%]\n")
+    got = _script("passed_ids").passed_ids([junit, log])
+    assert got == ["tests/test_a.py::test_ok[x]", "tests/test_c.py::test_par[1]"], got
+
+
+def test_the_ids_of_a_real_device_run_deselect_exactly_those_tests():
+    """The ids passed_ids writes are pytest's own node ids: this stop's H100 run (39 tests of phase 1 in its JUnit
+    and call 3's, 5 of phase 2 in the cut log) leaves out exactly 44 of the GPU tests when handed back."""
+    import subprocess
+
+    runs = Path(__file__).resolve().parents[1] / "docs" / "measurements" / "2026-12-06-e"
+    ids = _script("passed_ids").passed_ids([runs / "gpu_tests_call1_h100.xml", runs / "gpu_tests_call1_h100.log",
+                                            runs / "gpu_tests_call3_h100.xml"])
+    assert len(ids) == 44
+    args = [a for node in ids for a in ("--deselect", node)]
+
+    def collected(*extra: str) -> int:
+        proc = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-m", "gpu", "-p",
+                               "no:cacheprovider", *extra, "tests"], capture_output=True, text=True,
+                              cwd=runs.parents[2], timeout=300)
+        tail = proc.stdout.strip().splitlines()[-1]  # "70/1272 tests collected (1202 deselected) in 8.1s"
+        return int(tail.split("/")[0])
+
+    assert collected() - collected(*args) == 44

@@ -13,6 +13,8 @@
 # Carry .whl made with AGENTS=1 (wheels.sh) so the modules that import openai-agents are collected and their GPU
 # tests run. SGLANG_SITE=1, with .srv carried (site312.tar.xz and this tree's wheel, prepare.sh): SGLang's runtime
 # on the path too (device.sh site), so the GPU tests that compare with the installed SGLang run instead of skipping.
+# PASSED_IN="FILE...": leave out the tests an earlier run passed (its JUnit XML, or its -v log when the call was cut:
+# passed_ids.py), so a suite longer than one call goes on where the last call stopped.
 # Usage: gpu_tests.sh [SECONDS] [pytest args...]   (SECONDS: the whole run's limit, default 540)
 set -uo pipefail
 LIMIT=${1:-540}; shift || true
@@ -31,13 +33,20 @@ fi
 python3 -c "import agents" 2>/dev/null || echo "gpu_tests.sh: no openai-agents (AGENTS=1 scripts/device/wheels.sh): 3 modules will not be collected"
 export ASTRA_SGLANG_MEASUREMENTS="$OUT/measurements" ASTRA_SGLANG_FAILURES="$OUT/failures.log"
 export PYTHONPATH="$(cd "$(dirname "$0")" && pwd)${PYTHONPATH:+:$PYTHONPATH}"
+DESELECT=()
+if [ -n "${PASSED_IN:-}" ]; then
+  # shellcheck disable=SC2086  # PASSED_IN is a list of files
+  while IFS= read -r id; do [ -n "$id" ] && DESELECT+=(--deselect "$id"); done \
+      < <(python3 "$(dirname "$0")/passed_ids.py" $PASSED_IN)
+  echo "gpu_tests.sh: leaving out $(( ${#DESELECT[@]} / 2 )) tests that passed in: $PASSED_IN"
+fi
 JOBS=${GPU_JOBS:-4}
 python3 -c "import xdist" 2>/dev/null || JOBS=1
 phase() {  # MARKER_EXPRESSION JUNIT_FILE [pytest args...]; exit status 5 (nothing selected) counts as 0
   local expr=$1 xml=$2; shift 2
   [ "$(left)" -gt 5 ] || { echo "gpu_tests.sh: no time left for: -m '$expr'"; return 124; }
   timeout "$(left)" python3 -m pytest -m "$expr" -v -p no:cacheprovider -p failures_now \
-      --continue-on-collection-errors --junitxml="$OUT/$xml" "$@" 2>&1 \
+      --continue-on-collection-errors --junitxml="$OUT/$xml" ${DESELECT[@]+"${DESELECT[@]}"} "$@" 2>&1 \
     | tee -a "$OUT/gpu_tests.log" | grep -E "PASSED|FAILED|ERROR|SKIPPED|XFAIL|passed|failed|no tests ran"
   local rc=${PIPESTATUS[0]}
   [ "$rc" = 5 ] && rc=0
