@@ -91,6 +91,17 @@ def test_batched_correctness_passes_with_synthetic_long_prompts(standin_env: Pat
     assert main(["validate", "--synthetic-prompts", "lots", "--", "--model-path", "m"]) == 2
 
 
+def test_synthetic_prompts_are_as_many_texts_as_asked_for() -> None:
+    """`--synthetic-prompts 128:1000` sent 6 texts, each about 21 times (the order depended on the seed modulo 6):
+    a validate of 128 prompts judged 6 contexts. Each prompt is now a text of its own, within its token budget."""
+    from astra_sglang.serving.prompts import synthetic_prompts
+
+    prompts = [str(p.prompt) for p in synthetic_prompts("128:1000")]
+    assert len(set(prompts)) == 128
+    assert len({p.split(") ", 1)[1] for p in prompts}) == 128  # the sentences differ too, not only the number
+    assert all(len(p.split()) * 13 // 10 <= 1000 for p in prompts)
+
+
 def test_diverging_outputs_fail_and_name_the_first_divergence(standin_env: Path, tmp_path: Path,
                                                               monkeypatch: pytest.MonkeyPatch,
                                                               capsys: pytest.CaptureFixture[str]) -> None:
