@@ -6,7 +6,8 @@
 # ASTRA_SGLANG_PATCHES_DIR=$PWD/patches: the forward reads the tree's patches, so the record just made is the one that
 # serves. Copy $OUT/manifest.recorded.json back into patches/ by hand; the run folder comes back as $OUT/e2e.tar.
 # MEM_FRAC (default 0.6): SGLang's --mem-fraction-static; bs 32 at context 8192 needs ~34 GB of KV pool, which 0.6
-# of an H100 leaves no room for beside the 16 GB of weights; 0.72 does, and leaves ~22 GB for the 261k-token prefill's activations.
+# of an H100 leaves no room for beside the 16 GB of weights; 0.72 does, and leaves ~22 GB for the activations of
+# the 261k-token prefill.
 # Usage: [ROUNDS=4 BS="1 32 128" IN=1024 OUT_LEN=32 MEM_FRAC=0.6 E2E_S=...] record_then_e2e.sh ID|- PATCHES [SECONDS]
 #   ID "-": no record, the e2e alone. SECONDS: the whole call's limit (default 560).
 set -uo pipefail

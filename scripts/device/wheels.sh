@@ -19,6 +19,9 @@ if [ "${AGENTS:-0}" = 1 ]; then
   "$PY" -m pip freeze --exclude-editable > "$pins"
   python3 -m pip download -q --only-binary=:all: --python-version 3.12 --implementation cp \
       --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
-      -c "$pins" -d .whl openai-agents openai 2>&1 | grep -v "is ignored: it is neither a file nor a directory" || true
+      -c "$pins" -d .whl openai-agents openai > "$pins.log" 2>&1 \
+    || { grep -v "is ignored: it is neither a file nor a directory" "$pins.log"; rm -f "$pins.log"
+         echo "wheels.sh: openai-agents and its dependencies could not be downloaded"; exit 2; }
+  rm -f "$pins.log"
 fi
 ls .whl
