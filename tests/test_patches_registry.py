@@ -10,7 +10,7 @@ from patch_support import copy_as_regular
 
 from astra_sglang.cli.main import main
 from astra_sglang.contract.op import entry_and_call, manifest_sha256
-from astra_sglang.contract.patch import file_problem, load_patch_manifest
+from astra_sglang.contract.patch import file_problem, load_patch_manifest, write_patch_manifest
 from astra_sglang.contract.result import (
     BaselineShape,
     BuildReport,
@@ -183,6 +183,17 @@ def test_list_and_show(root, capsys, monkeypatch):
     assert main(["patches", "list", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
     assert rows[0]["active_in_env"] and not rows[0]["applicable"] and rows[0]["why_not"] == "no CUDA device"
+    monkeypatch.setenv("ASTRA_SGLANG_PATCHES", "all")
+    assert main(["patches", "list", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)[0]["active_in_env"]
+    # as shipped, the vehicle has in_all false: `all` leaves it out, and the list said it was active
+    write_patch_manifest(root / "silu_and_mul" / PID, load_patch_manifest(SHIPPED))
+    assert main(["patches", "list", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert not rows[0]["in_all"] and not rows[0]["active_in_env"], rows[0]
+    assert main(["patches", "list"]) == 0
+    assert "named only (not in all)" in capsys.readouterr().out
+    monkeypatch.setenv("ASTRA_SGLANG_PATCHES", PID)
     assert main(["patches", "list"]) == 0
     assert PID in capsys.readouterr().out
     assert main(["patches", "show", PID]) == 0

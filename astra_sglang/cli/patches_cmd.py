@@ -123,7 +123,7 @@ def _rows() -> list[dict]:
         discover,
         installed_sglang_version,
         load_state,
-        requested_ids,
+        selected,
         static_problem,
         validated_here,
     )
@@ -132,9 +132,12 @@ def _rows() -> list[dict]:
     here = current()
     version, arch, gpu = installed_sglang_version(), here.arch, here.gpu
     disabled = set(load_state().disabled)
-    req = requested_ids()
+    entries = discover()
+    # what the plugin would install under this environment: the registry's own choice (`all` leaves out a patch
+    # whose manifest has in_all false), not a second reading of ASTRA_SGLANG_PATCHES
+    active = {e.patch_id for e in selected(entries)[0]}
     rows = []
-    for e in discover():
+    for e in entries:
         problem = static_problem(e, version) or (device_problem(e.manifest, arch, gpu) if e.manifest else None)
         vh, why = validated_here(e, version, arch, gpu)
         m = e.manifest
@@ -146,7 +149,8 @@ def _rows() -> list[dict]:
             "kind": m.source.kind if m else "?",
             "provenance": m.provenance.kind if m else "?",
             "enabled": e.patch_id not in disabled,
-            "active_in_env": (req == "all" and e.patch_id not in disabled) or (isinstance(req, set) and e.patch_id in req),
+            "in_all": m.in_all if m else False,
+            "active_in_env": e.patch_id in active,
             "applicable": problem is None,
             "why_not": problem or "",
             "validated_here": vh,
@@ -178,7 +182,8 @@ def cmd_list(args: argparse.Namespace) -> int:
                 "speedup"):
         t.add_column(col)
     for r in rows:
-        t.add_row(r["patch_id"], r["op"], r["kind"], r["provenance"], "yes" if r["enabled"] else "no",
+        t.add_row(r["patch_id"], r["op"], r["kind"], r["provenance"],
+                  ("yes" if r["in_all"] else "named only (not in all)") if r["enabled"] else "no",
                   "yes" if r["applicable"] else f"no: {r['why_not']}",
                   "yes" if r["validated_here"] else f"no: {r['validated_why']}",
                   "yes" if r["builds_here"] else f"no: {r['build_why'].removeprefix('cannot build here: ')}",
