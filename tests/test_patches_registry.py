@@ -106,7 +106,7 @@ def test_the_retired_test_vehicle_serves_only_where_named(monkeypatch, tmp_path)
     assert load_patch_manifest(SHIPPED).in_all is False
 
 
-def test_all_stacks_the_decode_attention_rewrite_in_front_of_its_retune(monkeypatch, tmp_path):
+def test_all_stacks_the_decode_attention_rewrite_in_front_of_its_retune(monkeypatch, tmp_path, capsys):
     """`validate` passed the pair as a stack (H100, 2026-12-06: tokens within thresholds, the retune serving 228
     calls, the rewrite 12), so `all` now holds the retune too, installed behind the rewrite, which hands it every
     call outside its guard in front."""
@@ -119,6 +119,10 @@ def test_all_stacks_the_decode_attention_rewrite_in_front_of_its_retune(monkeypa
     assert da == ["sglang-retuned-da", "mr-da2-single-r1"]  # innermost first
     rewrite = next(e for e in chosen if e.patch_id == "mr-da2-single-r1").manifest
     assert "sglang-retuned-da" in rewrite.guard_in_front
+    assert main(["patches", "list", "--json"]) == 0
+    rows = {r["patch_id"]: r for r in json.loads(capsys.readouterr().out)}
+    assert rows["sglang-retuned-da"]["provenance"] == "retune (sweep)" and rows["sglang-retuned-da"]["in_all"]
+    assert rows["mr-da2-single-r1"]["provenance"] == "run"
 
 
 def test_applicability_reasons(root):

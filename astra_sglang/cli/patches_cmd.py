@@ -147,7 +147,8 @@ def _rows() -> list[dict]:
             "patch_id": e.patch_id,
             "op": e.op,
             "kind": m.source.kind if m else "?",
-            "provenance": m.provenance.kind if m else "?",
+            # a retune carries no kernel code of its own: "hand-written" (its manifest's kind) would say otherwise
+            "provenance": ("retune (sweep)" if m.source.retune else m.provenance.kind) if m else "?",
             "enabled": e.patch_id not in disabled,
             "in_all": m.in_all if m else False,
             "active_in_env": e.patch_id in active,
