@@ -88,7 +88,7 @@ def install_selected(installer: Installer, *, root: Path | None = None, value: s
             originals[target] = original
             below = claimed.get(target, [])
             stacked = bool(below) and below[-1][1] == m.op
-            hooks[target] = rt.hook_for(original, target, passthrough=hooks.get(target), stacked=stacked,
+            hooks[target] = rt.hook_for(original, target, passthrough=hooks.get(target),
                                         behind=below[-1][0] if stacked else "")
             claimed.setdefault(target, []).append((m.patch_id, m.op, is_retune(e)))
         installed[m.patch_id] = rt

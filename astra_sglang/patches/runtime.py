@@ -70,19 +70,20 @@ class PatchRuntime:
     # ------------------------------------------------------------------------------------------- hot path
 
     def hook_for(self, original: Original, target: str = "", passthrough: Callable[..., Any] | None = None,
-                 stacked: bool = False, behind: str = "") -> Callable[..., Any]:
+                 behind: str = "") -> Callable[..., Any]:
         """The stand-in for ``original`` at ``target``. ``passthrough``: another op's stand-in on the same function
         (the two fused-MoE GEMMs share ``invoke_fused_moe_kernel``), which gets every call this adapter does not
         take as its form, whatever this patch's state; ``original`` stays SGLang's function, the one this patch
-        falls back to and is checked against. ``stacked``: ``passthrough`` is a patch of this same op (SGLang's
-        kernel retuned) standing behind this one, and gets every call this patch does not serve (outside its
-        guard, before its check, after a fallback), counted here as passed on and there as served. ``behind``: that
-        patch's id; where the manifest has a guard for standing in front of it (``guard_in_front``), that one serves:
-        the calls where the retune beat this patch go to the retune (decode attention at B 128, 2026-12-06)."""
+        falls back to and is checked against. ``behind``: the id of a patch of this same op (SGLang's kernel
+        retuned) that ``passthrough`` is, standing behind this one ("" for none): it gets every call this patch
+        does not serve (outside its guard, before its check, after a fallback), counted here as passed on and
+        there as served; where the manifest has a guard for standing in front of it (``guard_in_front``), that one
+        serves: the calls where the retune beat this patch go to the retune (decode attention at B 128, 2026-12-06)."""
         st = self.status
         prepare = self.adapter.prepare
         launch = self.adapter.launch
         guard = self.guard_behind(behind)
+        stacked = bool(behind)
         compiling = _compiling()
         capturing = self._capturing
         tick = status_file.tick
@@ -90,7 +91,7 @@ class PatchRuntime:
         if target:
             st.targets = tuple(sorted(set(st.targets) | {target}))
         if placebo_requested():  # read once here, so the patch's own hot path below gains no check
-            return self._named(self._placebo_hook(original, passthrough, stacked, behind), original)
+            return self._named(self._placebo_hook(original, passthrough, behind), original)
 
         def astra_patched(*args: Any, **kwargs: Any) -> Any:
             live = st.state in ("active", "pending")
@@ -129,7 +130,7 @@ class PatchRuntime:
         return self._named(astra_patched, original)
 
     def _placebo_hook(self, original: Original, passthrough: Callable[..., Any] | None = None,
-                      stacked: bool = False, behind: str = "") -> Callable[..., Any]:
+                      behind: str = "") -> Callable[..., Any]:
         """The e2e placebo (ASTRA_SGLANG_PLACEBO): the host work the patch's hook does on every call (the
         adapter's prepare and the guard, results discarded; the counters and the status tick), then SGLang's
         original. Nothing is built, checked or launched, so a placebo process runs SGLang's kernels, and its
@@ -138,6 +139,7 @@ class PatchRuntime:
         st.reason = "placebo: hooks installed, SGLang's original serves every call"
         prepare = self.adapter.prepare
         guard = self.guard_behind(behind)
+        stacked = bool(behind)
         compiling = _compiling()
         capturing = self._capturing
         tick = status_file.tick

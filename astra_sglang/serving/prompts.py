@@ -40,7 +40,8 @@ _SENTENCES = [
 
 
 def _long(n_sentences: int, seed: int) -> str:
-    """A deterministic paragraph: sentences in a seed-dependent order, each numbered so no two prompts share it."""
+    """A deterministic paragraph: sentences in an order set by the seed modulo 6, numbered; distinct for the six
+    seeds of the built-in set (``synthetic_prompts``, which needs more, uses ``_distinct``)."""
     parts = [f"({i + 1}) {_SENTENCES[(seed * 7 + i * 5) % len(_SENTENCES)]}" for i in range(n_sentences)]
     return " ".join(parts) + " In summary,"
 

@@ -367,9 +367,9 @@ def rederive_guard(patch_id: str, evidence_paths: list[Path], *, root: Path | No
     new = load_evidence(evidence_paths).results
     known = {r.model_dump_json() for r in m.evidence.results}
     results = [*m.evidence.results, *(r for r in new if r.model_dump_json() not in known)]
-    ad = get_adapter(m.op)
     if behind is not None:
         return _guard_in_front(entry.path, m, results, behind, root, write)
+    ad = get_adapter(m.op)
     guard, table = derive_guard(default_guard(m.op), measured_rows(results))
     note = f"guard derived from {len(table)} measured shape(s) (`patches guard`): {describe(guard)}"
     notes = [n for n in m.evidence.notes if not n.startswith("guard derived from")] + [note]
