@@ -63,6 +63,25 @@ def test_an_arm_run_whose_graphs_were_not_recaptured_is_caught(tmp_path, capsys,
     assert any("round 1's B arm-run made no hooked call inside its graph recapture" in p for p in rep["problems"])
 
 
+def test_an_in_process_forward_out_of_memory_is_named_with_what_to_change(tmp_path, capsys, monkeypatch):
+    """H100, 2026-12-06: batch 32 at context 8160 died in its one-batch prefill, and e2e said only "exited with 1;
+    see stderr.log" (the cross-process run already named the exception)."""
+    monkeypatch.setenv("STANDIN_OOM_BS", "64")
+    assert main(_e2e(tmp_path / "run")) != 0
+    err = capsys.readouterr().err
+    assert "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 6.97 GiB" in err
+    assert "prefills the whole batch at once" in err and "Traceback" not in err
+
+
+def test_too_few_arm_runs_are_named_as_arm_runs_not_processes(tmp_path, capsys):
+    """H100, 2026-12-06: 3 in-process rounds, B/A 0.835, and the verdict spoke of "3 and 3 processes": there was one."""
+    assert main(_e2e(tmp_path / "run", rounds=3)) == 0
+    rep = json.loads(capsys.readouterr().out)
+    why = " ".join(r for s in rep["shapes"] for r in s["decode"]["reasons"])
+    assert rep["verdict"] == "no measurable change"
+    assert "from 3 and 3 arm-runs" in why and "4 arm-runs per arm at least" in why and "processes" not in why
+
+
 def test_the_patch_serves_again_after_the_arms(tmp_path):
     """The child leaves the patches as it found them: whatever runs after the measurement is served by them."""
     from astra_sglang.e2e.inprocess_child import InProcessAB

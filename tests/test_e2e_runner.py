@@ -191,7 +191,7 @@ def test_the_default_forward_is_in_the_installed_package_not_the_checkout():
 def test_a_forward_that_died_is_named_by_its_exception_not_the_teardown_warning_after_it(tmp_path):
     """H100, 2026-12-05: the e2e error quoted NCCL's "destroy_process_group() was not called" warning, printed after
     the traceback of the OutOfMemoryError that killed arm A; the exception is what the user must see."""
-    from astra_sglang.e2e.runner import _why_it_died
+    from astra_sglang.e2e.runner import why_it_died
 
     log = tmp_path / "stderr.log"
     log.write_text("[rank0]: Traceback (most recent call last):\n"
@@ -199,12 +199,12 @@ def test_a_forward_that_died_is_named_by_its_exception_not_the_teardown_warning_
                    "[rank0]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 3.50 GiB.\n"
                    "[rank0]:[W1205 15:38:58.968684730 ProcessGroupNCCL.cpp:1575] Warning: WARNING: "
                    "destroy_process_group() was not called before program exit\n")
-    why = _why_it_died(log)
+    why = why_it_died(log)
     assert why.startswith("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 3.50 GiB.")
     assert "--mem-fraction-static" in why
     log.write_text("stand-in: simulated crash\n")
-    assert _why_it_died(log) == "stand-in: simulated crash"
-    assert _why_it_died(tmp_path / "none.log") == "no output on stderr"
+    assert why_it_died(log) == "stand-in: simulated crash"
+    assert why_it_died(tmp_path / "none.log") == "no output on stderr"
 
 
 def test_a_run_folder_resumed_on_another_gpu_model_is_refused(tmp_path, capsys, monkeypatch):

@@ -26,6 +26,7 @@ from astra_sglang.e2e.runner import (
     build_report,
     launch,
     prepare_folder,
+    why_it_died,
 )
 from astra_sglang.errors import AstraError
 from astra_sglang.patches.env import ENV_SELECT
@@ -89,7 +90,8 @@ def run_in_process(cfg: E2EConfig, out: Path, progress: Callable[[str], None] | 
             f"arm-run; folder {folder}")
         rc, seconds = launch(folder, cmd, extra, cfg.timeout_s, "the in-process forward")
         if rc != 0:
-            raise AstraError(f"the in-process forward exited with {rc}; see {folder / 'stderr.log'}")
+            raise AstraError(f"the in-process forward exited with {rc} ({why_it_died(folder / 'stderr.log')}); "
+                             f"see {folder / 'stderr.log'}")
         write_atomic(folder / DONE, json.dumps({"seconds": seconds}) + "\n")
     runs = runs_from_lines(lines, cmd, extra)
     if not runs:

@@ -273,7 +273,7 @@ def run_arm(folder: Path, cfg: E2EConfig, round_no: int, arm: str, position: int
         raise AstraError(f"{who}: unreadable results {result} ({e})") from None
     if rc != 0 or not results:
         why = f"exited with {rc}" if rc != 0 else "wrote no results"
-        raise AstraError(f"{who}: the forward {why} ({_why_it_died(folder / 'stderr.log')}); "
+        raise AstraError(f"{who}: the forward {why} ({why_it_died(folder / 'stderr.log')}); "
                          f"see {folder}")
     patches, source = patches_from_records(folder / "status"), "status records"
     if not patches:
@@ -326,9 +326,12 @@ def _stop(proc: subprocess.Popen[Any]) -> None:
 _RAISED = re.compile(r"^(?:\[rank\d+\]:\s*)?((?:[\w.]+\.)?\w*(?:Error|Exception|Interrupt)\b:?.*)$")
 
 
-def _why_it_died(path: Path) -> str:
+def why_it_died(path: Path) -> str:
     """The exception a dead forward raised, else its last stderr line. torch's distributed teardown prints a
-    warning after the traceback (H100, 2026-12-05: "destroy_process_group() was not called" hid an OOM)."""
+    warning after the traceback (H100, 2026-12-05: "destroy_process_group() was not called" hid an OOM).
+    An OOM gets what to change: one_batch prefills the whole batch in one forward, beside the static pool
+    (H100, 2026-12-06: batch 32 at context 8160 ran out at --mem-fraction-static 0.72 and 0.655, while the KV
+    pool needs about 0.63 of the card for those 261k tokens: that shape does not fit an 80 GB card)."""
     lines = [ln.strip() for ln in path.read_text(errors="replace").splitlines() if ln.strip()] if path.is_file() else []
     if not lines:
         return "no output on stderr"
@@ -337,7 +340,9 @@ def _why_it_died(path: Path) -> str:
         if m:
             why = m.group(1)[:300]
             if "OutOfMemoryError" in why:
-                why += " [a smaller --mem-fraction-static leaves the forward more room]"
+                why += (" [one_batch prefills the whole batch at once: a smaller --mem-fraction-static leaves that "
+                        "prefill more room, as long as the KV pool still holds batch x (input + output) tokens; "
+                        "where both do not fit, a smaller batch or input length]")
             return why
     return lines[-1][:300]
 
@@ -528,7 +533,8 @@ def shadowed_runs(cfg: E2EConfig, runs: Sequence[ArmRun]) -> list[str]:
             why = shadowed(next((c for c in r.patches if c.patch_id == pid), None), r) if r.arm == "B" else None
             if why:
                 rounds.setdefault(why, set()).add(r.round)
-        out += [f"{pid} served no call in the B process(es) of round(s) {', '.join(map(str, sorted(rs)))}: {why}"
+        where = "arm-runs" if cfg.in_process else "process(es)"
+        out += [f"{pid} served no call in the B {where} of round(s) {', '.join(map(str, sorted(rs)))}: {why}"
                 for why, rs in rounds.items()]
     return out
 
@@ -585,15 +591,17 @@ def build_report(cfg: E2EConfig, runs: Sequence[ArmRun], out: Path) -> E2EReport
             if s.prefill_latency is not None:
                 per["prefill"].setdefault(r.arm, []).append(s.prefill_latency)
     trouble = problems(cfg, runs)
+    unit = "arm-runs" if cfg.in_process else "processes"
     reports = []
     for i, (key, per) in enumerate(sorted(shapes.items())):
         bs, il, ol = key
         reports.append(ShapeReport(batch_size=bs, input_len=il, output_len=ol,
                                    decode=summarize("decode step median", per["decode"], trouble,
-                                                    target_halfwidth=cfg.target_halfwidth, seed=cfg.seed + 10 * i),
+                                                    target_halfwidth=cfg.target_halfwidth, seed=cfg.seed + 10 * i,
+                                                    unit=unit),
                                    prefill=summarize("prefill latency", per["prefill"], trouble,
                                                      target_halfwidth=cfg.target_halfwidth,
-                                                     seed=cfg.seed + 10 * i + 5)))
+                                                     seed=cfg.seed + 10 * i + 5, unit=unit)))
     widths = [s.decode.b_over_a.half_width for s in reports if s.decode.b_over_a is not None]
     needed = [s.decode.rounds_needed for s in reports if s.decode.rounds_needed is not None]
     verdicts = [m.verdict for s in reports for m in (s.decode, s.prefill)]

@@ -111,14 +111,15 @@ def fewest_processes(level: float = LEVEL) -> int:
     return n
 
 
-def too_few(iv: Interval) -> str | None:
-    """Why ``iv`` cannot decide anything at its arms' sizes, or None when it can."""
+def too_few(iv: Interval, unit: str = "processes") -> str | None:
+    """Why ``iv`` cannot decide anything at its arms' sizes, or None when it can. ``unit``: what one sample is
+    (an in-process run's samples are arm-runs inside one process, and the same rank argument holds for them)."""
     p = chance_separation(iv.n_num, iv.n_den)
     if p <= 1 - iv.level:
         return None
-    return (f"B/A {iv.text()} from {iv.n_num} and {iv.n_den} processes: identical arms this small separate "
+    return (f"B/A {iv.text()} from {iv.n_num} and {iv.n_den} {unit}: identical arms this small separate "
             f"completely by chance {p:.0%} of the time, so no interval from them can exclude 1 at "
-            f"{iv.level:.0%}; more rounds ({fewest_processes(iv.level)} processes per arm at least)")
+            f"{iv.level:.0%}; more rounds ({fewest_processes(iv.level)} {unit} per arm at least)")
 
 
 def rounds_needed(rounds: int, half_width: float, target: float) -> int:
@@ -144,16 +145,17 @@ def placebo_moved(b_over_a: Interval, c_over_a: Interval) -> str:
             "than the patches do; more rounds")
 
 
-def judge(b_over_a: Interval | None, c_over_a: Interval | None, problems: Sequence[str] = ()) -> tuple[Verdict, list[str]]:
+def judge(b_over_a: Interval | None, c_over_a: Interval | None, problems: Sequence[str] = (),
+          unit: str = "processes") -> tuple[Verdict, list[str]]:
     """A gain only when all three hold: B/A's interval lies below 1, C/A's (the placebo's) holds 1, and nothing in
     ``problems`` (a reached patch that served no calls, a placebo whose hooks were never reached). "slower" when
     B/A's interval lies above 1, whatever else: the patches as installed slow the forward, even when the placebo's
     moving the same way says the hooks, not the kernel, do it. Otherwise no measurable change. Each reason says
-    which part failed."""
+    which part failed, in ``unit`` (what one sample is: a process, or an arm-run of an in-process run)."""
     if b_over_a is None:
-        return SAME, ["fewer than 2 processes in arm A or B: no interval"]
+        return SAME, [f"fewer than 2 {unit} in arm A or B: no interval"]
     reasons: list[str] = []
-    few = too_few(b_over_a)
+    few = too_few(b_over_a, unit)
     if few is not None and not b_over_a.holds_one:
         return SAME, [few, *problems]
     if b_over_a.low > 1.0:
@@ -162,12 +164,13 @@ def judge(b_over_a: Interval | None, c_over_a: Interval | None, problems: Sequen
             reasons.append(placebo_moved(b_over_a, c_over_a))
         return SLOWER, reasons + list(problems)
     if b_over_a.holds_one:
-        reasons.append(f"B/A {b_over_a.text()} holds 1: any difference is within process-to-process noise")
+        noise = "process-to-process noise" if unit == "processes" else f"the noise between {unit}"
+        reasons.append(f"B/A {b_over_a.text()} holds 1: any difference is within {noise}")
         return SAME, reasons + list(problems)
     reasons.append(f"B/A {b_over_a.text()} lies below 1")
     ok = True
     if c_over_a is None:
-        reasons.append("no placebo interval (fewer than 2 processes in arm C): a gain cannot be told from drift")
+        reasons.append(f"no placebo interval (fewer than 2 {unit} in arm C): a gain cannot be told from drift")
         ok = False
     elif not c_over_a.holds_one:
         reasons.append(f"but {placebo_moved(b_over_a, c_over_a)}")
@@ -181,12 +184,13 @@ def judge(b_over_a: Interval | None, c_over_a: Interval | None, problems: Sequen
 
 
 def summarize(metric: str, samples: dict[str, list[float]], problems: Sequence[str] = (), *,
-              target_halfwidth: float = 0.01, seed: int = 0) -> MetricSummary:
-    """One metric's medians, ratios, verdict and rounds-needed estimate, from per-process samples per arm."""
+              target_halfwidth: float = 0.01, seed: int = 0, unit: str = "processes") -> MetricSummary:
+    """One metric's medians, ratios, verdict and rounds-needed estimate, from per-process (or, ``unit``
+    "arm-runs", per-arm-run) samples per arm."""
     a, b, c = samples.get("A", []), samples.get("B", []), samples.get("C", [])
     ba = ratio_interval(b, a, seed=seed)
     ca = ratio_interval(c, a, seed=seed + 1)
-    verdict, reasons = judge(ba, ca, problems)
+    verdict, reasons = judge(ba, ca, problems, unit)
     need = rounds_needed(min(len(a), len(b)), ba.half_width, target_halfwidth) if ba is not None else None
     return MetricSummary(metric=metric, samples={k: list(v) for k, v in samples.items()},
                          medians={k: median(v) for k, v in samples.items() if v}, b_over_a=ba, c_over_a=ca,

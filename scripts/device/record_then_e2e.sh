@@ -5,9 +5,11 @@
 # arm B: all arms in one process, decode graphs recaptured per arm-run (astra_sglang/e2e/inprocess_child.py).
 # ASTRA_SGLANG_PATCHES_DIR=$PWD/patches: the forward reads the tree's patches, so the record just made is the one that
 # serves. Copy $OUT/manifest.recorded.json back into patches/ by hand; the run folder comes back as $OUT/e2e.tar.
-# MEM_FRAC (default 0.6): SGLang's --mem-fraction-static; bs 32 at context 8192 needs ~34 GB of KV pool, which 0.6
-# of an H100 leaves no room for beside the 16 GB of weights; 0.72 does, and leaves ~22 GB for the activations of
-# the 261k-token prefill.
+# MEM_FRAC (default 0.6): SGLang's --mem-fraction-static. one_batch prefills the whole batch in one forward, so a
+# shape needs its KV pool (batch x (IN + OUT_LEN) tokens, 128 KiB each at LLaMA-3-8B dims) beside the 16 GB of
+# weights inside the fraction, and that prefill's activations outside it. bs 32 at IN 8160 does not fit an 80 GB
+# H100 either way (2026-12-06: out of memory in the prefill at 0.72 and 0.655; 0.6 cannot hold the 34 GB pool);
+# bs 24 at 0.6 does. On an H200 (141 GB) bs 32 fits.
 # Usage: [ROUNDS=4 BS="1 32 128" IN=1024 OUT_LEN=32 MEM_FRAC=0.6 E2E_S=...] record_then_e2e.sh ID|- PATCHES [SECONDS]
 #   ID "-": no record, the e2e alone. SECONDS: the whole call's limit (default 560).
 set -uo pipefail

@@ -14,6 +14,8 @@ SGLang's ``sglang.benchmark.one_batch`` module and of ``load_plugins``:
 
 STANDIN_NO_RECAPTURE="<arm-run numbers>" (e.g. "2,5"): those calls of ``init_decode_cuda_graph`` do nothing, the graphs
 stay as they were (another arm's kernel), and the run must say so.
+STANDIN_OOM_BS=<batch size>: the prefill at that batch size dies as SGLang's did on the H100 (2026-12-06, batch 32 at
+context 8160): torch's OutOfMemoryError on stderr, then NCCL's teardown warning, exit 1.
 """
 
 from __future__ import annotations
@@ -62,6 +64,11 @@ _calls = [0]
 
 def latency_test_run_once(run_name, model_runner, rank_print, reqs, batch_size, input_len, output_len, *rest):
     _calls[0] += 1
+    if os.environ.get("STANDIN_OOM_BS") == str(batch_size):
+        sys.stderr.write("[rank0]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 6.97 GiB. GPU 0 has "
+                         "a total capacity of 79.18 GiB of which 3.57 GiB is free.\n[rank0]:[W1206 16:29:08] Warning: "
+                         "WARNING: destroy_process_group() was not called before program exit\n")
+        sys.exit(1)
     k = max(1, (_calls[0] - 2) // 3 + 1)              # the round (after the warm-up): one drift for its three arms
     z = NormalDist().inv_cdf(van_der_corput(k))
     noise = math.exp(float(os.environ.get("STANDIN_NOISE", "0.002")) * z)
