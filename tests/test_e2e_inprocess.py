@@ -82,6 +82,45 @@ def test_too_few_arm_runs_are_named_as_arm_runs_not_processes(tmp_path, capsys):
     assert "from 3 and 3 arm-runs" in why and "4 arm-runs per arm at least" in why and "processes" not in why
 
 
+def test_a_prefill_too_large_for_one_forward_runs_in_groups_with_the_full_batch_decoding(tmp_path, capsys,
+                                                                                        monkeypatch):
+    """H100, 2026-12-06: batch 32 at context 8160 could not be measured (its one-shot prefill ran out of memory at
+    every pool size that holds its KV). --prefill-chunk-tokens prefills groups of requests and merges them into the
+    one decode batch; the stand-in dies on any one extend over 32 tokens and checks every request reaches decode."""
+    monkeypatch.setenv("STANDIN_PREFILL_LIMIT", "32")
+    args = ["e2e", "--in-process", "--rounds", "4", "--forward", str(STANDIN), "--batch-size", "1", "4",
+            "--input-len", "16", "--json"]
+    assert main([*args, "--out", str(tmp_path / "one-shot"), "--", "--model-path", "m"]) != 0
+    assert "CUDA out of memory" in capsys.readouterr().err
+    out = tmp_path / "grouped"
+    assert main([*args, "--prefill-chunk-tokens", "32", "--out", str(out), "--", "--model-path", "m"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    assert rep["verdict"] == "gain" and rep["config"]["prefill_chunk_tokens"] == 32
+    groups = {x["result"]["batch_size"]: x["prefill_groups"] for x in _lines(out)}
+    assert groups == {1: [1], 4: [2, 2]}
+    # a resumed run with another grouping is another measurement
+    assert main([*args, "--prefill-chunk-tokens", "16", "--out", str(out), "--", "--model-path", "m"]) != 0
+    assert "--prefill-chunk-tokens needs --in-process" in _refused(capsys, ["e2e", "--prefill-chunk-tokens", "8",
+                                                                            "--forward", str(STANDIN), "--out",
+                                                                            str(tmp_path / "x"), "--", "-m"])
+
+
+def _refused(capsys, argv: list[str]) -> str:
+    assert main(argv) != 0
+    return capsys.readouterr().err
+
+
+def test_prefill_groups_keep_request_order_and_never_split_a_request():
+    from types import SimpleNamespace
+
+    from astra_sglang.e2e.chunked_prefill import groups
+
+    reqs = [SimpleNamespace(i=i, origin_input_ids=[0] * n) for i, n in enumerate([5, 5, 5, 12, 3, 3])]
+    got = [[r.i for r in g] for g in groups(reqs, 10)]
+    assert got == [[0, 1], [2], [3], [4, 5]]
+    assert [[r.i for r in g] for g in groups(reqs, 100)] == [[0, 1, 2, 3, 4, 5]]
+
+
 def test_the_patch_serves_again_after_the_arms(tmp_path):
     """The child leaves the patches as it found them: whatever runs after the measurement is served by them."""
     from astra_sglang.e2e.inprocess_child import InProcessAB

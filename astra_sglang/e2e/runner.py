@@ -67,11 +67,14 @@ class E2EConfig(Model):
                                                                 "not in the statistics (cold Triton/JIT caches)")
     in_process: bool = Field(default=False, description="the arms inside one process, switched by graph "
                                                         "recapture (e2e/inprocess_child.py), not one process each")
+    prefill_chunk_tokens: int = Field(default=0, ge=0, description="in-process: one_batch's prefill in groups of "
+                                      "requests of at most this many tokens, merged into one decode batch "
+                                      "(e2e/chunked_prefill.py); 0: the whole batch in one forward, one_batch's way")
 
     def identity(self) -> dict[str, Any]:
         """What a resumed run must share with the folder's: the measurement itself, not how long to go on."""
         return {"forward": self.forward, "one_batch_args": self.one_batch_args, "patches": self.patches,
-                "in_process": self.in_process}
+                "in_process": self.in_process, "prefill_chunk_tokens": self.prefill_chunk_tokens}
 
 
 class ShapeResult(Model):

@@ -9,8 +9,11 @@
 # shape needs its KV pool (batch x (IN + OUT_LEN) tokens, 128 KiB each at LLaMA-3-8B dims) beside the 16 GB of
 # weights inside the fraction, and that prefill's activations outside it. bs 32 at IN 8160 does not fit an 80 GB
 # H100 either way (2026-12-06: out of memory in the prefill at 0.72 and 0.655; 0.6 cannot hold the 34 GB pool);
-# bs 24 at 0.6 does. On an H200 (141 GB) bs 32 fits.
-# Usage: [ROUNDS=4 BS="1 32 128" IN=1024 OUT_LEN=32 MEM_FRAC=0.6 E2E_S=...] record_then_e2e.sh ID|- PATCHES [SECONDS]
+# bs 24 at 0.6 does. On an H200 (141 GB) bs 32 fits. PREFILL_TOKENS=N (e.g. 32768): e2e --prefill-chunk-tokens N,
+# the prefill in groups of requests merged into one decode batch, so bs 32 at IN 8160 needs only its pool (MEM_FRAC
+# 0.66 on an H100).
+# Usage: [ROUNDS=4 BS="1 32 128" IN=1024 OUT_LEN=32 MEM_FRAC=0.6 PREFILL_TOKENS=0 E2E_S=...] record_then_e2e.sh ID|- PATCHES
+#        [SECONDS]
 #   ID "-": no record, the e2e alone. SECONDS: the whole call's limit (default 560).
 set -uo pipefail
 ID=${1:?usage: record_then_e2e.sh ID|- PATCHES [SECONDS]}; PATCHES=${2:?usage: record_then_e2e.sh ID|- PATCHES [SECONDS]}
@@ -23,9 +26,11 @@ if [ "$ID" != - ]; then  # the record half of record_then_profile.sh (its site s
   echo "record at $(( $(date +%s) - T0 )) s"
 fi
 BS=${BS:-1 32 128}
+CHUNK=(); [ "${PREFILL_TOKENS:-0}" -gt 0 ] && CHUNK=(--prefill-chunk-tokens "$PREFILL_TOKENS")
 # shellcheck disable=SC2086  # BS is a list of batch sizes
 STEP_S=$(( ${E2E_S:-$(left)} - 15 )) SMOKE=0 MAKE_MODEL="/tmp/llama3-8b llama3-8b" \
-  bash scripts/h200_server/device.sh e2e --in-process --out "$OUT/e2e" --patches "$PATCHES" --rounds "${ROUNDS:-4}" \
+  bash scripts/h200_server/device.sh e2e --in-process "${CHUNK[@]}" --out "$OUT/e2e" --patches "$PATCHES" \
+  --rounds "${ROUNDS:-4}" \
   --batch-size $BS --input-len "${IN:-1024}" --output-len "${OUT_LEN:-32}" -- --model-path /tmp/llama3-8b \
   --load-format dummy --attention-backend triton --sampling-backend pytorch --dtype bfloat16 \
   --cuda-graph-bs-decode $BS --mem-fraction-static "${MEM_FRAC:-0.6}" --cuda-graph-backend-prefill disabled \

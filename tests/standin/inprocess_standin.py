@@ -16,6 +16,9 @@ STANDIN_NO_RECAPTURE="<arm-run numbers>" (e.g. "2,5"): those calls of ``init_dec
 stay as they were (another arm's kernel), and the run must say so.
 STANDIN_OOM_BS=<batch size>: the prefill at that batch size dies as SGLang's did on the H100 (2026-12-06, batch 32 at
 context 8160): torch's OutOfMemoryError on stderr, then NCCL's teardown warning, exit 1.
+STANDIN_PREFILL_LIMIT=<tokens>: one ``extend`` over more prompt tokens than that dies the same way (the activations
+of a one-shot prefill); the bench runner's ``extend`` returns a batch whose ``merge_batch`` joins others, as
+SGLang's ScheduleBatch does, and the timed call checks that the decode batch holds every request, in order.
 """
 
 from __future__ import annotations
@@ -59,16 +62,50 @@ class Runner:
         self.decode_cuda_graph_runner = object()
 
 
+class Batch:
+    """What SGLang's ScheduleBatch is to one_batch here: its requests, and the scheduler's merge."""
+
+    def __init__(self, reqs: list) -> None:
+        self.reqs = list(reqs)
+
+    def merge_batch(self, other: Batch) -> None:
+        self.reqs = self.reqs + other.reqs
+
+
+def _die_out_of_memory() -> None:
+    sys.stderr.write("[rank0]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 6.97 GiB. GPU 0 has "
+                     "a total capacity of 79.18 GiB of which 3.57 GiB is free.\n[rank0]:[W1206 16:29:08] Warning: "
+                     "WARNING: destroy_process_group() was not called before program exit\n")
+    sys.exit(1)
+
+
+class BenchRunner:
+    """one_batch's _TorchBenchRunner: ``torch_runner`` and the prefill of a list of requests."""
+
+    def __init__(self) -> None:
+        self.torch_runner = Runner()
+
+    def extend(self, reqs: list) -> tuple:
+        import torch
+
+        tokens = sum(len(r.origin_input_ids) for r in reqs)
+        limit = os.environ.get("STANDIN_PREFILL_LIMIT")
+        if limit and tokens > int(limit):
+            _die_out_of_memory()
+        return torch.tensor([r.rid for r in reqs]), None, Batch(reqs)
+
+
 _calls = [0]
 
 
 def latency_test_run_once(run_name, model_runner, rank_print, reqs, batch_size, input_len, output_len, *rest):
     _calls[0] += 1
     if os.environ.get("STANDIN_OOM_BS") == str(batch_size):
-        sys.stderr.write("[rank0]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 6.97 GiB. GPU 0 has "
-                         "a total capacity of 79.18 GiB of which 3.57 GiB is free.\n[rank0]:[W1206 16:29:08] Warning: "
-                         "WARNING: destroy_process_group() was not called before program exit\n")
-        sys.exit(1)
+        _die_out_of_memory()
+    reqs = [SimpleNamespace(rid=i, origin_input_ids=[0] * input_len) for i in range(batch_size)]
+    next_ids, _, batch = model_runner.extend(reqs)
+    if [r.rid for r in batch.reqs] != list(range(batch_size)) or next_ids.tolist() != list(range(batch_size)):
+        raise RuntimeError(f"stand-in: the decode batch lost requests: {[r.rid for r in batch.reqs]}")
     k = max(1, (_calls[0] - 2) // 3 + 1)              # the round (after the warm-up): one drift for its three arms
     z = NormalDist().inv_cdf(van_der_corput(k))
     noise = math.exp(float(os.environ.get("STANDIN_NOISE", "0.002")) * z)
@@ -87,7 +124,7 @@ def latency_test_run_once(run_name, model_runner, rank_print, reqs, batch_size, 
 
 def cli_main() -> None:
     args = one_batch_args()
-    runner = SimpleNamespace(torch_runner=Runner())
+    runner = BenchRunner()
     one_batch.latency_test_run_once("warmup", runner, print, None, args.batch_size[0], args.input_len[0], 8)
     results = []
     for bs in args.batch_size:
