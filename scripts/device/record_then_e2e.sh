@@ -12,8 +12,10 @@
 # bs 24 at 0.6 does. On an H200 (141 GB) bs 32 fits. PREFILL_TOKENS=N (e.g. 32768): e2e --prefill-chunk-tokens N,
 # the prefill in groups of requests merged into one decode batch, so bs 32 at IN 8160 needs only its pool (MEM_FRAC
 # 0.66 on an H100).
-# Usage: [ROUNDS=4 BS="1 32 128" IN=1024 OUT_LEN=32 MEM_FRAC=0.6 PREFILL_TOKENS=0 E2E_S=...] record_then_e2e.sh ID|- PATCHES
-#        [SECONDS]
+# CONFIG (default llama3-8b): the model's dims, any `astra-sglang profile --config` name (qwen3-30b-a3b for the
+# fused-MoE patches: 61 GB of bf16 weights, so an H200, or an H100 at small batches).
+# Usage: [ROUNDS=4 BS="1 32 128" IN=1024 OUT_LEN=32 MEM_FRAC=0.6 PREFILL_TOKENS=0 CONFIG=llama3-8b E2E_S=...]
+#        record_then_e2e.sh ID|- PATCHES [SECONDS]
 #   ID "-": no record, the e2e alone. SECONDS: the whole call's limit (default 560).
 set -uo pipefail
 ID=${1:?usage: record_then_e2e.sh ID|- PATCHES [SECONDS]}; PATCHES=${2:?usage: record_then_e2e.sh ID|- PATCHES [SECONDS]}
@@ -28,10 +30,11 @@ fi
 BS=${BS:-1 32 128}
 CHUNK=(); [ "${PREFILL_TOKENS:-0}" -gt 0 ] && CHUNK=(--prefill-chunk-tokens "$PREFILL_TOKENS")
 # shellcheck disable=SC2086  # BS is a list of batch sizes
-STEP_S=$(( ${E2E_S:-$(left)} - 15 )) SMOKE=0 MAKE_MODEL="/tmp/llama3-8b llama3-8b" \
+CONFIG=${CONFIG:-llama3-8b}
+STEP_S=$(( ${E2E_S:-$(left)} - 15 )) SMOKE=0 MAKE_MODEL="/tmp/$CONFIG $CONFIG" \
   bash scripts/h200_server/device.sh e2e --in-process "${CHUNK[@]}" --out "$OUT/e2e" --patches "$PATCHES" \
   --rounds "${ROUNDS:-4}" \
-  --batch-size $BS --input-len "${IN:-1024}" --output-len "${OUT_LEN:-32}" -- --model-path /tmp/llama3-8b \
+  --batch-size $BS --input-len "${IN:-1024}" --output-len "${OUT_LEN:-32}" -- --model-path "/tmp/$CONFIG" \
   --load-format dummy --attention-backend triton --sampling-backend pytorch --dtype bfloat16 \
   --cuda-graph-bs-decode $BS --mem-fraction-static "${MEM_FRAC:-0.6}" --cuda-graph-backend-prefill disabled \
   > "$OUT/e2e.txt" 2> "$OUT/e2e.log"
