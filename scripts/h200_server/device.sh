@@ -82,11 +82,13 @@ if [ "$STEP" = forward ]; then  # SGLang's own forward (one_batch) after load_pl
       | grep -v "^\[.*Capturing\|it/s\]" | tail -40
   exit "${PIPESTATUS[0]}"
 fi
-[ -f /tmp/model/config.json ] || python3 scripts/h200_server/make_model.py /tmp/model ${LAYERS:-4} > $OUT/make_model.log 2>&1 \
+# MAX_POS: the model's context length (make_model.py; default 4096), e.g. 16384 for prompts of 8k tokens
+MODEL=/tmp/model${MAX_POS:+-$MAX_POS}
+[ -f $MODEL/config.json ] || python3 scripts/h200_server/make_model.py $MODEL ${LAYERS:-4} > $OUT/make_model.log 2>&1 \
     || { tail -20 $OUT/make_model.log; exit 1; }
 tail -1 $OUT/make_model.log 2>/dev/null
-python3 scripts/h200_server/logit_gaps.py /tmp/model 2>&1 | tail -1 | tee $OUT/logit_gaps.log
+python3 scripts/h200_server/logit_gaps.py $MODEL 2>&1 | tail -1 | tee $OUT/logit_gaps.log
 timeout ${VALIDATE_S:-450} python3 -m astra_sglang validate --workdir $OUT/validate --out $OUT/validate.json "$@" \
-    -- --model-path /tmp/model --attention-backend triton --sampling-backend pytorch --cuda-graph-max-bs-decode 16 \
+    -- --model-path $MODEL --attention-backend triton --sampling-backend pytorch --cuda-graph-max-bs-decode 16 \
        --dtype bfloat16 --log-level info ${SERVER_ARGS---disable-radix-cache} 2>&1 | tee $OUT/validate.log | tail -60
 echo "validate exit ${PIPESTATUS[0]}"

@@ -12,9 +12,12 @@ With a config name instead of LAYERS (``llama3-8b``, ``qwen3-30b-a3b``, ... any 
 --config``'s) it writes that config alone beside the tokenizer (``astra_sglang.profile.configs``): SGLang's
 ``--load-format dummy`` fills the weights (forward.py's and e2e's runs, MAKE_MODEL="DIR NAME" in device.sh). Needs
 astra-sglang importable (device.sh puts its wheel on PYTHONPATH).
+MAX_POS (environment, default 4096): the random-weight model's max_position_embeddings, SGLang's context length:
+16384 for a validate at context 8192 (device.sh keeps that model in /tmp/model-$MAX_POS).
 Usage: make_model.py OUT_DIR [LAYERS | CONFIG_NAME]
 """
 
+import os
 import sys
 from pathlib import Path
 
@@ -39,7 +42,8 @@ bos, eos = write_tokenizer(Path(out))  # the tokenizer profile's config folders 
 size = Tokenizer.from_file(str(Path(out) / "tokenizer.json")).get_vocab_size()
 vocab = (size + 63) // 64 * 64
 cfg = LlamaConfig(vocab_size=vocab, hidden_size=4096, intermediate_size=11008, num_hidden_layers=layers,
-                  num_attention_heads=32, num_key_value_heads=8, head_dim=128, max_position_embeddings=4096,
+                  num_attention_heads=32, num_key_value_heads=8, head_dim=128,
+                  max_position_embeddings=int(os.environ.get("MAX_POS", "4096")),
                   rms_norm_eps=1e-5, bos_token_id=bos, eos_token_id=eos, torch_dtype="bfloat16",
                   tie_word_embeddings=False)
 torch.manual_seed(0)
@@ -52,4 +56,5 @@ with torch.no_grad():
             p.normal_(1.0, 0.1)
     model.lm_head.weight.normal_(0.0, 6.0 / cfg.hidden_size ** 0.5)
 model.to(torch.bfloat16).save_pretrained(out, safe_serialization=True)
-print(f"model: {out}: {layers} layers, hidden {cfg.hidden_size}, {cfg.torch_dtype}, vocab {vocab} (tokenizer {size})")
+print(f"model: {out}: {layers} layers, hidden {cfg.hidden_size}, {cfg.torch_dtype}, vocab {vocab} (tokenizer {size}), "
+      f"context {cfg.max_position_embeddings}")
