@@ -334,7 +334,7 @@ def why_it_died(path: Path) -> str:
     warning after the traceback (H100, 2026-12-05: "destroy_process_group() was not called" hid an OOM).
     An OOM gets what to change: one_batch prefills the whole batch in one forward, beside the static pool
     (H100, 2026-12-06: batch 32 at context 8160 ran out at --mem-fraction-static 0.72 and 0.655, while the KV
-    pool needs about 0.63 of the card for those 261k tokens: that shape does not fit an 80 GB card)."""
+    pool needs about 0.63 of the card for those 261k tokens: that shape does not fit an 80 GB card in one forward)."""
     lines = [ln.strip() for ln in path.read_text(errors="replace").splitlines() if ln.strip()] if path.is_file() else []
     if not lines:
         return "no output on stderr"
@@ -345,7 +345,8 @@ def why_it_died(path: Path) -> str:
             if "OutOfMemoryError" in why:
                 why += (" [one_batch prefills the whole batch at once: a smaller --mem-fraction-static leaves that "
                         "prefill more room, as long as the KV pool still holds batch x (input + output) tokens; "
-                        "where both do not fit, a smaller batch or input length]")
+                        "where both do not fit, e2e --in-process --prefill-chunk-tokens N prefills it in groups, "
+                        "or a smaller batch or input length]")
             return why
     return lines[-1][:300]
 
