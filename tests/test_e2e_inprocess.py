@@ -92,6 +92,9 @@ def test_a_prefill_too_large_for_one_forward_runs_in_groups_with_the_full_batch_
             "--input-len", "16", "--json"]
     assert main([*args, "--out", str(tmp_path / "one-shot"), "--", "--model-path", "m"]) != 0
     assert "CUDA out of memory" in capsys.readouterr().err
+    monkeypatch.setenv("ASTRA_PREFILL_CHUNK_TOKENS", "8")  # a user's own setting never leaks into a run
+    assert main([*args, "--out", str(tmp_path / "leak"), "--", "--model-path", "m"]) != 0
+    capsys.readouterr()
     out = tmp_path / "grouped"
     assert main([*args, "--prefill-chunk-tokens", "32", "--out", str(out), "--", "--model-path", "m"]) == 0
     rep = json.loads(capsys.readouterr().out)
@@ -100,25 +103,73 @@ def test_a_prefill_too_large_for_one_forward_runs_in_groups_with_the_full_batch_
     assert groups == {1: [1], 4: [2, 2]}
     # a resumed run with another grouping is another measurement
     assert main([*args, "--prefill-chunk-tokens", "16", "--out", str(out), "--", "--model-path", "m"]) != 0
-    assert "--prefill-chunk-tokens needs --in-process" in _refused(capsys, ["e2e", "--prefill-chunk-tokens", "8",
-                                                                            "--forward", str(STANDIN), "--out",
-                                                                            str(tmp_path / "x"), "--", "-m"])
-
-
-def _refused(capsys, argv: list[str]) -> str:
-    assert main(argv) != 0
-    return capsys.readouterr().err
+    assert "another measurement (different prefill_chunk_tokens)" in capsys.readouterr().err
 
 
 def test_prefill_groups_keep_request_order_and_never_split_a_request():
     from types import SimpleNamespace
 
-    from astra_sglang.e2e.chunked_prefill import groups
+    from astra_sglang.profile.chunked_prefill import groups
 
     reqs = [SimpleNamespace(i=i, origin_input_ids=[0] * n) for i, n in enumerate([5, 5, 5, 12, 3, 3])]
     got = [[r.i for r in g] for g in groups(reqs, 10)]
     assert got == [[0, 1], [2], [3], [4, 5]]
     assert [[r.i for r in g] for g in groups(reqs, 100)] == [[0, 1, 2, 3, 4, 5]]
+
+
+def test_the_chunked_prefill_patches_what_sglangs_one_batch_really_has():
+    """Read from the installed SGLang's source (its import needs a GPU stack): one_batch's runner class, its
+    ``extend(self, reqs)``, the batch it returns from ``extend`` and ScheduleBatch's ``merge_batch``."""
+    import ast
+    import importlib.util
+
+    from astra_sglang.profile.chunked_prefill import RUNNER_CLASS
+
+    spec = importlib.util.find_spec("sglang")
+    if spec is None or not spec.submodule_search_locations:
+        pytest.skip("SGLang is not installed here")
+    root = Path(next(iter(spec.submodule_search_locations)))
+    tree = ast.parse((root / "benchmark" / "one_batch.py").read_text())
+    runner = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == RUNNER_CLASS)
+    extend = next(n for n in runner.body if isinstance(n, ast.FunctionDef) and n.name == "extend")
+    assert [a.arg for a in extend.args.args] == ["self", "reqs"]
+    plain = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "extend")
+    ret = [n for n in ast.walk(plain) if isinstance(n, ast.Return)][-1]
+    assert isinstance(ret.value, ast.Tuple) and len(ret.value.elts) == 3 and ast.unparse(ret.value.elts[2]) == "batch"
+    assert "def merge_batch(self, other" in (root / "srt" / "managers" / "schedule_batch.py").read_text()
+
+
+def test_the_one_batch_child_patches_one_batch_before_running_it(monkeypatch):
+    """The cross-process forward (profile and e2e) runs one_batch as __main__ without the variable, and imports it,
+    replaces its runner's extend, then runs its cli_main with it."""
+    import sys
+    import types
+
+    from astra_sglang.profile import one_batch_child
+
+    ran: list[str] = []
+
+    class Runner:
+        def extend(self, reqs):
+            return reqs, None, None
+
+    fake = types.SimpleNamespace(_TorchBenchRunner=Runner, cli_main=lambda: ran.append(
+        "cli_main" if getattr(Runner.extend, "astra_chunked", False) else "unpatched"))
+    plugins = types.ModuleType("sglang.srt.plugins")
+    plugins.load_plugins = lambda: None  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "sglang.srt.plugins", plugins)
+    monkeypatch.setattr(one_batch_child, "_imported", lambda: fake)
+    monkeypatch.setattr(one_batch_child, "_run_as_main", lambda: ran.append("runpy"))
+    monkeypatch.setattr(one_batch_child.atexit, "register", lambda *a, **k: None)
+    from astra_sglang.profile import gpu_state
+
+    monkeypatch.setattr(gpu_state, "start_for_this_process", lambda: None)
+    monkeypatch.setattr(sys, "argv", ["x"])
+    monkeypatch.delenv("ASTRA_PREFILL_CHUNK_TOKENS", raising=False)
+    one_batch_child.main()
+    monkeypatch.setenv("ASTRA_PREFILL_CHUNK_TOKENS", "4096")
+    one_batch_child.main()
+    assert ran == ["runpy", "cli_main"]
 
 
 def test_the_patch_serves_again_after_the_arms(tmp_path):

@@ -224,3 +224,21 @@ def test_a_run_folder_resumed_on_another_gpu_model_is_refused(tmp_path, capsys, 
     monkeypatch.setattr(gpu_state, "this_gpu", lambda nvml=None: "stand-in  gpu")
     assert main(_e2e(out, rounds=3)) == 0
 
+
+def test_the_cross_process_forward_gets_the_prefill_grouping_and_nothing_else_does(tmp_path, capsys, monkeypatch):
+    """--prefill-chunk-tokens reaches every process of a cross-process run (profile's child reads it there); a
+    variable left in the user's shell reaches none."""
+    monkeypatch.setenv("STANDIN_PREFILL_LIMIT", "32")
+
+    def e2e(out: Path, *extra: str) -> list[str]:
+        return ["e2e", "--rounds", "3", "--max-rounds", "3", "--out", str(out), "--forward", str(STANDIN),
+                "--batch-size", "4", "--input-len", "16", "--json", *extra, "--", "--model-path", "m"]
+
+    monkeypatch.setenv("ASTRA_PREFILL_CHUNK_TOKENS", "32")
+    assert main(e2e(tmp_path / "one-shot")) != 0
+    assert "CUDA out of memory" in capsys.readouterr().err
+    monkeypatch.delenv("ASTRA_PREFILL_CHUNK_TOKENS")
+    out = tmp_path / "grouped"
+    assert main(e2e(out, "--prefill-chunk-tokens", "32")) == 0
+    rep = json.loads(capsys.readouterr().out)
+    assert rep["config"]["prefill_chunk_tokens"] == 32 and rep["rounds_done"] == 3

@@ -59,7 +59,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "hooks' own cost (A has them too): the cross-process run measures that. Runs exactly "
                         "--rounds rounds")
     p.add_argument("--prefill-chunk-tokens", type=positive_int, default=None, metavar="N",
-                   help="with --in-process: prefill the batch in groups of requests of at most N tokens, merged into "
+                   help="prefill the batch in groups of requests of at most N tokens, merged into "
                         "one decode batch as SGLang's scheduler merges prefilled requests, instead of one_batch's "
                         "one forward over the whole batch, whose activations do not fit beside a long-context KV "
                         "pool (batch 32 at 8k tokens on an 80 GB card). The decode step is the full batch's; the "
@@ -100,9 +100,6 @@ def cmd_e2e(args: argparse.Namespace) -> int:
         show(report, args.out / PLOT_FILE, args.json)
         return 0
     ob_args = one_batch_args(args)
-    if args.prefill_chunk_tokens is not None and not args.in_process:
-        raise AstraError("--prefill-chunk-tokens needs --in-process: the cross-process forward is one_batch itself, "
-                         "which prefills the whole batch in one forward")
     forward = preflight(args.forward, ob_args, args.in_process)
     max_rounds = args.max_rounds if args.max_rounds is not None else 2 * args.rounds
     if max_rounds < args.rounds:
@@ -183,13 +180,12 @@ def print_report(report: object, png: Path | None) -> None:
         con.print(f"  problem: {line}", markup=False)
     for line in report.shadowed:
         con.print(f"  stacked: {line}", markup=False)
+    if report.config.prefill_chunk_tokens:
+        con.print(f"prefill: in groups of requests of at most {report.config.prefill_chunk_tokens} tokens, merged "
+                  "into one decode batch (--prefill-chunk-tokens); prefill latency is the groups' sum", markup=False)
     if inproc:
         con.print("in-process: A and C ran SGLang's originals through the installed hooks, B the patches; the hooks' "
                   "own cost is not in B/A (the cross-process e2e measures it)", markup=False)
-        if report.config.prefill_chunk_tokens:
-            con.print(f"prefill: in groups of requests of at most {report.config.prefill_chunk_tokens} tokens, merged "
-                      "into one decode batch (--prefill-chunk-tokens); prefill latency is the groups' sum",
-                      markup=False)
     else:
         con.print(f"warm-up processes: {report.warmup_processes} (arm A's command before round 1, under r000/; "
                   "not in the statistics)", markup=False)

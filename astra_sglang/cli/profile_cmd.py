@@ -54,6 +54,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--compare", action="store_true",
                    help="with two --trace files (patches off, then on): each op's and group's GPU us per step in "
                    "both, and the difference, largest change first")
+    p.add_argument("--prefill-chunk-tokens", type=at_least_one, default=None, metavar="N",
+                   help="one_batch's prefill in groups of requests of at most N tokens, merged into one decode batch "
+                        "as SGLang's scheduler merges prefilled requests: for a batch whose one-shot prefill does "
+                        "not fit beside its KV pool (batch 32 at 8k tokens on an 80 GB card). The prefill hot list "
+                        "is then the groups' together")
     p.add_argument("--json", action="store_true", help="print the hot lists and the top ops as JSON")
     p.add_argument("--png", type=Path, metavar="FILE", help="write a bar chart of the hot lists (needs matplotlib)")
     p.add_argument("sglang_args", nargs=argparse.REMAINDER, metavar="SGLANG_ARGS",
@@ -104,7 +109,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
 
         lists = run_profile(sglang_args, args.batch_size or [1, 32, 128], args.input_len or 512,
                             args.output_len or 16, args.phase or "decode", args.steps or 1, args.out, kmap, patches,
-                            extracted)
+                            extracted, prefill_chunk_tokens=args.prefill_chunk_tokens or 0)
     if args.compare:
         from astra_sglang.profile.compare import compare
 

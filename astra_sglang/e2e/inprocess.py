@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from astra_sglang.contract.base import write_atomic
-from astra_sglang.e2e.inprocess_child import COUNTED, ENV_OUT, ENV_PREFILL_TOKENS, ENV_ROUNDS
+from astra_sglang.e2e.inprocess_child import COUNTED, ENV_OUT, ENV_ROUNDS
 from astra_sglang.e2e.runner import (
     REPORT_FILE,
     ArmRun,
@@ -25,6 +25,7 @@ from astra_sglang.e2e.runner import (
     ShapeResult,
     build_report,
     launch,
+    prefill_env,
     prepare_folder,
     why_it_died,
 )
@@ -79,7 +80,7 @@ def run_in_process(cfg: E2EConfig, out: Path, progress: Callable[[str], None] | 
     lines = folder / LINES
     cmd = _command(cfg, folder)
     extra = {ENV_SELECT: cfg.patches, ENV_STATUS_DIR: str(folder / "status"), ENV_ROUNDS: str(cfg.rounds),
-             ENV_OUT: str(lines), ENV_PREFILL_TOKENS: str(cfg.prefill_chunk_tokens)}
+             ENV_OUT: str(lines), **prefill_env(cfg)}
     if (folder / DONE).is_file():
         say(f"{folder} finished before: reported, not rerun")
     else:

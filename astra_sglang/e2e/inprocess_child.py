@@ -33,12 +33,11 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from astra_sglang.e2e.chunked_prefill import ChunkedPrefill
 from astra_sglang.e2e.runner import arm_order
+from astra_sglang.profile.chunked_prefill import GROUPS_ATTR, chunk_prefill, tokens_from_env
 
 ENV_ROUNDS = "ASTRA_E2E_INPROCESS_ROUNDS"
 ENV_OUT = "ASTRA_E2E_INPROCESS_OUT"
-ENV_PREFILL_TOKENS = "ASTRA_E2E_PREFILL_TOKENS"  # >0: one_batch's prefill in groups of requests (chunked_prefill.py)
 COUNTED = ("served_by_patch", "served_by_original", "passed_on", "captured_by_patch", "captured_by_original")
 
 
@@ -51,11 +50,10 @@ def _counts() -> dict[str, dict[str, int | str]]:
 class InProcessAB:
     """The loop around one_batch's per-shape measurement; ``real`` is one_batch's ``latency_test_run_once``."""
 
-    def __init__(self, real: Callable[..., Any], rounds: int, out: Path, prefill_tokens: int = 0):
+    def __init__(self, real: Callable[..., Any], rounds: int, out: Path):
         self.real = real
         self.rounds = rounds
         self.out = out
-        self.prefill_tokens = prefill_tokens
         self.calls = 0
         self.active: list[str] = []
 
@@ -85,8 +83,6 @@ class InProcessAB:
 
     def __call__(self, run_name: Any, model_runner: Any, *args: Any, **kwargs: Any) -> Any:
         self.calls += 1
-        if self.prefill_tokens > 0:
-            model_runner = ChunkedPrefill(model_runner, self.prefill_tokens)
         if self.calls == 1:  # one_batch's warm-up (cold caches): outside the statistics
             ret = self.real(run_name, model_runner, *args, **kwargs)
             self._prepare()
@@ -105,7 +101,7 @@ class InProcessAB:
                         return None
                     line = {"round": r, "arm": arm, "position": pos, "seconds": time.monotonic() - t0,
                             "graphs": graphs, "result": ret,
-                            "prefill_groups": getattr(model_runner, "last_groups", None),
+                            "prefill_groups": getattr(model_runner, GROUPS_ATTR, None),
                             "patches": [{"patch_id": pid, "state": now["state"],
                                          **{k: int(now[k]) - int(before.get(pid, {}).get(k, 0)) for k in COUNTED}}
                                         for pid, now in sorted(after.items())]}
@@ -122,12 +118,13 @@ def main(one_batch: ModuleType | None = None, load_plugins: Callable[[], None] |
 
     rounds = int(os.environ.get(ENV_ROUNDS, "4"))
     out = Path(os.environ[ENV_OUT])
-    prefill_tokens = int(os.environ.get(ENV_PREFILL_TOKENS, "0") or 0)
     plugins = load_plugins or importlib.import_module("sglang.srt.plugins").load_plugins
     module = one_batch or importlib.import_module("sglang.benchmark.one_batch")
     plugins()
-    module.latency_test_run_once = InProcessAB(  # type: ignore[attr-defined]
-        module.latency_test_run_once, rounds, out, prefill_tokens)
+    tokens = tokens_from_env()
+    if tokens:
+        chunk_prefill(module, tokens)
+    module.latency_test_run_once = InProcessAB(module.latency_test_run_once, rounds, out)  # type: ignore[attr-defined]
     sys.argv = ["sglang.benchmark.one_batch", *sys.argv[1:]]
     module.cli_main()  # type: ignore[attr-defined]
 

@@ -39,6 +39,7 @@ from astra_sglang.errors import AstraError
 from astra_sglang.patches.env import ALL_VALUES, ENV_PLACEBO, ENV_SELECT
 from astra_sglang.patches.status_file import ENV_STATUS_DIR
 from astra_sglang.profile import gpu_state
+from astra_sglang.profile.chunked_prefill import ENV_PREFILL_TOKENS
 from astra_sglang.profile.gpu_state import GpuState
 
 ARMS = ("A", "B", "C")
@@ -67,9 +68,9 @@ class E2EConfig(Model):
                                                                 "not in the statistics (cold Triton/JIT caches)")
     in_process: bool = Field(default=False, description="the arms inside one process, switched by graph "
                                                         "recapture (e2e/inprocess_child.py), not one process each")
-    prefill_chunk_tokens: int = Field(default=0, ge=0, description="in-process: one_batch's prefill in groups of "
-                                      "requests of at most this many tokens, merged into one decode batch "
-                                      "(e2e/chunked_prefill.py); 0: the whole batch in one forward, one_batch's way")
+    prefill_chunk_tokens: int = Field(default=0, ge=0, description="one_batch's prefill in groups of requests of at "
+                                      "most this many tokens, merged into one decode batch "
+                                      "(profile/chunked_prefill.py); 0: the whole batch in one forward, one_batch's way")
 
     def identity(self) -> dict[str, Any]:
         """What a resumed run must share with the folder's: the measurement itself, not how long to go on."""
@@ -177,6 +178,11 @@ def arm_env(arm: str, patches: str, status_dir: Path, round_no: int) -> dict[str
     return env
 
 
+def prefill_env(cfg: E2EConfig) -> dict[str, str]:
+    """The forward's prefill in groups (profile/chunked_prefill.py), when the run asks for it."""
+    return {ENV_PREFILL_TOKENS: str(cfg.prefill_chunk_tokens)} if cfg.prefill_chunk_tokens else {}
+
+
 def default_forward(in_process: bool = False) -> list[str]:
     return [sys.executable, "-m", INPROCESS_MODULE if in_process else DEFAULT_FORWARD_MODULE]
 
@@ -267,7 +273,7 @@ def run_arm(folder: Path, cfg: E2EConfig, round_no: int, arm: str, position: int
     folder.mkdir(parents=True)
     result = folder / "result.jsonl"
     cmd = [*cfg.forward, *cfg.one_batch_args, "--result-filename", str(result)]
-    extra = arm_env(arm, cfg.patches, folder / "status", round_no)
+    extra = {**arm_env(arm, cfg.patches, folder / "status", round_no), **prefill_env(cfg)}
     rc, seconds = launch(folder, cmd, extra, cfg.timeout_s, who)
     stdout = (folder / "stdout.log").read_text(errors="replace")
     try:
@@ -292,10 +298,10 @@ def run_arm(folder: Path, cfg: E2EConfig, round_no: int, arm: str, position: int
 
 
 def launch(folder: Path, cmd: list[str], extra: dict[str, str], timeout_s: float, who: str) -> tuple[int, float]:
-    """One forward process with ``extra`` over this environment (never an inherited patch selection or placebo),
-    stdout/stderr kept in ``folder``; (exit status, seconds). It never outlives us: a timeout, Ctrl-C or SIGTERM
-    ends its process group."""
-    env = {k: v for k, v in os.environ.items() if k not in (ENV_SELECT, ENV_PLACEBO)}
+    """One forward process with ``extra`` over this environment (never an inherited patch selection, placebo or
+    prefill grouping: the run's config says those), stdout/stderr kept in ``folder``; (exit status, seconds). It
+    never outlives us: a timeout, Ctrl-C or SIGTERM ends its process group."""
+    env = {k: v for k, v in os.environ.items() if k not in (ENV_SELECT, ENV_PLACEBO, ENV_PREFILL_TOKENS)}
     env.update(extra)
     t0 = time.monotonic()
     with open(folder / "stdout.log", "w") as out, open(folder / "stderr.log", "w") as err:
@@ -345,7 +351,7 @@ def why_it_died(path: Path) -> str:
             if "OutOfMemoryError" in why:
                 why += (" [one_batch prefills the whole batch at once: a smaller --mem-fraction-static leaves that "
                         "prefill more room, as long as the KV pool still holds batch x (input + output) tokens; "
-                        "where both do not fit, e2e --in-process --prefill-chunk-tokens N prefills it in groups, "
+                        "where both do not fit, --prefill-chunk-tokens N prefills it in groups, "
                         "or a smaller batch or input length]")
             return why
     return lines[-1][:300]

@@ -79,8 +79,9 @@ def _die_out_of_memory() -> None:
     sys.exit(1)
 
 
-class BenchRunner:
-    """one_batch's _TorchBenchRunner: ``torch_runner`` and the prefill of a list of requests."""
+class _TorchBenchRunner:
+    """one_batch's runner of that name: ``torch_runner`` and the prefill of a list of requests (the chunked prefill
+    replaces this class's ``extend``, as it replaces SGLang's)."""
 
     def __init__(self) -> None:
         self.torch_runner = Runner()
@@ -124,7 +125,7 @@ def latency_test_run_once(run_name, model_runner, rank_print, reqs, batch_size, 
 
 def cli_main() -> None:
     args = one_batch_args()
-    runner = BenchRunner()
+    runner = one_batch._TorchBenchRunner()
     one_batch.latency_test_run_once("warmup", runner, print, None, args.batch_size[0], args.input_len[0], 8)
     results = []
     for bs in args.batch_size:
@@ -143,7 +144,8 @@ def load_plugins() -> None:
     status_file.start()
 
 
-one_batch = SimpleNamespace(latency_test_run_once=latency_test_run_once, cli_main=cli_main)
+one_batch = SimpleNamespace(latency_test_run_once=latency_test_run_once, cli_main=cli_main,
+                            _TorchBenchRunner=_TorchBenchRunner)
 
 if __name__ == "__main__":
     inprocess_child.main(one_batch=one_batch, load_plugins=load_plugins)  # type: ignore[arg-type]

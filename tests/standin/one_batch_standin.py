@@ -14,6 +14,9 @@ spread over the whole distribution and no arm is unlucky, so a test's known answ
 with the "original", so C is drawn like A.
 
 STANDIN_FAIL="<round>:<arm>" makes that process exit 3 before writing results (a killed or crashed run).
+STANDIN_PREFILL_LIMIT=<tokens>: a shape whose prefill forward is over that many tokens dies out of memory, as
+one_batch's one-shot prefill of batch 32 at context 8160 did on the H100; with ASTRA_PREFILL_CHUNK_TOKENS (what
+``--prefill-chunk-tokens`` sets) the largest forward is one group of whole requests, as the real child groups them.
 STANDIN_CLOCKS=1 prints an ``ASTRA-GPU`` line of a stand-in GPU whose SM clock is 1980 MHz over the process factor
 (slow processes on low clocks), for e2e's noise finding.
 """
@@ -75,8 +78,15 @@ def main() -> None:
             st.first_call_check = "passed (stand-in)"
         status_file.start()
     lines = []
+    limit = int(os.environ.get("STANDIN_PREFILL_LIMIT") or 0)
+    chunk = int(os.environ.get("ASTRA_PREFILL_CHUNK_TOKENS") or 0)
     for bs in args.batch_size:
         for il in args.input_len:
+            largest = max(il, chunk // il * il) if chunk else bs * il
+            if limit and min(largest, bs * il) > limit:
+                print(f"[rank0]: torch.OutOfMemoryError: CUDA out of memory (stand-in: a prefill of {bs * il} tokens)",
+                      file=sys.stderr)
+                sys.exit(1)
             for ol in args.output_len:
                 base = 1.0 + bs / 100
                 lines.append({"run_name": "standin", "batch_size": bs, "input_len": il, "output_len": ol,
