@@ -231,3 +231,25 @@ def test_compare_lists_each_changed_ops_kernels_with_their_time_a_call(tmp_path:
     assert main(["profile", "--trace", str(DECODE), "--trace", str(on), "--compare"]) == 0
     table = capsys.readouterr().out
     assert "Kernels of the 3 rows that changed most" in table and "134.53" in table  # 0.75 x 179.375 a call
+
+
+def test_profile_hands_the_prefill_grouping_to_its_one_batch_child_and_nothing_else(tmp_path, capsys, monkeypatch):
+    """`profile --prefill-chunk-tokens N` puts N in both one_batch children's environment (chunked_prefill.py reads it
+    there); without the flag a value left in the user's shell is taken out."""
+    from astra_sglang.profile import runner
+
+    seen: list[str | None] = []
+
+    def child(cmd: list[str], env: dict[str, str]) -> str:
+        seen.append(env.get("ASTRA_PREFILL_CHUNK_TOKENS"))
+        return ""
+
+    monkeypatch.setattr(runner, "require_gpu", lambda: None)
+    monkeypatch.setattr(runner, "_run", child)
+    monkeypatch.setenv("ASTRA_PREFILL_CHUNK_TOKENS", "8")
+    args = ["profile", "--out", str(tmp_path), "--batch-size", "32", "--input-len", "8160", "--phase", "decode"]
+    for extra, want in (([], None), (["--prefill-chunk-tokens", "32768"], "32768")):
+        seen.clear()
+        assert main([*args, *extra, "--", "--model-path", "nowhere"]) != 0  # no trace came back: said, no traceback
+        assert "wrote no trace" in capsys.readouterr().err
+        assert seen == [want, want]  # the profiled pass and the timed pass
