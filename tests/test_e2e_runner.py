@@ -242,3 +242,5 @@ def test_the_cross_process_forward_gets_the_prefill_grouping_and_nothing_else_do
     assert main(e2e(out, "--prefill-chunk-tokens", "32")) == 0
     rep = json.loads(capsys.readouterr().out)
     assert rep["config"]["prefill_chunk_tokens"] == 32 and rep["rounds_done"] == 3
+    assert main([*e2e(tmp_path / "tp2", "--prefill-chunk-tokens", "32"), "--tp-size", "2"]) != 0
+    assert "--tp-size 1 only" in capsys.readouterr().err

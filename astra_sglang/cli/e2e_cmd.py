@@ -100,6 +100,9 @@ def cmd_e2e(args: argparse.Namespace) -> int:
         show(report, args.out / PLOT_FILE, args.json)
         return 0
     ob_args = one_batch_args(args)
+    from astra_sglang.profile.runner import check_prefill_grouping
+
+    check_prefill_grouping(ob_args, args.prefill_chunk_tokens or 0)
     forward = preflight(args.forward, ob_args, args.in_process)
     max_rounds = args.max_rounds if args.max_rounds is not None else 2 * args.rounds
     if max_rounds < args.rounds:

@@ -109,11 +109,20 @@ def _run(cmd: list[str], env: dict[str, str]) -> str:
     return "".join(lines)
 
 
+def check_prefill_grouping(sglang_args: list[str], tokens: int) -> None:
+    """``--prefill-chunk-tokens`` works in one_batch's own process: with ``--tp-size`` above 1 one_batch starts a
+    process per rank, which imports one_batch afresh and would prefill in one forward without saying so."""
+    if tokens and _int_arg(sglang_args, 1, "--tp-size", "--tensor-parallel-size") > 1:
+        raise AstraError("--prefill-chunk-tokens works with --tp-size 1 only: one_batch runs each rank in a process "
+                         "of its own, which would not prefill in groups")
+
+
 def run_profile(sglang_args: list[str], batch_sizes: list[int], input_len: int, output_len: int, phase: str,
                 steps: int, out_dir: Path, kmap: KernelMap, patches: PatchInfo,
                 extracted: Path | None = None, prefill_chunk_tokens: int = 0) -> list[HotList]:
     """Profile ``steps`` decode steps (and/or the prefill) per batch size; one hot list per phase and batch size.
     ``prefill_chunk_tokens``: one_batch's prefill in groups of requests (chunked_prefill.py)."""
+    check_prefill_grouping(sglang_args, prefill_chunk_tokens)
     require_gpu()
     from astra_sglang.patches.registry import op_folder
 
