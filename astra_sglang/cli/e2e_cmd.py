@@ -169,7 +169,7 @@ def print_report(report: object, png: Path | None) -> None:
     t = Table(title="calls per patch (" + ("counted around each arm-run, graph capture included)" if inproc
                                            else "from the processes' status records)"))
     stacked = any(row.passed_on for row in report.patch_calls)  # a rewrite with a retune behind it
-    for col in ("patch", "arm", "arm-runs" if inproc else "processes", "served by patch", "served by original",
+    for col in ("patch", "arm", report.config.sample_unit, "served by patch", "served by original",
                 *(("passed on",) if stacked else ()), "states"):
         t.add_column(col)
     for row in report.patch_calls:

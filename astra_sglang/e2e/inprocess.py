@@ -25,13 +25,13 @@ from astra_sglang.e2e.runner import (
     ShapeResult,
     build_report,
     launch,
-    prefill_env,
     prepare_folder,
     why_it_died,
 )
 from astra_sglang.errors import AstraError
 from astra_sglang.patches.env import ENV_SELECT
 from astra_sglang.patches.status_file import ENV_STATUS_DIR
+from astra_sglang.profile.chunked_prefill import child_env
 
 FOLDER = "inprocess"
 LINES = "arms.jsonl"
@@ -80,7 +80,7 @@ def run_in_process(cfg: E2EConfig, out: Path, progress: Callable[[str], None] | 
     lines = folder / LINES
     cmd = _command(cfg, folder)
     extra = {ENV_SELECT: cfg.patches, ENV_STATUS_DIR: str(folder / "status"), ENV_ROUNDS: str(cfg.rounds),
-             ENV_OUT: str(lines), **prefill_env(cfg)}
+             ENV_OUT: str(lines), **child_env(cfg.prefill_chunk_tokens)}
     if (folder / DONE).is_file():
         say(f"{folder} finished before: reported, not rerun")
     else:

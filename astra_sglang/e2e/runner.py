@@ -39,7 +39,7 @@ from astra_sglang.errors import AstraError
 from astra_sglang.patches.env import ALL_VALUES, ENV_PLACEBO, ENV_SELECT
 from astra_sglang.patches.status_file import ENV_STATUS_DIR
 from astra_sglang.profile import gpu_state
-from astra_sglang.profile.chunked_prefill import ENV_PREFILL_TOKENS
+from astra_sglang.profile.chunked_prefill import ENV_PREFILL_TOKENS, child_env
 from astra_sglang.profile.gpu_state import GpuState
 
 ARMS = ("A", "B", "C")
@@ -71,6 +71,11 @@ class E2EConfig(Model):
     prefill_chunk_tokens: int = Field(default=0, ge=0, description="one_batch's prefill in groups of requests of at "
                                       "most this many tokens, merged into one decode batch "
                                       "(profile/chunked_prefill.py); 0: the whole batch in one forward, one_batch's way")
+
+    @property
+    def sample_unit(self) -> str:
+        """What one sample of a ratio is: a process, or an arm-run inside the one process of an in-process run."""
+        return "arm-runs" if self.in_process else "processes"
 
     def identity(self) -> dict[str, Any]:
         """What a resumed run must share with the folder's: the measurement itself, not how long to go on."""
@@ -178,11 +183,6 @@ def arm_env(arm: str, patches: str, status_dir: Path, round_no: int) -> dict[str
     return env
 
 
-def prefill_env(cfg: E2EConfig) -> dict[str, str]:
-    """The forward's prefill in groups (profile/chunked_prefill.py), when the run asks for it."""
-    return {ENV_PREFILL_TOKENS: str(cfg.prefill_chunk_tokens)} if cfg.prefill_chunk_tokens else {}
-
-
 def default_forward(in_process: bool = False) -> list[str]:
     return [sys.executable, "-m", INPROCESS_MODULE if in_process else DEFAULT_FORWARD_MODULE]
 
@@ -273,7 +273,7 @@ def run_arm(folder: Path, cfg: E2EConfig, round_no: int, arm: str, position: int
     folder.mkdir(parents=True)
     result = folder / "result.jsonl"
     cmd = [*cfg.forward, *cfg.one_batch_args, "--result-filename", str(result)]
-    extra = {**arm_env(arm, cfg.patches, folder / "status", round_no), **prefill_env(cfg)}
+    extra = {**arm_env(arm, cfg.patches, folder / "status", round_no), **child_env(cfg.prefill_chunk_tokens)}
     rc, seconds = launch(folder, cmd, extra, cfg.timeout_s, who)
     stdout = (folder / "stdout.log").read_text(errors="replace")
     try:
@@ -601,7 +601,7 @@ def build_report(cfg: E2EConfig, runs: Sequence[ArmRun], out: Path) -> E2EReport
             if s.prefill_latency is not None:
                 per["prefill"].setdefault(r.arm, []).append(s.prefill_latency)
     trouble = problems(cfg, runs)
-    unit = "arm-runs" if cfg.in_process else "processes"
+    unit = cfg.sample_unit
     reports = []
     for i, (key, per) in enumerate(sorted(shapes.items())):
         bs, il, ol = key

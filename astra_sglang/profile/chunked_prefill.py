@@ -93,6 +93,11 @@ def chunk_prefill(one_batch: ModuleType | Any, max_tokens: int) -> None:
     cls.extend = extend
 
 
+def child_env(tokens: int) -> dict[str, str]:
+    """What a one_batch child's environment gets for ``tokens`` (nothing for 0): ``tokens_from_env`` reads it."""
+    return {ENV_PREFILL_TOKENS: str(tokens)} if tokens else {}
+
+
 def tokens_from_env() -> int:
     """The group size the parent asked for (0: one forward, one_batch's way)."""
     raw = os.environ.get(ENV_PREFILL_TOKENS, "").strip()

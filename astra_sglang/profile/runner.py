@@ -21,7 +21,7 @@ from pathlib import Path
 
 from astra_sglang.errors import AstraError
 from astra_sglang.profile.attribution import HotList, KernelMap, PatchInfo, hot_list, served_calls
-from astra_sglang.profile.chunked_prefill import ENV_PREFILL_TOKENS
+from astra_sglang.profile.chunked_prefill import ENV_PREFILL_TOKENS, child_env
 from astra_sglang.profile.trace import summarize
 from astra_sglang.profile.traffic import DEFAULT_KV_SPLITS, Traffic, count, load_config, model_dtype
 from astra_sglang.serving.launch import flag_value
@@ -137,9 +137,8 @@ def run_profile(sglang_args: list[str], batch_sizes: list[int], input_len: int, 
     timing = Path(out_dir).resolve() / "timing.jsonl"
     timing.unlink(missing_ok=True)
     env = dict(os.environ, SGLANG_TORCH_PROFILER_DIR=str(trace_dir))
-    env.pop(ENV_PREFILL_TOKENS, None)
-    if prefill_chunk_tokens:
-        env[ENV_PREFILL_TOKENS] = str(prefill_chunk_tokens)
+    env.pop(ENV_PREFILL_TOKENS, None)  # only the flag groups the prefill, never a value left in the shell
+    env.update(child_env(prefill_chunk_tokens))
     base = [sys.executable, "-m", "astra_sglang.profile.one_batch_child", *sglang_args,
             "--batch-size", *map(str, batch_sizes), "--input-len", str(input_len), "--output-len", str(output_len)]
     stage = "all" if phase == "both" else phase
