@@ -270,3 +270,36 @@ def test_asking_for_paper_shapes_of_an_op_without_them_names_the_ones_it_has():
 
     with pytest.raises(AstraError, match="no shapes tagged 'paper'.*decode, prefill, all: pass --shapes decode"):
         timed_shapes(load_manifest(REPO_EXTRACTED / "fused_moe_kernel"), EvalConfig(shapes="paper"))
+
+
+def test_bytes_moved_counts_only_the_experts_the_routing_touches(each_op: Path):
+    """One decode token with top-8 of 128 experts reads 8 experts' weights, not 128: counting all of them put
+    SGLang's kernel at 166% of the H200's copy ceiling (validation record of 2026-12-01, T=512 with idle experts)."""
+    from astra_sglang.harness.parent.contract_check import contract_problems
+    from astra_sglang.harness.shared.suite import contract_bytes
+    from astra_sglang.harness.shared.tensors import ArgSet
+
+    m = load_manifest(each_op)
+    up = m.short_name == "fused_moe_kernel"
+    width = {"N": 1536, "K": 2048} if up else {"H": 2048, "I": 768}
+    expert = width["N" if up else "H"] * width["K" if up else "I"] * 2  # one expert's weight matrix, bf16
+    for t in (1, 3, 64):
+        dims = {"T": t, "TK": 8, "E": 128, **width, "BM": 16, "BN": 64, "BK": 64, "GM": 1, "NW": 4, "NS": 3}
+        a = ArgSet(m, dims, "bfloat16", "cpu", load_inputs(each_op, m))
+        gen = lambda: torch.Generator().manual_seed(7)  # noqa: E731
+        touched = int(torch.unique(a._generated(gen())["topk_ids"]).numel())
+        others = sum(a.tensors[n].view.numel() * a.tensors[n].view.element_size() for n in a.tensors if n != "B")
+        assert a.bytes_moved(gen()) == others + touched * expert
+        assert touched <= min(128, 8 * t) and (t > 1 or touched == 8)
+        assert contract_bytes(m, dims, "bfloat16") is None  # from dims alone: unknown, never a guess
+    assert not [p for p in contract_problems(each_op, m) if "moved" in p]
+
+
+def test_a_moved_shape_may_count_only_a_generated_tensor(tmp_path: Path):
+    from astra_sglang.harness.parent.contract_check import contract_problems
+
+    folder = _write(tmp_path)
+    m = load_manifest(folder)
+    b = next(t for t in m.signature.tensors if t.name == "B")
+    b.moved = ["distinct(A)", "N", "K"]  # A is drawn from a value distribution: its distinct count means nothing
+    assert any("tensor B moved" in p for p in contract_problems(folder, m))

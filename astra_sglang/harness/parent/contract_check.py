@@ -50,12 +50,18 @@ def _signature_problems(m: Manifest) -> list[str]:
     if not any(t.role != "input" for t in sig.tensors):
         out.append("the signature has no output or in-place tensor: nothing could be checked")
     probe = {d.name: max(d.min, d.multiple_of) for d in sig.dims}
+    drawn = {t.name: 1 for t in sig.tensors if t.generated}  # distinct(X) in `moved` counts a generated X
     for t in sig.tensors:
         for expr in t.shape:
             try:
                 eval_dim(expr, probe)
             except AstraError as e:
                 out.append(f"tensor {t.name}: {e}")
+        for expr in t.moved or []:
+            try:
+                eval_dim(expr, probe, drawn)
+            except AstraError as e:
+                out.append(f"tensor {t.name} moved: {e} (distinct() counts a generated tensor: {sorted(drawn)})")
         if t.dtype != "{dtype}":
             from astra_sglang.harness.shared.tensors import torch_dtype
 

@@ -27,8 +27,17 @@ Case = CaseSpec  # one case of the suite, as it travels to the checker
 _OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.FloorDiv: operator.floordiv}
 
 
-def eval_dim(expr: str, dims: dict[str, int]) -> int:
-    """'2*H', 'T', 'H//2', '8' over the case's dims; nothing else is evaluated."""
+class NeedsValues(AstraError):
+    """A ``moved`` expression counts drawn values (``distinct(X)``) and none were given: from dims alone the
+    traffic is unknown, and a guess is never a count."""
+
+
+def eval_dim(expr: str, dims: dict[str, int], distinct: dict[str, int] | None = None) -> int:
+    """'2*H', 'T', 'H//2', '8' over the case's dims; nothing else is evaluated. In a ``moved`` shape also
+    ``distinct(X)``: how many distinct values the generated tensor X holds (``distinct``: those counts, of the
+    values the case drew): a MoE GEMM reads the weights of the experts its routing touched, not all E of them, and
+    with hot and idle experts that count is no function of the dims (2026-12-01: fused_moe_kernel read as 166% of
+    the copy ceiling at T=512 when every expert's weights were counted)."""
     def ev(node: ast.AST) -> int:
         if isinstance(node, ast.Expression):
             return ev(node.body)
@@ -40,13 +49,37 @@ def eval_dim(expr: str, dims: dict[str, int]) -> int:
             return dims[node.id]
         if isinstance(node, ast.BinOp) and type(node.op) in _OPS:
             return _OPS[type(node.op)](ev(node.left), ev(node.right))
+        counted = distinct_of(node)
+        if counted is not None:
+            if distinct is None or counted not in distinct:
+                raise NeedsValues(f"shape expression {expr!r} counts the values of {counted!r}: it needs a drawn case")
+            return distinct[counted]
         raise AstraError(f"shape expression {expr!r} is not simple arithmetic over dim names")
 
     return ev(pyast.parse_eval(expr))
 
 
-def shape_of(shape: list[str], dims: dict[str, int]) -> tuple[int, ...]:
-    return tuple(eval_dim(s, dims) for s in shape)
+def distinct_of(node: ast.AST) -> str | None:
+    """X of a ``distinct(X)`` node, else None."""
+    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "distinct"
+            and len(node.args) == 1 and isinstance(node.args[0], ast.Name) and not node.keywords):
+        return node.args[0].id
+    return None
+
+
+def distinct_refs(shape: list[str] | None) -> set[str]:
+    """The tensors a shape's ``distinct(X)`` terms count."""
+    found: set[str] = set()
+    for expr in shape or []:
+        for node in ast.walk(pyast.parse_eval(expr)):
+            name = distinct_of(node)
+            if name is not None:
+                found.add(name)
+    return found
+
+
+def shape_of(shape: list[str], dims: dict[str, int], distinct: dict[str, int] | None = None) -> tuple[int, ...]:
+    return tuple(eval_dim(s, dims, distinct) for s in shape)
 
 
 #: bytes per element of the dtypes a signature names (torch-free: the judge sizes its arena before torch loads)
@@ -72,7 +105,11 @@ def contract_bytes(manifest: Manifest, dims: dict[str, int], dtype: str) -> int 
         elem = ELEM_BYTES.get(dtype if t.dtype == "{dtype}" else t.dtype)
         if elem is None:
             return None
-        total += tensor_traffic(t.role, math.prod(shape_of(t.moved or t.shape, dims)) * elem)
+        try:
+            n = math.prod(shape_of(t.moved or t.shape, dims))
+        except NeedsValues:  # the routing's touched experts: known only on drawn values (ArgSet.bytes_moved)
+            return None
+        total += tensor_traffic(t.role, n * elem)
     return total
 
 

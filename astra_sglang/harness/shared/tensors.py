@@ -15,7 +15,7 @@ import torch
 
 from astra_sglang.checker import fill_poison, is_poison
 from astra_sglang.contract.op import Manifest, TensorArg
-from astra_sglang.harness.shared.suite import row_stride_of, shape_of, span, tensor_traffic
+from astra_sglang.harness.shared.suite import distinct_refs, row_stride_of, shape_of, span, tensor_traffic
 from astra_sglang.loader.launch import InputsFn, ScalarsFn
 
 OpInputs = tuple[InputsFn | None, ScalarsFn | None]
@@ -190,14 +190,24 @@ class ArgSet:
         """Copies of the input/in-place values (the pristine state to restore or compare)."""
         return {t.name: self.tensors[t.name].view.clone() for t in self.manifest.signature.tensors if t.role != "output"}
 
-    def bytes_moved(self) -> int:
-        """Minimum traffic: inputs read once, outputs written once, in-place args both."""
+    def bytes_moved(self, gen: torch.Generator | None = None) -> int:
+        """Minimum traffic: inputs read once, outputs written once, in-place args both. A ``moved`` shape that
+        counts drawn values (``distinct(topk_ids)``: the experts a MoE GEMM's routing touched) counts them on the
+        generated tensors ``gen`` draws (seeded as a timing set is, the same routing), else on this set's values."""
+        distinct = self._distinct_counts(gen)
         total = 0
         for t in self.manifest.signature.tensors:
             v = self.tensors[t.name].view
-            n = math.prod(shape_of(t.moved, self.dims)) if t.moved is not None else v.numel()
+            n = math.prod(shape_of(t.moved, self.dims, distinct)) if t.moved is not None else v.numel()
             total += tensor_traffic(t.role, n * v.element_size())
         return total
+
+    def _distinct_counts(self, gen: torch.Generator | None) -> dict[str, int]:
+        names = set().union(*(distinct_refs(t.moved) for t in self.manifest.signature.tensors))
+        if not names:
+            return {}
+        values = self._generated(gen) if gen is not None else {n: self.tensors[n].view for n in names}
+        return {n: int(torch.unique(values[n]).numel()) for n in names}
 
     def nbytes(self) -> int:
         return sum(g.buf.numel() * g.buf.element_size() for g in self.tensors.values())

@@ -62,12 +62,14 @@ class OpAdapter:
         the harness checked every candidate on. ``patches add`` moves them inside the patch's guard. An adapter
         whose sample needs smaller dims than any contract shape (decode_attention's KV pools) gives its own."""
         from astra_sglang.contract.op import load_manifest
-        from astra_sglang.harness.shared.suite import contract_bytes
+        from astra_sglang.harness.shared.suite import contract_bytes, total_numel
         from astra_sglang.patches.registry import op_folder
 
         op = load_manifest(op_folder(self.op))
         dtype = op.signature.dtypes[0]
-        sized = sorted(((contract_bytes(op, s.dims, dtype) or 0, i) for i, s in enumerate(op.shapes)))
+        # an op whose traffic counts drawn values (a MoE GEMM's touched experts) has no count from dims: its size
+        sized = sorted(((contract_bytes(op, s.dims, dtype) or total_numel(op, s.dims), i)
+                        for i, s in enumerate(op.shapes)))
         out: list[dict[str, int]] = []
         for _, i in sized:
             if op.shapes[i].dims not in out:

@@ -126,7 +126,8 @@ ENTRY = CatalogEntry(
         ],
         tensors=[
             TensorArg(name="A", role="input", shape=["T*TK", "I"], dtype="{dtype}"),
-            TensorArg(name="B", role="input", shape=["E", "H", "I"], dtype="{dtype}"),
+            TensorArg(name="B", role="input", shape=["E", "H", "I"], dtype="{dtype}",
+                      moved=["distinct(topk_ids)", "H", "I"]),  # only the experts the routing touches
             TensorArg(name="C", role="output", shape=["T", "TK", "H"], dtype="{dtype}"),
             *ROUTING_TENSORS,
         ],

@@ -120,7 +120,8 @@ ENTRY = CatalogEntry(
         ],
         tensors=[
             TensorArg(name="A", role="input", shape=["T", "K"], dtype="{dtype}"),
-            TensorArg(name="B", role="input", shape=["E", "N", "K"], dtype="{dtype}"),
+            TensorArg(name="B", role="input", shape=["E", "N", "K"], dtype="{dtype}",
+                      moved=["distinct(topk_ids)", "N", "K"]),  # only the experts the routing touches
             TensorArg(name="C", role="output", shape=["T", "TK", "N"], dtype="{dtype}"),
             *ROUTING_TENSORS,
         ],
