@@ -71,8 +71,8 @@ class Baselines:
             return ""
         cfg = s.cfg
         probe = ArgSet(s.manifest, dims, dtype, s.device, s.op_inputs)
-        n = timing.rotation_sets(probe.bytes_moved(torch.Generator(device=s.device).manual_seed(0)), l2, cfg.cold_l2_factor, cfg.max_graph_launches,
-                                 cfg.mode == "cold")
+        moved = probe.bytes_moved(torch.Generator(device=s.device).manual_seed(0))  # the sets below: seeds from 0
+        n = timing.rotation_sets(moved, l2, cfg.cold_l2_factor, cfg.max_graph_launches, cfg.mode == "cold")
         arglists = [a.args() for a in s.timer._local_sets(dims, dtype, n, 0)]
 
         def run_all() -> None:
