@@ -269,7 +269,21 @@ def test_asking_for_paper_shapes_of_an_op_without_them_names_the_ones_it_has():
     from astra_sglang.harness.shared.suite import timed_shapes
 
     with pytest.raises(AstraError, match="no shapes tagged 'paper'.*decode, prefill, all: pass --shapes decode"):
-        timed_shapes(load_manifest(REPO_EXTRACTED / "fused_moe_kernel"), EvalConfig(shapes="paper"))
+        timed_shapes(load_manifest(REPO_EXTRACTED / "moe_align_block_size"), EvalConfig(shapes="paper"))
+
+
+def test_the_timed_set_is_the_decode_the_end_to_end_proof_serves(each_op: Path):
+    """`optimize`/`tune` time Qwen3-30B-A3B's decode on one GPU (issue 25's e2e model, batches 32 and 128 among
+    them) with the configs SGLang serves on that GPU: a loop timed on every split swept 20 shapes per config."""
+    from astra_sglang.contract.eval_config import EvalConfig
+    from astra_sglang.harness.shared.suite import timed_shapes
+
+    m = load_manifest(each_op)
+    up = m.short_name == "fused_moe_kernel"
+    for gpu in SERVED_GPUS:
+        timed = timed_shapes(m, EvalConfig(shapes="paper", gpu=gpu))
+        assert sorted(d["T"] for d in timed) == [1, 16, 32, 64, 128, 256]
+        assert {(d["E"], d["TK"], d["N"] if up else d["I"]) for d in timed} == {(128, 8, 1536 if up else 768)}
 
 
 def test_bytes_moved_counts_only_the_experts_the_routing_touches(each_op: Path):

@@ -3,7 +3,7 @@
 # first GPU steps for SGLang's two fused-MoE GEMMs, in one call: validate both contracts (fused_moe_kernel: w1;
 # fused_moe_down: w2 with the routing weights) on every shape, timed on the largest (bytes and % of the copy
 # ceiling), recorded into their folders; then the sweep baseline of SGLang's own tuning space (`tune`, 96 configs at
-# the served BLOCK_SIZE_M) on the decode shapes of the up-projection, resumable: a cut sweep keeps its finished chunks
+# the served BLOCK_SIZE_M) on the up-projection's timed set (Qwen3-30B-A3B's decode on this GPU), resumable: a cut sweep keeps its finished chunks
 # in tune_baseline.partial.json, which this copies out (bring it back into extracted/fused_moe_kernel/ and call
 # again to go on).
 # With QUEUE (a model run's evaluation queue, e.g. runs/queue-moe): the pass over that queue takes the sweep's place.
@@ -26,7 +26,7 @@ if [ -n "$QUEUE" ]; then
   echo "evaluate $QUEUE exit $? at $(( $(date +%s) - T0 )) s"; tail -5 "$OUT/queue_pass.log"
   tar cf "$OUT/queue.tar" "$QUEUE"
 else
-  timeout "$(( $(left) - 15 ))" python3 -m astra_sglang tune fused_moe_kernel --shapes decode --json \
+  timeout "$(( $(left) - 15 ))" python3 -m astra_sglang tune fused_moe_kernel --json \
       > "$OUT/tune.json" 2> "$OUT/tune.log"
   echo "tune exit $? at $(( $(date +%s) - T0 )) s"; tail -5 "$OUT/tune.log"
 fi
