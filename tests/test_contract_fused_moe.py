@@ -317,3 +317,16 @@ def test_a_moved_shape_may_count_only_a_generated_tensor(tmp_path: Path):
     b = next(t for t in m.signature.tensors if t.name == "B")
     b.moved = ["distinct(A)", "N", "K"]  # A is drawn from a value distribution: its distinct count means nothing
     assert any("tensor B moved" in p for p in contract_problems(folder, m))
+
+
+def test_a_routed_batch_spreads_over_most_experts_as_serving_does(op: Path):
+    """SGLang's forward touched 111 of 128 experts at batch 32; a draw that piles a batch onto a few hot experts
+    (44 of 128 at T=256 with the old bias) times a kernel on a third of the weights serving reads."""
+    make, _ = load_inputs(op, load_manifest(op))
+    assert make is not None
+    for t, least in ((32, 75), (128, 110), (256, 118)):
+        for seed in range(5):
+            dims = {"T": t, "TK": 8, "E": 128, "N": 1536, "K": 2048, "BM": 16, "BN": 64, "BK": 64, "GM": 1, "NW": 4,
+                    "NS": 3}
+            ids = make(dims, "bfloat16", torch.Generator().manual_seed(seed), "cpu")["topk_ids"]
+            assert torch.unique(ids).numel() >= least, (t, seed)

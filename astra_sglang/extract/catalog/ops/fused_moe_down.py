@@ -86,7 +86,8 @@ INPUTS = FileText(
     doc=(
         "Inputs for fused_moe_down (astra-sglang, written): a reference routing, then moe_align.\n"
         "\n"
-        "Router logits are normal with a per-expert bias (hot experts and idle ones, as in real batches); each token\n"
+        "Router logits are normal with a mild per-expert bias (hotter and idler experts, as a trained router spreads a\n"
+        "batch: most experts touched once the batch is large, as in SGLang's forward); each token\n"
         "takes the top-TK experts of softmax(logits) with renormalized weights (float32). sorted_token_ids /\n"
         "expert_ids / num_tokens_post_padded are what moe_align_block_size gives for BLOCK_SIZE_M = BM: per expert, its\n"
         "flat (token, slot) indices ascending, padded with the sentinel T*TK to a multiple of BM; expert_ids[j] is the\n"
@@ -94,6 +95,7 @@ INPUTS = FileText(
         "drawn by the harness like any input.\n"
     ),
     imports=("import torch",),
+    constants=("ROUTER_BIAS",),
     functions=(make_inputs, scalars),
 )
 
