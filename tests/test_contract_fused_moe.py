@@ -290,7 +290,7 @@ def test_bytes_moved_counts_only_the_experts_the_routing_touches(each_op: Path):
     """One decode token with top-8 of 128 experts reads 8 experts' weights, not 128: counting all of them put
     SGLang's kernel at 166% of the H200's copy ceiling (validation record of 2026-12-01, T=512 with idle experts)."""
     from astra_sglang.harness.parent.contract_check import contract_problems
-    from astra_sglang.harness.shared.suite import contract_bytes
+    from astra_sglang.harness.shared.suite import NeedsValues, contract_bytes
     from astra_sglang.harness.shared.tensors import ArgSet
 
     m = load_manifest(each_op)
@@ -306,6 +306,8 @@ def test_bytes_moved_counts_only_the_experts_the_routing_touches(each_op: Path):
         assert a.bytes_moved(gen()) == others + touched * expert
         assert touched <= min(128, 8 * t) and (t > 1 or touched == 8)
         assert contract_bytes(m, dims, "bfloat16") is None  # from dims alone: unknown, never a guess
+        with pytest.raises(NeedsValues):  # nor counted on a probe's unfilled buffers
+            a.bytes_moved()
     assert not [p for p in contract_problems(each_op, m) if "moved" in p]
 
 

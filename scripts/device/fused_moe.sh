@@ -3,9 +3,9 @@
 # first GPU steps for SGLang's two fused-MoE GEMMs, in one call: validate both contracts (fused_moe_kernel: w1;
 # fused_moe_down: w2 with the routing weights) on every shape, timed on the largest (bytes and % of the copy
 # ceiling), recorded into their folders; then the sweep baseline of SGLang's own tuning space (`tune`, 96 configs at
-# the served BLOCK_SIZE_M) on the up-projection's timed set (Qwen3-30B-A3B's decode on this GPU), resumable: a cut sweep keeps its finished chunks
-# in tune_baseline.partial.json, which this copies out (bring it back into extracted/fused_moe_kernel/ and call
-# again to go on).
+# the served BLOCK_SIZE_M) on the up-projection's timed set (Qwen3-30B-A3B's decode on this GPU), resumable: a cut
+# sweep keeps its finished chunks in tune_baseline.partial.json, which this copies out (bring it back into
+# extracted/fused_moe_kernel/ and call again to go on).
 # With QUEUE (a model run's evaluation queue, e.g. runs/queue-moe): the pass over that queue takes the sweep's place.
 # Its round-0 tune job is the same sweep (kept in the queue item when cut, and written to the op folder's
 # tune_baseline.json when done), so one call serves both and the run's bar is the tuned config, not the default.

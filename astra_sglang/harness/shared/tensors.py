@@ -193,7 +193,8 @@ class ArgSet:
     def bytes_moved(self, gen: torch.Generator | None = None) -> int:
         """Minimum traffic: inputs read once, outputs written once, in-place args both. A ``moved`` shape that
         counts drawn values (``distinct(topk_ids)``: the experts a MoE GEMM's routing touched) counts them on the
-        generated tensors ``gen`` draws (seeded as a timing set is, the same routing), else on this set's values."""
+        generated tensors ``gen`` draws (seeded as a timing set is, the same routing); without ``gen`` it raises
+        ``NeedsValues``: the set's own buffers may hold only the poison of an unfilled probe."""
         distinct = self._distinct_counts(gen)
         total = 0
         for t in self.manifest.signature.tensors:
@@ -202,12 +203,12 @@ class ArgSet:
             total += tensor_traffic(t.role, n * v.element_size())
         return total
 
-    def _distinct_counts(self, gen: torch.Generator | None) -> dict[str, int]:
+    def _distinct_counts(self, gen: torch.Generator | None) -> dict[str, int] | None:
         names = set().union(*(distinct_refs(t.moved) for t in self.manifest.signature.tensors))
-        if not names:
-            return {}
-        values = self._generated(gen) if gen is not None else {n: self.tensors[n].view for n in names}
-        return {n: int(torch.unique(values[n]).numel()) for n in names}
+        if not names or gen is None:
+            return None
+        made = self._generated(gen)
+        return {n: int(torch.unique(made[n]).numel()) for n in names}
 
     def nbytes(self) -> int:
         return sum(g.buf.numel() * g.buf.element_size() for g in self.tensors.values())
