@@ -145,3 +145,61 @@ def test_a_sweep_of_shapes_the_contract_no_longer_states_is_refused_naming_the_r
     assert rc == 2 and len(err.splitlines()) == 1, err
     assert "1 of its 2 shapes are not the merge_state contract's" in err and "--prior" in err
     assert not (root / "merge_state" / "rt-old").exists()
+
+
+def _scripted_moe_sweep() -> SweepBaseline:
+    """fused_moe_kernel (w1) at two of its contract's timed shapes: BLOCK_SIZE_N 128 wins at both. SCRIPTED."""
+    from astra_sglang.contract.op import load_manifest
+    from astra_sglang.patches.registry import op_folder
+
+    m = load_manifest(op_folder("fused_moe_kernel"))
+    dims = [s.dims for s in m.shapes if "paper" in s.tags][:2]
+    assert len(dims) == 2, "the contract's timed set"
+    bn, keys = "config.BLOCK_SIZE_N", ("config.BLOCK_SIZE_K", "config.num_warps", "config.num_stages")
+    fixed = dict(zip(keys, (128, 4, 3)))
+
+    def at(d: dict[str, int], speedup: float) -> SweepShape:
+        return SweepShape(dims=d, dtype="bfloat16", original_us=100.0, candidate_us=100.0 / speedup,
+                          speedup=speedup, spread_pct=0.5)
+    return SweepBaseline(
+        op_id=m.op_id, sglang_version="0.5.23", device="NVIDIA H200 (sm_90)",
+        parameters={bn: [64, 128], **{k: [v] for k, v in fixed.items()}},
+        original_config={bn: "SGLang's tuned JSON"}, method="SCRIPTED BY TEST, not a measurement",
+        shapes=[BaselineShape(dims=d, dtype="bfloat16", original_us=100.0, best_config={bn: 128, **fixed},
+                              best_us=90.0, speedup=100 / 90) for d in dims],
+        configs=[SweepConfig(config={bn: 64, **fixed}, ok=True, shapes=[at(d, 0.97) for d in dims]),
+                 SweepConfig(config={bn: 128, **fixed}, ok=True, shapes=[at(d, 100 / 90) for d in dims])])
+
+
+def test_a_retune_of_fused_moe_registers_on_a_host_whose_sglang_cannot_import_its_kernel_module(
+        root, tmp_path, restored_op):
+    """SGLang's fused-MoE kernel module imports srt utilities whose installed chain needs torchvision (absent here,
+    and in many serving images): add-retune imports the retuned text among the op folder's vendored modules, as a
+    server's patch loader does, not as a bare file (which refused the H200 sweep's retune, 2026-12-06)."""
+    restored_op("fused_moe_kernel")
+    from astra_sglang.contract.patch import load_patch_manifest
+
+    assert main(["patches", "add-retune", "fused_moe_kernel", "--sweep",
+                 str(_write(tmp_path, _scripted_moe_sweep())), "--id", "rt-moe", "--not-in-all"]) == 0
+    m = load_patch_manifest(root / "fused_moe_kernel" / "rt-moe")
+    assert m.source.retune and m.guard.regions and not m.in_all
+
+
+def test_a_retune_that_does_not_import_leaves_no_patch_folder(root, tmp_path, restored_op, monkeypatch, capsys):
+    """A refused import must not leave a half-registered patch (a retune.json without a manifest) whose id then
+    blocks the corrected add."""
+    restored_op("merge_state")
+    from astra_sglang.errors import AstraError
+    from astra_sglang.patches.tooling import retune_add
+
+    def refuse(*_: object) -> None:
+        raise AstraError("add-x.py does not import: ModuleNotFoundError: No module named 'torchvision'")
+
+    monkeypatch.setattr(retune_add, "_import_triton", refuse)
+    sweep = str(_write(tmp_path, _scripted_sweep()))
+    assert main(["patches", "add-retune", "merge_state", "--sweep", sweep, "--id", "rt-x"]) == 2
+    assert "does not import" in capsys.readouterr().err
+    assert not (root / "merge_state" / "rt-x").exists()
+    monkeypatch.undo()
+    monkeypatch.setenv("ASTRA_SGLANG_PATCHES_DIR", str(root))
+    assert main(["patches", "add-retune", "merge_state", "--sweep", sweep, "--id", "rt-x"]) == 0

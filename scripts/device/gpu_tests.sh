@@ -15,6 +15,7 @@
 # on the path too (device.sh site), so the GPU tests that compare with the installed SGLang run instead of skipping.
 # PASSED_IN="FILE...": leave out the tests an earlier run passed (its JUnit XML, or its -v log when the call was cut:
 # passed_ids.py), so a suite longer than one call goes on where the last call stopped.
+# GPU_TEST_TIMEOUT (default 400): the limit of one test, in seconds (pytest-timeout; it fails, the run goes on).
 # Usage: gpu_tests.sh [SECONDS] [pytest args...]   (SECONDS: the whole run's limit, default 540)
 set -uo pipefail
 LIMIT=${1:-540}; shift || true
@@ -41,11 +42,14 @@ if [ -n "${PASSED_IN:-}" ]; then
   echo "gpu_tests.sh: leaving out $(( ${#DESELECT[@]} / 2 )) tests that passed in: $PASSED_IN"
 fi
 JOBS=${GPU_JOBS:-4}
+# one test that hangs must not take the call: the quiet-worker GPU test ran past a 470-s call without a line
+# (2026-12-06); the slowest GPU test that passed took 327 s (a contract validation under 4 jobs, 2026-12-06-e)
+PER_TEST=${GPU_TEST_TIMEOUT:-400}
 python3 -c "import xdist" 2>/dev/null || JOBS=1
 phase() {  # MARKER_EXPRESSION JUNIT_FILE [pytest args...]; exit status 5 (nothing selected) counts as 0
   local expr=$1 xml=$2; shift 2
   [ "$(left)" -gt 5 ] || { echo "gpu_tests.sh: no time left for: -m '$expr'"; return 124; }
-  timeout "$(left)" python3 -m pytest -m "$expr" -v -p no:cacheprovider -p failures_now \
+  timeout "$(left)" python3 -m pytest -m "$expr" -v -p no:cacheprovider -p failures_now --timeout "$PER_TEST" \
       --continue-on-collection-errors --junitxml="$OUT/$xml" ${DESELECT[@]+"${DESELECT[@]}"} "$@" 2>&1 \
     | tee -a "$OUT/gpu_tests.log" | grep -E "PASSED|FAILED|ERROR|SKIPPED|XFAIL|passed|failed|no tests ran"
   local rc=${PIPESTATUS[0]}

@@ -172,19 +172,26 @@ def check_source(op: Manifest, op_dir: Path, source: Path, kind: str, dtypes: li
         raise AstraError(f"{name} refused by the static screen: {findings[0]}")
     entry = entry_and_call(op, kind)[0]
     if kind == "triton":
-        _import_triton(source, entry)
+        _import_triton(source, entry, op_dir)
         return f"screen passed; imported under TRITON_INTERPRET=1, defines {entry}"
     return _build_cuda(full, op, source, dtypes)
 
 
-def _import_triton(source: Path, entry: str) -> None:
+def _import_triton(source: Path, entry: str, op_dir: Path) -> None:
+    """Import ``source`` in a child under TRITON_INTERPRET=1 as a server would load it: among the op folder's
+    vendored SGLang modules where its recipe has a closure (fused MoE's kernel module imports srt utilities whose
+    installed package chain needs torchvision: a bare import refused the MoE retune here, 2026-12-06)."""
     code = ("import sys\nfrom pathlib import Path\nfrom astra_sglang.errors import AstraError\n"
-            "from astra_sglang.loader.pyimport import load_function\n"
-            "try:\n    load_function(Path(sys.argv[1]), sys.argv[2])\n"
+            "from astra_sglang.contract.op import load_manifest\n"
+            "from astra_sglang.loader.pyimport import load_triton_wrapper\n"
+            "try:\n    op_dir = Path(sys.argv[3])\n"
+            "    load_triton_wrapper(Path(sys.argv[1]), sys.argv[2], getattr(load_manifest(op_dir).recipe, "
+            "'closure', None), op_dir)\n"
             "except AstraError as e:\n    print(' '.join(str(e).split())[:400], file=sys.stderr)\n    sys.exit(3)\n")
     env = dict(os.environ, TRITON_INTERPRET="1")
+    full = materialize(op_dir, user_cache())
     try:
-        proc = subprocess.run([sys.executable, "-c", code, str(source.resolve()), entry], env=env,
+        proc = subprocess.run([sys.executable, "-c", code, str(source.resolve()), entry, str(full)], env=env,
                               capture_output=True, text=True, timeout=IMPORT_TIMEOUT_S)
     except subprocess.TimeoutExpired:
         raise AstraError(f"importing {source.name} took over {IMPORT_TIMEOUT_S} s; refused") from None

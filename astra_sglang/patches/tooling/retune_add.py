@@ -142,15 +142,15 @@ def add_retune(op: str, sweep_path: Path, *, patch_id: str, root: Path | None = 
     text = retuned_text(full, op_manifest, recipe)  # refuses a recipe SGLang's launch no longer matches
     ad = get_adapter(op)
     guard, marked = derive_guard(guard_default(ad, op_manifest), guard_rows)
-    dest = fresh_patch_dir(root, op, patch_id, force)
-    write_atomic(dest / RECIPE_NAME, recipe.model_dump_json(indent=1) + "\n")
     probe = user_cache() / "retuned" / f"add-{patch_id}.py"
     probe.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(probe, text)
-    try:
-        _import_triton(probe, entry)
+    try:  # before the folder exists: a retune that cannot import leaves nothing half-registered
+        _import_triton(probe, entry, folder)
     finally:
         probe.unlink(missing_ok=True)
+    dest = fresh_patch_dir(root, op, patch_id, force)
+    write_atomic(dest / RECIPE_NAME, recipe.model_dump_json(indent=1) + "\n")
     arch = arch_of_text(sweep.device)
     gpu = gpu_of_text(sweep.device)
     m = PatchManifest(
