@@ -207,3 +207,33 @@ def test_the_moe_gemm_kernel_is_claimed_by_both_of_its_calls() -> None:
     weights): a profiler row of it is both contracts' time, so it names both instead of crediting one."""
     kmap = at.build_map(EXTRACTED)
     assert {r.short_name for r in kmap.match("fused_moe_kernel")} == {"fused_moe_kernel", "fused_moe_down"}
+
+
+_MOE_GEMM = "fused_moe_kernel"
+_PDL_ACT = "void sglang::act_and_mul_kernel<__nv_bfloat16, (sglang::ActivationKind)0, true, false>(sglang::Params)"
+
+
+def test_a_kernel_launched_early_by_pdl_is_charged_only_its_own_time(tmp_path: Path) -> None:
+    """SYNTHETIC, shaped on the Qwen3 decode profile (2026-12-03-evening): per layer the MoE GEMM runs 145 us, and
+    SGLang's SiLU-and-mul, launched with PDL, starts 40 us before the GEMM ends and runs 3.7 us after it. Its span
+    (43.7 us) holds the GEMM's tail; the hot list must charge it 3.7 us, keep the 40 us as its overlap, and the
+    shares must be of the time the stream was busy, not of a sum of spans that counts the tail twice."""
+    events = []
+    t = 0.0
+    for corr in range(4):
+        events.append({"ph": "X", "cat": "kernel", "name": _MOE_GEMM, "pid": 0, "tid": 7, "ts": t, "dur": 145.0,
+                       "args": {"correlation": 2 * corr}})
+        events.append({"ph": "X", "cat": "kernel", "name": _PDL_ACT, "pid": 0, "tid": 7, "ts": t + 105.0,
+                       "dur": 43.7, "args": {"correlation": 2 * corr + 1}})
+        t += 160.0
+    trace = tmp_path / "pdl.trace.json"
+    trace.write_text(json.dumps({"traceEvents": events}))
+    s = summarize(trace, steps=4)
+    act = next(k for k in s.kernels.values() if k.name == _PDL_ACT)
+    assert act.total_us / act.calls == pytest.approx(3.7) and act.overlap_us / act.calls == pytest.approx(40.0)
+    assert s.gpu_us_per_step == pytest.approx(148.7)  # busy time: 145 + 3.7, not 188.7
+    hl = at.hot_list(s, at.build_map(EXTRACTED), at.patch_info(), "decode", 128)
+    row = _row(hl, "act_and_mul_kernel")
+    assert row.us_per_call == pytest.approx(3.7) and row.overlap_us_per_step == pytest.approx(40.0)
+    assert _row(hl, _MOE_GEMM).share == pytest.approx(100 * 145 / 148.7)
+    assert any("overlapped the kernel before them" in n for n in hl.notes)

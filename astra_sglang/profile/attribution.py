@@ -411,6 +411,7 @@ class HotRow:
     copy_ceiling_pct: float | None = None
     via: str = ""
     candidates: list[str] = field(default_factory=list)  # short names, when several ops share the kernel
+    overlap_us_per_step: float = 0.0  # its span over earlier kernels of its stream (PDL waits), not in us_per_step
 
 
 @dataclass
@@ -448,7 +449,7 @@ def hot_list(summary: TraceSummary, kmap: KernelMap, patches: PatchInfo, phase: 
         row = HotRow(kernel=k.name, op="", short_name=None, group=None, status=STATUS_NONE,
                      share=100.0 * k.total_us / total if total else 0.0,
                      us_per_call=k.total_us / k.calls if k.calls else 0.0, calls_per_step=k.calls / summary.steps,
-                     us_per_step=k.total_us / summary.steps)
+                     us_per_step=k.total_us / summary.steps, overlap_us_per_step=k.overlap_us / summary.steps)
         if len(refs) == 1:
             ref = refs[0]
             if ref.op_id not in statuses:
@@ -467,6 +468,11 @@ def hot_list(summary: TraceSummary, kmap: KernelMap, patches: PatchInfo, phase: 
         rows.append(row)
     bytes_note = BYTES_NOTE if traffic is None else _fill_bytes(rows, traffic, copy_ceiling_gbps)
     notes = [summary.step_source, bytes_note, *kmap.notes, *_dropped_notes(kmap, set(summary.kernels))]
+    overlap = sum(k.overlap_us for k in summary.kernels.values()) / summary.steps if summary.steps else 0.0
+    if overlap >= 0.005 * summary.gpu_us_per_step:
+        notes.append(f"{overlap:.1f} us a step of kernel spans overlapped the kernel before them on their stream "
+                     "(programmatic dependent launch: a kernel waiting on its predecessor); counted once, for the "
+                     "kernel that ran first (each row's overlap_us_per_step)")
     if summary.outside_us:
         notes.append(f"{summary.outside_us:.1f} us of kernels ran outside every profiler step (not counted)")
     return HotList(phase, batch_size, summary.path, summary.steps, summary.step_source, summary.gpu_us_per_step,

@@ -14,6 +14,13 @@ A kernel launched inside a patch adapter's frame (``astra_sglang/patches/adapter
 event of a trace recorded with Python stacks, as one_batch's is) carries that op in ``hook``: the kernels a patch's
 hook launches around its own (the decode-attention adapter's copy of a strided q) are the patch's cost, not
 "torch elementwise" (2026-12-06: 2.8 us a layer at batch 128 would otherwise hide in another row).
+
+A kernel's time is its own: on one stream, the part of its span that overlaps the kernels before it is left out
+(``overlap_us`` keeps it). With programmatic dependent launch (PDL, sm_90) a kernel starts while the one before it
+still runs and waits in ``griddepcontrol.wait``; its trace span then holds the other kernel's tail. SGLang's MoE
+SiLU-and-mul (``act_and_mul_kernel``, PDL on) read 43.7 us a call at batch 128 behind the fused-MoE GEMM
+(2026-12-03-evening), for a 4.7-MB elementwise pass: most likely the GEMM's tail, counted twice by a sum of spans
+(read from the source; not yet confirmed on a GPU).
 """
 
 from __future__ import annotations
@@ -49,6 +56,7 @@ class KernelTime:
     total_us: float = 0.0
     calls: int = 0
     hook: str | None = None  # the adapter module (an op short name) whose frame launched it; None: none did
+    overlap_us: float = 0.0  # span overlapping earlier kernels of its stream (PDL waits), not in total_us
 
 
 def _key(name: str, hook: str | None) -> str:
@@ -105,6 +113,7 @@ def summarize(path: Path, steps: int | None = None) -> TraceSummary:
     if not kernels:
         raise TraceError(f"{path} has no GPU kernel events (cat 'kernel'): record it with GPU activity "
                          "(torch.profiler ProfilerActivity.CUDA; one_batch --profile-activities GPU)")
+    _own_times(kernels)
     windows = _steps(events)
     launches = {e["args"]["correlation"]: (e.get("tid"), float(e["ts"])) for e in events
                 if e.get("cat") in ("cuda_runtime", "cuda_driver") and isinstance(e.get("args"), dict)
@@ -123,10 +132,35 @@ def summarize(path: Path, steps: int | None = None) -> TraceSummary:
     return TraceSummary(str(path), n, source, table, [total / n] * n)
 
 
+_OWN = "_astra_own_us"  # set on each kernel event by _own_times
+
+
+def _own_times(kernels: list[dict[str, Any]]) -> None:
+    """Each kernel's own time (``_OWN``): its span less the part that overlaps kernels before it on its stream
+    (device ``pid``, stream ``tid``), so a stream's kernel times add up to the time it was busy."""
+    streams: dict[tuple[Any, Any], list[dict[str, Any]]] = {}
+    for e in kernels:
+        streams.setdefault((e.get("pid"), e.get("tid")), []).append(e)
+    for stream in streams.values():
+        stream.sort(key=lambda e: float(e.get("ts", 0.0)))
+        busy_until = float("-inf")
+        for e in stream:
+            start = float(e.get("ts", 0.0))
+            end = start + float(e["dur"])
+            e[_OWN] = max(0.0, end - max(start, busy_until))
+            busy_until = max(busy_until, end)
+
+
+def _own(e: dict[str, Any]) -> float:
+    return float(e.get(_OWN, e["dur"]))
+
+
 def _count(table: dict[str, KernelTime], e: dict[str, Any], hook: str | None) -> None:
     name = str(e.get("name", "?"))
     k = table.setdefault(_key(name, hook), KernelTime(name, hook=hook))
-    k.total_us += float(e["dur"])
+    own = _own(e)
+    k.total_us += own
+    k.overlap_us += float(e["dur"]) - own
     k.calls += 1
 
 
@@ -181,9 +215,9 @@ def _by_markers(path: Path, kernels: list[dict[str, Any]], windows: list[tuple[f
         ts = launch_ts.get(args.get("correlation")) if isinstance(args, dict) else None
         step = None if ts is None else next((i for i, (a, b) in enumerate(windows) if a <= ts <= b), None)
         if step is None:
-            outside += float(e["dur"])
+            outside += _own(e)
             continue
-        per_step[step] += float(e["dur"])
+        per_step[step] += _own(e)
         _count(table, e, hook_of(e))
     if not table:
         raise TraceError(f"{path}: no kernel was launched inside a {STEP_PREFIX} window (launch events with "
