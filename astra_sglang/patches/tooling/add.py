@@ -172,15 +172,16 @@ def check_source(op: Manifest, op_dir: Path, source: Path, kind: str, dtypes: li
         raise AstraError(f"{name} refused by the static screen: {findings[0]}")
     entry = entry_and_call(op, kind)[0]
     if kind == "triton":
-        _import_triton(source, entry, op_dir)
+        _import_triton(source, entry, materialize(op_dir, user_cache()))
         return f"screen passed; imported under TRITON_INTERPRET=1, defines {entry}"
     return _build_cuda(full, op, source, dtypes)
 
 
-def _import_triton(source: Path, entry: str, op_dir: Path) -> None:
-    """Import ``source`` in a child under TRITON_INTERPRET=1 as a server would load it: among the op folder's
-    vendored SGLang modules where its recipe has a closure (fused MoE's kernel module imports srt utilities whose
-    installed package chain needs torchvision: a bare import refused the MoE retune here, 2026-12-06)."""
+def _import_triton(source: Path, entry: str, full: Path) -> None:
+    """Import ``source`` in a child under TRITON_INTERPRET=1 as a server would load it: among the vendored SGLang
+    modules of the op folder ``full`` (completed with SGLang's files: ``materialize``) where its recipe has a
+    closure (fused MoE's kernel module imports srt utilities whose installed package chain needs torchvision: a
+    bare import refused the MoE retune here, 2026-12-06)."""
     code = ("import sys\nfrom pathlib import Path\nfrom astra_sglang.errors import AstraError\n"
             "from astra_sglang.contract.op import load_manifest\n"
             "from astra_sglang.loader.pyimport import load_triton_wrapper\n"
@@ -189,7 +190,6 @@ def _import_triton(source: Path, entry: str, op_dir: Path) -> None:
             "'closure', None), op_dir)\n"
             "except AstraError as e:\n    print(' '.join(str(e).split())[:400], file=sys.stderr)\n    sys.exit(3)\n")
     env = dict(os.environ, TRITON_INTERPRET="1")
-    full = materialize(op_dir, user_cache())
     try:
         proc = subprocess.run([sys.executable, "-c", code, str(source.resolve()), entry, str(full)], env=env,
                               capture_output=True, text=True, timeout=IMPORT_TIMEOUT_S)

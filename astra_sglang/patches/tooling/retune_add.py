@@ -146,7 +146,7 @@ def add_retune(op: str, sweep_path: Path, *, patch_id: str, root: Path | None = 
     probe.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(probe, text)
     try:  # before the folder exists: a retune that cannot import leaves nothing half-registered
-        _import_triton(probe, entry, folder)
+        _import_triton(probe, entry, full)
     finally:
         probe.unlink(missing_ok=True)
     dest = fresh_patch_dir(root, op, patch_id, force)
