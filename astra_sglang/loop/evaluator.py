@@ -108,18 +108,12 @@ def interpretable(manifest: Manifest, spec: EvalSpec) -> tuple[EvalSpec | None, 
     failed "tolerance + the original's own error" at a few elements: the coding agent pinned BLOCK_SIZE_K to the
     config's to get past a phantom (mr-moed-k4, round 1, 2026-12-06)."""
     from astra_sglang.harness import resolve_device
-    from astra_sglang.harness.parent.contract_validation import interpreter_limit
-    from astra_sglang.harness.shared.suite import check_dtypes
+    from astra_sglang.harness.parent.contract_validation import interpretable_dtypes
 
-    if spec.device == "cuda" or resolve_device(to_eval_config(spec, timing=False)) != "cpu":
+    if spec.device == "cuda":
         return spec, ""
-    limit = interpreter_limit(manifest, "cpu")
-    if limit is None:
-        return spec, ""
-    dtypes, why = limit
-    wanted = check_dtypes(manifest, to_eval_config(spec, timing=False))
-    left = [d for d in wanted if dtypes is None or d in dtypes]
-    kept = [d for d in wanted if d not in left]
+    config = to_eval_config(spec, timing=False)
+    kept, left, why = interpretable_dtypes(manifest, config, resolve_device(config))
     if not left:
         return spec, ""
     said = (f"{'/'.join(left)} not checked here: {manifest.short_name} in {'/'.join(left)} {why}; the GPU "

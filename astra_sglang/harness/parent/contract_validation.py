@@ -46,20 +46,27 @@ def interpreter_limit(manifest: Manifest, device: str) -> tuple[tuple[str, ...] 
     return INTERPRETER_LIMITS.get(manifest.op_id) if device == "cpu" else None
 
 
+def interpretable_dtypes(manifest: Manifest, config: EvalConfig, device: str) -> tuple[list[str], list[str], str]:
+    """(kept, left out, why): the dtypes ``config`` checks, split by whether ``device`` computes them right for this
+    op (a CPU interpreter limit; a GPU keeps all). A whole-op limit leaves every dtype out."""
+    wanted = check_dtypes(manifest, config)
+    limit = interpreter_limit(manifest, device)
+    if limit is None:
+        return wanted, [], ""
+    dtypes, why = limit
+    left_out = [d for d in wanted if dtypes is None or d in dtypes]
+    return [d for d in wanted if d not in left_out], left_out, why
+
+
 def _without_interpreter_limits(manifest: Manifest, config: EvalConfig,
                                 device: str) -> tuple[EvalConfig, dict[str, str]]:
     """``config`` minus the dtypes the interpreter computes wrongly, and why each is left out ({}: none). A
     failure there is the interpreter's, not the kernel's or the contract's: reporting it as a FAIL would be
     as wrong as hiding it, so it is left out by name (the other dtypes must still pass)."""
     limit = interpreter_limit(manifest, device)
-    if limit is None:
-        return config, {}
-    dtypes, why = limit
-    if dtypes is None:
-        raise AstraError(f"{manifest.short_name}: skipped: {why}; validate it on a GPU host")
-    wanted = check_dtypes(manifest, config)
-    left_out = [d for d in wanted if d in dtypes]
-    kept = [d for d in wanted if d not in dtypes]
+    if limit is not None and limit[0] is None:
+        raise AstraError(f"{manifest.short_name}: skipped: {limit[1]}; validate it on a GPU host")
+    kept, left_out, why = interpretable_dtypes(manifest, config, device)
     if not left_out:
         return config, {}
     if not kept:
