@@ -67,3 +67,40 @@ def test_check_candidate_runs_only_what_the_interpreter_computes_and_tells_the_a
     report = LocalEvaluator(DOWN).check(cand, EvalSpec(device="cpu", suite=[_case("bfloat16"), _case("float16")]))
     assert seen and seen[0].harness["dtypes"] == ["float16"] and [c.dtype for c in seen[0].suite] == ["float16"]
     assert report.correct is True and "bfloat16 not checked here" in (report.ran or "")
+
+
+def test_a_cpu_round_verdict_leaves_bfloat16_out_as_the_check_does(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """`optimize --device cpu` decides rounds with evaluate_many, which ran bf16 through the interpreter and so
+    could reject a correct fused-MoE candidate on garbage; it now judges what the check judges and says so."""
+    seen: list[EvalSpec] = []
+
+    def fake_run_many(self: LocalEvaluator, candidates: list[Path | None], spec: EvalSpec,
+                      timing: bool) -> list[EvalResult]:
+        seen.append(spec)
+        return [EvalResult(op_id="moe.fused_moe_down", candidate=str(c), sglang_version="0.5.23",
+                           device="cpu (TRITON_INTERPRET=1)", build=BuildReport(ok=True),
+                           correctness=CorrectnessReport(ok=True, cases_run=3)) for c in candidates]
+
+    monkeypatch.setattr(LocalEvaluator, "_run_many", fake_run_many)
+    cand = tmp_path / "cand.py"
+    cand.write_text("# a candidate\n")
+    evaluator = LocalEvaluator(DOWN)
+    results = evaluator.evaluate_many([("c0", cand), ("original", None)],
+                                      EvalSpec(device="cpu", suite=[_case("bfloat16"), _case("float16")]))
+    assert seen and seen[0].harness["dtypes"] == ["float16"] and [c.dtype for c in seen[0].suite] == ["float16"]
+    assert all(any(n.startswith("bfloat16 not checked here") for n in r.correctness.notes)
+               for r in results if r.correctness is not None)
+    one = evaluator.evaluate("c0", cand, EvalSpec(device="cpu", suite=[_case("bfloat16"), _case("float16")]))
+    assert one.correctness is not None and len(one.correctness.notes) == 1
+    gpu = EvalSpec(device="cuda", suite=[_case("bfloat16")])
+    evaluator.evaluate("c0", cand, gpu)
+    assert seen[-1] == gpu
+
+
+def test_a_cpu_round_of_an_op_the_interpreter_cannot_run_stops_with_why() -> None:
+    from astra_sglang.errors import AstraError
+
+    with pytest.raises(AstraError, match="cannot be evaluated on this host.*libdevice.*GPU host"):
+        LocalEvaluator(ROOT / "extracted" / "softcap_to_float32_logits").evaluate("original", None,
+                                                                                   EvalSpec(device="cpu"))

@@ -285,10 +285,21 @@ class LocalEvaluator(Evaluator):
         return [r for r in found if r is not None]
 
     def evaluate(self, label: str, candidate: Path | None, spec: EvalSpec) -> EvalResult:
-        return self._run_many([candidate], spec, timing=True)[0]
+        return self.evaluate_many([(label, candidate)], spec)[0]
 
     def evaluate_many(self, items: list[tuple[str, Path | None]], spec: EvalSpec) -> list[EvalResult]:
-        return self._run_many([c for _, c in items], spec, timing=True)
+        """A round's verdict on this host. On a CPU host it leaves out what the interpreter computes wrongly, as
+        the coding agent's check does: judging the interpreter's bf16 tl.dot garbage rejected correct fused-MoE
+        candidates (`optimize --device cpu`); an op it cannot run at all stops with why, not with a false FAIL."""
+        runnable, said = interpretable(self.manifest, spec)
+        if runnable is None:
+            raise AstraError(f"{self.manifest.short_name} cannot be evaluated on this host ({said}): run it on a GPU "
+                             "host or through --eval-queue")
+        results = self._run_many([c for _, c in items], runnable, timing=True)
+        for result in results:
+            if said and result.correctness is not None and said not in result.correctness.notes:
+                result.correctness.notes.append(said)
+        return results
 
     def sweep_baseline(self, spec: EvalSpec) -> TuneOutcome:
         from astra_sglang.harness import resolve_device
