@@ -16,6 +16,7 @@ import torch
 from astra_sglang.cli.main import main
 from astra_sglang.contract.eval_config import EvalConfig
 from astra_sglang.contract.op import load_manifest
+from astra_sglang.contract.result import TuneValue
 from astra_sglang.harness import evaluate, evaluate_many
 from astra_sglang.harness.parent.launch_params import find_launch_params, launch_variant
 from astra_sglang.harness.parent.tune_space import MAX_CONFIGS, TuneError, find_space, freeze, variant_source
@@ -326,3 +327,62 @@ def test_a_sweep_from_a_prior_times_only_each_prior_shapes_fastest_configs_and_i
     bad.write_text(prior.model_copy(update={"configs": [SweepConfig(config={"k.BLOCK": 1}, ok=True)]}).model_dump_json())
     _one_line_exit_2(["tune", str(merge_op), "--prior", str(bad), "--device", "cpu"], capsys, "not the same space")
     _one_line_exit_2(["tune", str(merge_op), "--prior", str(tmp_path / "none.json")], capsys, "cannot read it")
+
+
+# ------------------------------------------------- the original's sweep: a config refused at some shapes
+
+REFUSES = '''    if CONFIG["ROWS"] == 2 and num_tokens >= 5:  # the GPU's shared-memory limit, as Triton raises it
+        from triton.runtime.errors import OutOfResources
+        raise OutOfResources(245760, 232448, "shared memory")
+'''
+
+
+def _variants(tmp_path: Path) -> tuple[list[dict[str, TuneValue]], list[Path]]:
+    """Three configs of the tunable merge_state; ROWS 2 cannot launch at T >= 5 (a quick case and a timed shape)."""
+    text = (MS / "tunable" / "rows_x_warps.py").read_text()
+    space = find_space(text)
+    assert space is not None
+    configs: list[dict[str, TuneValue]] = [{"ROWS": 1, "num_warps": 2}, {"ROWS": 2, "num_warps": 2}, {"ROWS": 4, "num_warps": 2}]
+    paths = []
+    for i, c in enumerate(configs):
+        v = variant_source(text, space, c, f"config {i + 1}/3")
+        anchor = "    n_rows = num_tokens * num_heads\n"
+        assert anchor in v
+        paths.append(tmp_path / f"v{i}.py")
+        paths[-1].write_text(v.replace(anchor, anchor + REFUSES))
+    return configs, paths
+
+
+def test_the_original_s_sweep_lets_a_config_the_gpu_refuses_somewhere_compete_where_it_runs(merge_op, tmp_path):
+    """SGLang tunes per batch size among the configs that run there; the sweep baseline dropped a config at its
+    first refusal, so 28 of 96 fused-MoE configs never competed at the Qwen3 decode shapes where 8 of them fit (H200,
+    2026-12-06). The bar now has them where they launched; a candidate's sweep still drops them, and a retune
+    never serves them."""
+    from astra_sglang.contract.result import BaselineShape, SweepBaseline
+    from astra_sglang.harness.parent.sweep import choose, sweep_variants
+    from astra_sglang.patches.tooling.retune_add import bucket_rows
+
+    configs, paths = _variants(tmp_path)
+    m = load_manifest(merge_op)
+    per_shape, dev, _ = sweep_variants(merge_op, m, configs, paths, SIM, "cpu", 5, refusals_per_shape=True)
+    two = per_shape[1]
+    assert two.ok and two.refused and all("'T': 5" in r and "OutOfResources" in r for r in two.refused), two
+    assert {s.dims["T"] for s in two.shapes} == {1, 3}  # timed where it launched, nowhere else
+    assert all(c.ok and not c.refused and {s.dims["T"] for s in c.shapes} == {1, 3, 5} for c in (per_shape[0], per_shape[2]))
+    choices, _, _ = choose(per_shape, 0.0, collapse=False)
+    assert sorted(c.dims["T"] for c in choices) == [1, 3, 5]
+    at5 = next(c for c in choices if c.dims["T"] == 5)
+    assert at5.config["ROWS"] != 2
+
+    dropped, _, _ = sweep_variants(merge_op, m, configs, paths, SIM, "cpu", 5)  # a candidate's sweep
+    assert not dropped[1].ok and "launch error" in (dropped[1].failure or "") and not dropped[1].shapes
+
+    shapes = [BaselineShape(dims=c.dims, dtype="bfloat16", original_us=c.original_us, best_config=c.config,
+                            best_us=c.candidate_us, speedup=c.speedup) for c in choices]
+    base = SweepBaseline(op_id=m.op_id, sglang_version=m.sglang_version, device="NVIDIA H200 (sm_90)",
+                         parameters={"ROWS": [1, 2, 4], "num_warps": [2]}, original_config={"ROWS": "1", "num_warps": "2"},
+                         shapes=shapes, configs=per_shape, method="", note="", wall_s=0.0)
+    for s in two.shapes:  # the fastest where it ran: still never served
+        s.speedup = 9.0
+    rows, _ = bucket_rows(base, {"T", "NH", "D"}, 0.0)
+    assert rows and all(r.config["ROWS"] != 2 for r in rows)

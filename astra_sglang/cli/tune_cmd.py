@@ -76,6 +76,10 @@ def handle(args: argparse.Namespace) -> int:
         print(f"configs: {baseline.configs_from}")
     print(f"{len(baseline.configs)} configs, {len(dropped)} dropped by the checks"
           + (f" (first: {dropped[0].config}: {(dropped[0].failure or '')[:120]})" if dropped else ""))
+    partly = [c for c in baseline.configs if c.ok and c.refused]
+    if partly:
+        print(f"{len(partly)} config(s) the GPU refused to launch at some shapes compete only where they ran, and no "
+              f"retune serves them (first: {partly[0].config}: {partly[0].refused[0][:120]})")
     if baseline.shapes:
         print(f"{'shape':<28} {'original us':>12} {'best us':>10} {'speedup':>8}  best config")
         for s in baseline.shapes:

@@ -123,13 +123,17 @@ class SweepShape(Model):
 
 
 class SweepConfig(Model):
-    """One point of the space: dropped (``failure``) or timed on every timed shape."""
+    """One point of the space: dropped (``failure``) or timed on every timed shape (in a sweep of the original's
+    configs: on every timed shape it could launch at, ``refused`` naming the others)."""
 
     config: dict[str, TuneValue]
     ok: bool
     failure: str | None = Field(default=None, description="why it was dropped: the screen, the quick check, "
                                 "a launch error, the after-timing check")
     shapes: list[SweepShape] = Field(default_factory=list)
+    refused: list[str] = Field(default_factory=list, description="a sweep of the original's configs: where the GPU "
+                               "refused to launch it (shared memory, registers); it competes only at the shapes "
+                               "it was timed on, and a retune never serves it")
 
 
 class SweepChoice(Model):

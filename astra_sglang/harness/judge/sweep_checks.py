@@ -3,7 +3,9 @@
 A sweep job (``CheckJob.variants``) carries the variant sources and a small quick case set. The checker is the
 ordinary ``Checker`` (the same comparisons, guards, return-value contract and tripwire); the worker holds
 every variant and runs the one the last ``Use`` named. Each variant runs the quick cases; a variant that
-fails one is dropped with that failure and never timed. Survivors are timed at every timed shape against the
+fails one is dropped with that failure and never timed (a sweep of the original's own configs,
+``refusals_per_shape``: a case the GPU refuses to launch the variant at is skipped and named instead, see
+``_refusal``). Survivors are timed at every timed shape against the
 original exactly as ``time_shape`` times a candidate (ABBA batches, CUDA graphs, cold-L2 rotation, the
 after-timing re-check of the graph on new values), except the wall-clock cross-check: the chosen config is
 frozen and then evaluated again in full with it (``sweep.py``), so a forged sweep time can choose a config
@@ -21,7 +23,7 @@ from collections.abc import Callable
 
 from astra_sglang.contract.result import CorrectnessReport, FailedCase
 from astra_sglang.harness.judge.checker import Checker
-from astra_sglang.harness.judge.session import CaseFailure, Skip
+from astra_sglang.harness.judge.session import LAUNCH_REFUSED, CaseFailure, Skip
 from astra_sglang.harness.shared.arena import Arena
 from astra_sglang.harness.shared.isolation import Child
 from astra_sglang.harness.shared.protocol import (
@@ -62,6 +64,18 @@ class SweepChecker:
         c.tampered(reply.tampered, "right after the variant was imported")
         return None
 
+    def _refusal(self, f: CaseFailure) -> bool:
+        """Whether ``f`` is the GPU refusing the variant's launch at this shape (Triton's OutOfResources, CUDA's
+        too-many-resources), in a sweep that lets a config serve only where it launches. SGLang's own tuning
+        (tuning_fused_moe_triton.py) picks per batch size among the configs that run there; requiring every
+        check shape dropped 28 of 96 fused-MoE configs on the H200 for the shared memory of an E=8, BM-64 case,
+        8 of which fit at Qwen3's decode shapes and never competed there (2026-12-06). Only the trusted sweep of
+        the original's own source sets it (tune_baseline.py): a candidate's sweep still drops a config at its
+        first refusal, so no candidate can skip a case by raising."""
+        d = f.failure.detail
+        return (self.job.refusals_per_shape and f.failure.reason == "launch error" and not f.sticky
+                and ("OutOfResources" in d or "out of resource" in d or any(r in d for r in LAUNCH_REFUSED)))
+
     def _guarded(self, step: Callable[[], FailedCase | None]) -> FailedCase | None:
         try:
             return step()
@@ -92,7 +106,9 @@ class SweepChecker:
         for i in range(n):
             self.progress(Progress(step=f"quick check of config {i + 1}/{n}", index=i))
 
-            def quick(i: int = i) -> FailedCase | None:
+            refused: list[FailedCase] = []
+
+            def quick(i: int = i, refused: list[FailedCase] = refused) -> FailedCase | None:
                 failed = self._use(i, dtypes)
                 if failed is not None:
                     return failed
@@ -101,11 +117,17 @@ class SweepChecker:
                         c.correctness.check_case(case)
                     except Skip:
                         continue
+                    except CaseFailure as f:
+                        if not self._refusal(f):
+                            raise
+                        refused.append(f.failure)
                 reply, _ = c.ask(Verify(), None, "tripwire")
                 c.tampered(reply.tampered, "after the quick check")
+                if refused and len(refused) == len(job.cases):  # launched nowhere: nothing of it was checked
+                    return refused[0]
                 return None
 
-            outcomes.append(VariantOutcome(index=i, failure=self._guarded(quick)))
+            outcomes.append(VariantOutcome(index=i, failure=self._guarded(quick), refused=refused))
         out.sweep = outcomes
         out.correctness = CorrectnessReport(ok=any(o.failure is None for o in outcomes), cases_run=len(job.cases))
         if not c.timed or not c.cfg.timing:
@@ -128,6 +150,12 @@ class SweepChecker:
                         except Skip as s:
                             if len(c.notes) < 20:
                                 c.notes.append(f"not timed: {s}")
+                        except CaseFailure as f:
+                            if not self._refusal(f):
+                                raise
+                            o.refused.append(f.failure)
+                if not o.timing and o.refused:  # refused at every timed shape: nothing to compete with
+                    return o.refused[-1]
                 return None
 
             o.failure = self._guarded(timed)

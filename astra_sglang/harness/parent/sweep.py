@@ -73,13 +73,16 @@ def quick_cases(manifest: Manifest, config: EvalConfig, seed: int) -> list[CaseS
 
 def sweep_variants(op_dir: Path, manifest: Manifest, configs: list[Config], sources: list[Path],
                    config: EvalConfig, device: str, seed: int,
-                   progress: Callable[[str], None] | None = None) -> tuple[list[SweepConfig], str, int]:
+                   progress: Callable[[str], None] | None = None,
+                   refusals_per_shape: bool = False) -> tuple[list[SweepConfig], str, int]:
     """Each source screened, then all that pass checked and timed in one judge; (per-config results, device
     name, quick cases). A variant's failure never stops the sweep; the judge dying fails every config.
 
     ``progress`` gets a line per config as it is decided. An untimed sweep (the CPU interpreter) then checks
     each config in its own judge, so that a slow interpreter run is never silent; a timed one keeps all
-    configs in one worker (its timing must not be split) and gets one line before it starts."""
+    configs in one worker (its timing must not be split) and gets one line before it starts.
+    ``refusals_per_shape``: a config the GPU refuses to launch at some shapes competes at the others
+    (``CheckJob.refusals_per_shape``; only for the original's own configs)."""
     say = progress or (lambda line: None)
     n = len(configs)
     results = [SweepConfig(config=c, ok=False) for c in configs]
@@ -101,7 +104,8 @@ def sweep_variants(op_dir: Path, manifest: Manifest, configs: list[Config], sour
                                                     "stateful_checks": 0}),
                    warmup=min(warmup, SWEEP_WARMUP), rep=min(rep, SWEEP_REP), timing_seed=seed ^ 0x5EED, cases=cases,
                    timed_shapes=timed_shapes(manifest, config), timing_dtypes=timing_dtypes(manifest, config),
-                   ceiling=known_ceiling(device, config.copy_ceiling_gbps), variants=[str(sources[i]) for i in live])
+                   ceiling=known_ceiling(device, config.copy_ceiling_gbps), variants=[str(sources[i]) for i in live],
+                   refusals_per_shape=refusals_per_shape)
     batches = [[i] for i in live] if progress is not None and not timed else [live]
     if timed:
         say(f"checking and timing {len(live)} config(s) in one worker on {len(job.timed_shapes)} shape(s)")
@@ -129,6 +133,8 @@ def sweep_variants(op_dir: Path, manifest: Manifest, configs: list[Config], sour
 
 
 def _fill(res: SweepConfig, o: VariantOutcome) -> None:
+    res.refused = [f"{f.dims} {f.dtype}: {f.detail.strip().splitlines()[-1][:200] if f.detail.strip() else f.reason}"
+                   for f in o.refused]
     if o.failure is not None:
         f = o.failure
         where = f" at {f.dims} {f.dtype}" if f.dims else ""
@@ -165,9 +171,12 @@ def choose(configs: list[SweepConfig], min_change_pct: float,
     timed = {i: _buckets(configs[i]) for i in ok if configs[i].shapes}
     if not timed:
         return [], True, ok[0]
-    keys = list(next(iter(timed.values())))
-    timed = {i: b for i, b in timed.items() if set(b) == set(keys)}  # a config missing a shape cannot serve it
-    best = {k: max(timed, key=lambda i: timed[i][k][3]) for k in keys}
+    if collapse:
+        keys = list(next(iter(timed.values())))
+        timed = {i: b for i, b in timed.items() if set(b) == set(keys)}  # a config missing a shape cannot serve it
+    else:  # per shape among the configs timed there (a sweep of the original: some launch only at some shapes)
+        keys = list(dict.fromkeys(k for b in timed.values() for k in b))
+    best = {k: max((i for i in timed if k in timed[i]), key=lambda i: timed[i][k][3]) for k in keys}
 
     def close(i: int, k: str) -> bool:
         b = timed[best[k]][k]

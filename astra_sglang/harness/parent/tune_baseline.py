@@ -82,7 +82,8 @@ def _sweep_key(text: str, params: list[LaunchParam], config: EvalConfig, device:
     import hashlib
 
     what = [hashlib.sha256(text.encode()).hexdigest(), [(p.name, p.values) for p in params], config.shapes,
-            config.dtypes, config.timing_dtypes, config.mode, config.timing, device, config.gpu]
+            config.dtypes, config.timing_dtypes, config.mode, config.timing, device, config.gpu,
+            "refusals per shape"]  # a partial kept before that policy dropped configs it now times
     if only is not None:
         what.append(sorted(repr(sorted(c.items())) for c in only))
     return hashlib.sha256(repr(what).encode()).hexdigest()[:32]
@@ -106,7 +107,7 @@ def _read_partial(path: Path | None, key: str, say: Callable[[str], None],
         return None
     if shapes is not None:
         want = {tuple(sorted(d.items())) for d in shapes}
-        if any({tuple(sorted(s.dims.items())) for s in c.shapes} != want for c in p.done.values() if c.shapes):
+        if any(not {tuple(sorted(s.dims.items())) for s in c.shapes} <= want for c in p.done.values() if c.shapes):
             say(f"ignoring {path}: its configs were timed on other shapes than the contract's now (revised)")
             return None
     return p
@@ -181,7 +182,8 @@ def sweep_baseline(op_dir: Path, config: EvalConfig,
         chunks = [todo[k:k + step] for k in range(0, len(todo), step)]
         for n, part in enumerate(chunks, 1):
             got, dev, _ = sweep_variants(op_dir, manifest, [configs[i] for i in part], [sources[i] for i in part],
-                                         trusted, device, seed, _chunk_say(say, n, len(chunks), part))
+                                         trusted, device, seed, _chunk_say(say, n, len(chunks), part),
+                                         refusals_per_shape=True)
             if dev and state.device and dev != state.device:  # one baseline, one GPU: never a mix of two
                 raise AstraError(f"tune {manifest.short_name}: the configs kept in {partial} were measured on "
                                  f"{state.device}, this run is on {dev}; remove that file to sweep here from the start")
@@ -230,9 +232,12 @@ def prior_configs(prior: SweepBaseline, space: list[dict[str, TuneValue]], k: in
                          f"{sorted(names)}: not the same space")
     ok = [c for c in prior.configs if c.ok and c.shapes]
     keep: set[str] = set()
-    for i in range(min((len(c.shapes) for c in ok), default=0)):
-        ranked = sorted(ok, key=lambda c: c.shapes[i].candidate_us)
-        keep.update(repr(sorted(c.config.items())) for c in ranked[:k])
+    at: dict[str, list[tuple[float, SweepConfig]]] = {}  # per timed shape: the configs timed there
+    for c in ok:
+        for s in c.shapes:
+            at.setdefault(repr((sorted(s.dims.items()), s.dtype)), []).append((s.candidate_us, c))
+    for timed in at.values():
+        keep.update(repr(sorted(c.config.items())) for _, c in sorted(timed, key=lambda t: t[0])[:k])
     chosen = [c for c in space if repr(sorted(c.items())) in keep]
     if not chosen:
         raise AstraError(f"tune {op} --prior: none of that sweep's fastest configs is in this source's space")

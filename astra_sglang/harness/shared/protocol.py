@@ -82,6 +82,9 @@ class CheckJob(Model):
     baselines: list[str] = Field(default_factory=list)
     variants: list[str] = Field(default_factory=list, description="a sweep (sweep_checks.py): every variant "
                                 "checked on ``cases`` then timed against the original, in one worker")
+    refusals_per_shape: bool = Field(default=False, description="a sweep of the original's own launch configs "
+                                     "(sweep_checks.py): a variant the GPU refuses to launch at a shape (shared "
+                                     "memory, registers) skips that shape instead of being dropped")
 
 
 class Progress(Model):
@@ -108,6 +111,8 @@ class VariantOutcome(Model):
     index: int
     failure: FailedCase | None = None
     timing: list[TimedShape] = Field(default_factory=list)
+    refused: list[FailedCase] = Field(default_factory=list, description="with ``refusals_per_shape``: the cases "
+                                      "and timed shapes it could not launch at (never checked or timed there)")
 
 
 class CheckResult(Model):

@@ -74,7 +74,9 @@ def bucket_rows(sweep: SweepBaseline, readable: set[str], min_gain_pct: float) -
     for s in sweep.shapes:
         key = tuple(sorted((k, v) for k, v in s.dims.items() if k in readable))
         buckets.setdefault(key, []).append((s.dims, s.dtype))
-    ok = [c for c in sweep.configs if c.ok and c.shapes]
+    # a config the GPU refused at some shape of the sweep never serves: inside the patch's guard a call between its
+    # buckets could be such a shape, and a launch error at call time disables the whole patch
+    ok = [c for c in sweep.configs if c.ok and c.shapes and not c.refused]
     rows: list[RetuneRow] = []
     guard: list[GuardRow] = []
     for key, shapes in buckets.items():
