@@ -122,6 +122,19 @@ def test_recorded_decode_attention_runs_at_a_believable_share_of_the_ceiling(rec
     assert recorded.traffic_dims["decode_attention"]["S"] == 1033 and recorded.copy_ceiling_gbps == H200_CEILING
 
 
+def test_each_counted_op_says_how_much_of_the_step_it_could_give_back_at_the_ceiling(recorded: at.HotList) -> None:
+    """A 57%-of-decode op at 57% of the copy ceiling can give back about a quarter of the step; a 72% op already
+    near the ceiling far less. Share alone ranked them the other way round (Qwen3 bound, 2026-12-07-a)."""
+    rows = [r for r in recorded.rows if r.short_name == "decode_attention"]
+    pct = rows[0].copy_ceiling_pct
+    assert pct is not None
+    want = sum(r.share for r in rows) * (1 - pct / 100)
+    assert all(r.ceiling_gain_pct == pytest.approx(want) for r in rows) and 0 < want < sum(r.share for r in rows)
+    assert all(r.ceiling_gain_pct is None for r in recorded.rows if r.copy_ceiling_pct is None)
+    (top,) = [t for t in at.top_ops([recorded]) if t.short_name == "decode_attention"]
+    assert top.ceiling_gain == pytest.approx(want)
+
+
 def test_rows_without_a_count_stay_dashes_and_the_note_says_what_was_counted(recorded: at.HotList) -> None:
     for r in recorded.rows:
         if r.short_name not in ("decode_attention", "fused_add_rmsnorm"):
@@ -163,6 +176,11 @@ def test_cli_trace_with_model_config_and_ceiling(tmp_path: Path, capsys: pytest.
     row = next(r for r in hl["rows"] if r["kernel"] == "_fwd_grouped_kernel_stage1")
     assert row["bytes_per_op_call"] == _decode(LLAMA, 32, 1033)["decode_attention"]
     assert 40 < row["copy_ceiling_pct"] < 100 and row["op_gbps"] > 1000
+    assert 0 < row["ceiling_gain_pct"] < row["share"]
+    argv.remove("--json")
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "Step % at ceiling" in out and "% of the step back at 100% of the copy ceiling" in out
 
 
 def test_cli_reads_lengths_off_one_batchs_file_name(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

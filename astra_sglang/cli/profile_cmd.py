@@ -178,12 +178,14 @@ def show(lists: list[Any], top: list[Any]) -> None:
         if hl.step_time_us is not None:
             timing += f"; step time {hl.step_time_us:.1f} us (graphs on)"
         t = Table(title=f"{where or Path(hl.trace).name}: {timing}", caption="; ".join(hl.notes))
-        for col in ("Kernel", "Op / group", "Share %", "us/call", "Calls/step", "Bytes/op call", "% copy ceiling", "Status"):
+        for col in ("Kernel", "Op / group", "Share %", "us/call", "Calls/step", "Bytes/op call", "% copy ceiling",
+                    "Step % at ceiling", "Status"):
             t.add_column(col)
         for r in hl.rows:
             op = f"one of: {', '.join(r.candidates)}" if r.candidates else r.op
+            gain = "-" if r.ceiling_gain_pct is None else f"{r.ceiling_gain_pct:.1f}"
             t.add_row(literal(_cut(r.kernel)), literal(op), f"{r.share:.1f}", f"{r.us_per_call:.2f}",
-                      f"{r.calls_per_step:g}", r.bytes_moved, r.pct_copy_ceiling, literal(r.status))
+                      f"{r.calls_per_step:g}", r.bytes_moved, r.pct_copy_ceiling, gain, literal(r.status))
         con.print(t)
     if not top:
         con.print("No op with a contract in these hot lists: every kernel is in a group (see the table).")
@@ -191,7 +193,9 @@ def show(lists: list[Any], top: list[Any]) -> None:
     con.print(f"The {len(top)} op(s) most worth optimizing:")
     for i, t in enumerate(top, 1):
         where = ", ".join(x for x in (t.phase, f"batch {t.batch_size}" if t.batch_size else None) if x)
-        con.print(literal(f"  {i}. {t.op_id}: {t.share:.1f}% of step GPU time ({where or 'trace'}; {t.status})"))
+        bound = ("" if t.ceiling_gain is None else
+                 f"; at most {t.ceiling_gain:.1f}% of the step back at 100% of the copy ceiling")
+        con.print(literal(f"  {i}. {t.op_id}: {t.share:.1f}% of step GPU time ({where or 'trace'}; {t.status}{bound})"))
         con.print(literal(f"     {t.command}"))
 
 

@@ -409,6 +409,9 @@ class HotRow:
     bytes_per_op_call: int | None = None  # the numbers behind the two columns (--json)
     op_gbps: float | None = None  # the op's bytes per step over its kernels' time per step
     copy_ceiling_pct: float | None = None
+    # % of the step's GPU time the op (all its rows) would give back at 100% of the copy ceiling: its share x
+    # (1 - its % of ceiling). The most any kernel moving the contract's bytes can gain; a bound, not a forecast
+    ceiling_gain_pct: float | None = None
     via: str = ""
     candidates: list[str] = field(default_factory=list)  # short names, when several ops share the kernel
     overlap_us_per_step: float = 0.0  # its span over earlier kernels of its stream (PDL waits), not in us_per_step
@@ -508,9 +511,11 @@ def _fill_bytes(rows: list[HotRow], traffic: Traffic, ceiling: float | None) -> 
         us = sum(r.us_per_step for r in op_rows)
         gbps = n * max(r.calls_per_step for r in op_rows) / us / 1e3 if us > 0 else None
         pct = 100.0 * gbps / ceiling if gbps is not None and ceiling else None
+        gain = None if pct is None else sum(r.share for r in op_rows) * max(0.0, 1.0 - pct / 100.0)
         for r in op_rows:
             r.bytes_per_op_call, r.bytes_moved, r.op_gbps, r.copy_ceiling_pct = n, human_bytes(n), gbps, pct
             r.pct_copy_ceiling = NOT_COUNTED if pct is None else f"{pct:.0f}%"
+            r.ceiling_gain_pct = gain
         dims = " ".join(f"{k}={v}" for k, v in traffic.dims[op].items())
         shown.append(f"{op} ({dims}{'' if gbps is None else f', {gbps:.0f} GB/s'})")
     note = ("bytes moved: per op call, all its kernels together, counted by the op's contract (each tensor read or "
@@ -537,6 +542,7 @@ class TopOp:
     batch_size: int | None
     status: str
     command: str
+    ceiling_gain: float | None = None  # HotRow.ceiling_gain_pct in that hot list (None: bytes not counted)
 
 
 def command_for(op_id: str, short_name: str | None, status: str) -> str:
@@ -566,7 +572,7 @@ def top_ops(lists: list[HotList], n: int = 3) -> list[TopOp]:
             if op not in best or share > best[op].share:
                 r = first[op]
                 best[op] = TopOp(op, r.short_name, share, hl.phase, hl.batch_size, r.status,
-                                 command_for(op, r.short_name, r.status))
+                                 command_for(op, r.short_name, r.status), r.ceiling_gain_pct)
     return sorted(best.values(), key=lambda t: -t.share)[:n]
 
 
