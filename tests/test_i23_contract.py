@@ -195,6 +195,10 @@ def test_the_paper_set_is_the_serving_set_the_h200_profile_measured() -> None:
     exact = {(d["B"], d["S"]) for d in paper
              if (d["NK"], d["G"], d["D"], d["P"], d["R"]) == (8, 4, 128, 1, 1)}
     assert profile <= exact
+    # Qwen3-30B-A3B (GQA 8, 4 KV heads), issue 25's MoE model: its decode attention is timed where it serves,
+    # or no patch's guard can take its calls (2026-12-07: both decode-attention patches served none of them)
+    qwen3 = {d["B"] for d in paper if (d["NK"], d["G"], d["D"], d["P"], d["R"], d["S"]) == (4, 8, 128, 1, 1, 1033)}
+    assert qwen3 >= {32, 128}
     assert all(d["QS"] == 1 for d in paper)  # q as LLaMA passes it: a view of the fused qkv rows
     checked = [s.dims for s in shapes if "paper" not in s.tags]
     assert {d["QS"] for d in checked} == {0, 1}  # both layouts stay checked
