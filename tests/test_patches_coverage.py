@@ -118,3 +118,19 @@ def test_cli_bad_input_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["patches", "coverage", "--config", "gpt-9"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "no config 'gpt-9'" in err[0]
+
+
+def test_e2e_warns_before_its_run_of_each_patch_that_would_serve_none_of_the_forwards_calls(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The w2 MoE retune serves T 16, 64 and 256 only: an e2e at batch 32 and 128 would measure it serving nothing."""
+    from astra_sglang.profile import coverage as cov
+    from astra_sglang.profile.configs import write_config_model
+
+    model = write_config_model("qwen3-30b-a3b", tmp_path / "qwen3")
+    monkeypatch.setattr(cov, "_gpu_name", lambda: "NVIDIA H200")
+    args = ["--model-path", str(model), "--load-format", "dummy", "--batch-size", "32", "128", "--input-len", "1024"]
+    lines = cov.idle_patch_lines(args, "sglang-retuned-moe-w1,sglang-retuned-moe-w2")
+    assert len(lines) == 1 and lines[0].startswith("sglang-retuned-moe-w2 would serve none")
+    assert "batch 32, 128" in lines[0] and "measured region" in lines[0]
+    assert cov.idle_patch_lines(args[:2] + ["--batch-size", "16"], "sglang-retuned-moe-w2") == []
+    assert cov.idle_patch_lines(["--model-path", "Qwen/Qwen3-30B-A3B"], "all") == []  # a Hub id: nothing to read

@@ -16,6 +16,7 @@ to the retune, whose own guard decides; what neither takes goes to SGLang's kern
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 from astra_sglang.contract.patch import GuardSpec, PatchManifest
@@ -113,3 +114,73 @@ def coverage(config: dict[str, Any], patches: list[PatchManifest], batch_sizes: 
 
 def as_json(rows: list[CoverageRow]) -> list[dict[str, Any]]:
     return [asdict(r) for r in rows]
+
+
+def _values(args: list[str], flag: str) -> list[str]:
+    """Every value after ``flag`` up to the next option (``--batch-size 1 32 128``), or its ``=`` form."""
+    out: list[str] = []
+    for i, a in enumerate(args):
+        if a.startswith(flag + "="):
+            out = [a[len(flag) + 1:]]
+        elif a == flag:
+            out = []
+            for v in args[i + 1:]:
+                if v.startswith("--"):
+                    break
+                out.append(v)
+    return out
+
+
+def _gpu_name() -> str | None:
+    """The first GPU's name as torch spells it, from nvidia-smi: the parent of an e2e run must not hold a CUDA
+    context of its own beside the forward it measures."""
+    import shutil
+    import subprocess
+
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return None
+    try:
+        out = subprocess.run([smi, "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True,
+                             timeout=20, check=False).stdout.strip().splitlines()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out[0].strip() if out else None
+
+
+def idle_patch_lines(one_batch_args: list[str], patches_value: str) -> list[str]:
+    """Before an e2e run: each selected patch that would serve none of its forward's decode calls, with why, from
+    the ``--model-path`` folder's config.json (nothing when that is not a local folder: a Hub id). A warning, not a
+    refusal: the served counts after the run are the verdict, and a runtime condition may differ."""
+    from astra_sglang.patches.registry import discover, selected
+    from astra_sglang.profile.traffic import load_config, model_dtype
+    from astra_sglang.serving.launch import flag_value
+
+    model = flag_value(one_batch_args, "--model-path", "--model")
+    cfg = Path(model).expanduser() / "config.json" if model else None
+    if cfg is None or not cfg.is_file():
+        return []
+    try:
+        batches = [int(v) for v in _values(one_batch_args, "--batch-size")] or [1]
+        input_len = int(flag_value(one_batch_args, "--input-len") or 1024)
+        page = int(flag_value(one_batch_args, "--page-size") or 1)
+        tp = int(flag_value(one_batch_args, "--tp-size", "--tensor-parallel-size") or 1)
+    except ValueError:
+        return []  # one_batch refuses such arguments itself, in its own words
+    config = load_config(cfg)
+    chosen = [e.manifest for e in selected(discover(), patches_value)[0] if e.manifest is not None]
+    if not chosen:
+        return []
+    gpu = _gpu_name()
+    rows, _ = coverage(config, chosen, batches, ["decode"], input_len,
+                       model_dtype(config, flag_value(one_batch_args, "--dtype")), gpu=gpu, page_size=page,
+                       tp_size=tp)
+    lines = []
+    for pid in sorted({r.patch_id for r in rows}):
+        mine = [r for r in rows if r.patch_id == pid]
+        if not any(r.serves for r in mine):
+            whys = sorted({r.why for r in mine})
+            lines.append(f"{pid} would serve none of this forward's decode calls (batch "
+                         f"{', '.join(str(r.batch_size) for r in mine)}; GPU {gpu or 'not named'}): "
+                         f"{'; '.join(whys)} (`astra-sglang patches coverage`)")
+    return lines
