@@ -113,6 +113,10 @@ def cmd_e2e(args: argparse.Namespace) -> int:
                     in_process=args.in_process, prefill_chunk_tokens=args.prefill_chunk_tokens or 0)
     out = args.out if args.out is not None else Path("runs") / f"e2e-{time.strftime('%Y%m%d-%H%M%S')}"
     say = lambda msg: print(f"e2e: {msg}", file=sys.stderr, flush=True)  # noqa: E731
+    from astra_sglang.profile.coverage import idle_patch_lines
+
+    for line in idle_patch_lines(ob_args, args.patches):
+        say(f"warning: {line}")
     if args.in_process:
         from astra_sglang.e2e.inprocess import run_in_process
 

@@ -7,6 +7,7 @@ import json
 import os
 from pathlib import Path
 
+from astra_sglang.cli.args import existing_file, positive_int
 from astra_sglang.errors import AstraError
 from astra_sglang.patches.adapters import adapter_ops
 
@@ -107,6 +108,24 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "(default: print them only)")
     g.add_argument("--json", action="store_true", help="print the derived guard and the table as JSON")
     g.set_defaults(handler=cmd_guard)
+    c = sub.add_parser("coverage", help="which patch would serve each call a model's forward makes, from its "
+                                        "config alone (no GPU), and why not")
+    src = c.add_mutually_exclusive_group(required=True)
+    src.add_argument("--config", metavar="NAME", help="a known model's dims (as `profile --config`: llama3-8b, "
+                                                      "qwen3-8b, qwen3-30b-a3b, mixtral-8x7b, deepseek-v2-lite)")
+    src.add_argument("--model-config", type=existing_file, metavar="FILE", help="a model's config.json")
+    c.add_argument("--batch-size", type=positive_int, nargs="+", default=[1, 32, 128],
+                   help="batch sizes (default: 1 32 128)")
+    c.add_argument("--phase", choices=["decode", "prefill", "both"], default="decode", help="(default: decode)")
+    c.add_argument("--input-len", type=positive_int, default=1024, help="prompt tokens (default: 1024)")
+    c.add_argument("--page-size", type=positive_int, default=1, help="SGLang's --page-size (default: 1)")
+    c.add_argument("--dtype", help="the dtype SGLang runs (default: the config's, bfloat16 when none)")
+    c.add_argument("--gpu", metavar="NAME", help="the GPU the server runs on, as torch names it (e.g. 'NVIDIA "
+                                                 "H200'): a patch measured on other GPUs only stands aside there")
+    c.add_argument("--patches", default="all", metavar="IDS",
+                   help="comma-separated patch ids, as ASTRA_SGLANG_PATCHES takes them (default: all)")
+    c.add_argument("--json", action="store_true", help="print the rows as JSON")
+    c.set_defaults(handler=cmd_coverage)
     p.set_defaults(handler=lambda args: (p.print_help(), 2)[1])
 
 
@@ -436,6 +455,45 @@ def cmd_guard(args: argparse.Namespace) -> int:
     where = f" in front of {args.behind}" if args.behind else ""
     print(f"guard of {m.patch_id}{where}: {describe(guard)}; check shapes {m.check_shapes}")
     print("written to its manifest" if args.write else "not written (pass --write)")
+    return 0
+
+
+def cmd_coverage(args: argparse.Namespace) -> int:
+    from astra_sglang.patches.registry import discover, requested_ids, selected
+    from astra_sglang.profile.configs import model_config
+    from astra_sglang.profile.coverage import as_json, coverage
+    from astra_sglang.profile.traffic import load_config, model_dtype
+
+    config = model_config(args.config) if args.config else load_config(args.model_config)
+    if requested_ids(args.patches) is None:
+        raise AstraError(f"--patches {args.patches!r} selects no patch")
+    chosen, unknown = selected(discover(), args.patches)
+    if unknown:
+        raise AstraError(f"no patch {', '.join(unknown)} in the registry (see `patches list`)")
+    manifests = [e.manifest for e in chosen if e.manifest is not None]
+    phases = ["decode", "prefill"] if args.phase == "both" else [args.phase]
+    dtype = model_dtype(config, args.dtype)
+    rows, notes = coverage(config, manifests, args.batch_size, phases, args.input_len, dtype, gpu=args.gpu,
+                           page_size=args.page_size)
+    if args.json:
+        print(json.dumps({"rows": as_json(rows), "notes": notes}, indent=2))
+        return 0
+    from astra_sglang.cli.output import Table
+
+    name = args.config or str(args.model_config)
+    t = Table(title=f"which patch serves {name}'s calls ({dtype}, input {args.input_len}, page {args.page_size}, "
+                    f"GPU {args.gpu or 'not named: no GPU gate'}; patches {args.patches})")
+    for col in ("phase", "batch", "op", "dims", "patch", "serves"):
+        t.add_column(col)
+    for r in rows:
+        t.add_row(r.phase, str(r.batch_size), r.op, " ".join(f"{k}={v}" for k, v in r.dims.items()), r.patch_id,
+                  "yes" + r.why.removeprefix("serves") if r.serves else f"no: {r.why}")
+    _console().print(t)
+    for note in notes:
+        print(f"not judged: {note}")
+    idle = sorted({r.patch_id for r in rows} - {r.patch_id for r in rows if r.serves})
+    if idle:
+        print(f"serving none of these calls: {', '.join(idle)}")
     return 0
 
 

@@ -82,7 +82,8 @@ def _int(config: dict[str, Any], key: str) -> int | None:
 def forward_dims(config: dict[str, Any], phase: str, batch_size: int, input_len: int, context: int,
                  max_kv_splits: int = DEFAULT_KV_SPLITS, tp_size: int = 1
                  ) -> tuple[dict[str, dict[str, int]], list[str]]:
-    """The contract dims SGLang's ``phase`` forward calls each covered op with, and why any covered op has none."""
+    """The contract dims SGLang's ``phase`` forward calls each op with (the covered ones and, for a MoE model, the
+    fused-MoE GEMMs), and why any of them has none."""
     dims: dict[str, dict[str, int]] = {}
     skipped: list[str] = []
     tokens = batch_size if phase == "decode" else batch_size * input_len
@@ -122,7 +123,26 @@ def forward_dims(config: dict[str, Any], phase: str, batch_size: int, input_len:
     else:
         dims[attention] = {"B": batch_size, "L": input_len, "R": 0, "NK": kv_heads, "G": heads // kv_heads,
                            "D": head_dim, "X": 0}
+    if moe:
+        _moe_dims(config, moe[0], tokens, hidden, tp_size, dims, skipped)
     return dims, skipped
+
+
+def _moe_dims(config: dict[str, Any], experts_key: str, tokens: int, hidden: int | None, tp_size: int,
+              dims: dict[str, dict[str, int]], skipped: list[str]) -> None:
+    """The two fused-MoE GEMMs' dims as the patch adapter reads them from ``invoke_fused_moe_kernel``'s tensors
+    (T tokens, TK top-k, E experts; w1: N = gate and up rows, K = hidden; w2: H = hidden, I = the expert's
+    width). Not bytes: which experts a step touches follows the routing, so the profile does not count them."""
+    experts, top_k = _int(config, experts_key), _int(config, "num_experts_per_tok")
+    inter = _int(config, "moe_intermediate_size") or _int(config, "intermediate_size")
+    if tp_size != 1:
+        skipped.append(f"fused_moe_kernel, fused_moe_down: tensor parallel size {tp_size}: per-rank dims not derived")
+    elif not (experts and top_k and inter and hidden):
+        skipped.append("fused_moe_kernel, fused_moe_down: the config lacks one of num_experts_per_tok, "
+                       "moe_intermediate_size / intermediate_size, hidden_size")
+    else:
+        dims["fused_moe_kernel"] = {"T": tokens, "TK": top_k, "E": experts, "N": 2 * inter, "K": hidden}
+        dims["fused_moe_down"] = {"T": tokens, "TK": top_k, "E": experts, "H": hidden, "I": inter}
 
 
 def count(extracted: Path, config: dict[str, Any], phase: str, batch_size: int, input_len: int, context: int,
@@ -134,6 +154,8 @@ def count(extracted: Path, config: dict[str, Any], phase: str, batch_size: int, 
     dims, skipped = forward_dims(config, phase, batch_size, input_len, context, max_kv_splits, tp_size)
     out: dict[str, int] = {}
     for op, d in dims.items():
+        if op not in COVERED:  # dims without a byte count (the fused-MoE GEMMs: their bytes follow the routing)
+            continue
         try:
             manifest = load_manifest(Path(extracted) / op)
         except ManifestError:
@@ -147,4 +169,5 @@ def count(extracted: Path, config: dict[str, Any], phase: str, batch_size: int, 
     where = f"{phase} batch {batch_size}, " + (f"context {context} per request" if phase == "decode"
                                                else f"input {input_len}")
     basis = f"{source}, {where}, {dtype}" + (f", max_kv_splits {max_kv_splits}" if "decode_attention" in out else "")
-    return Traffic(out, {op: dims[op] for op in out}, basis, skipped)
+    kept = [why for why in skipped if why.split(":")[0] in COVERED]  # not the MoE GEMMs': never counted here
+    return Traffic(out, {op: dims[op] for op in out}, basis, kept)

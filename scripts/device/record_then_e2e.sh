@@ -14,7 +14,10 @@
 # 0.66 on an H100).
 # CONFIG (default llama3-8b): the model's dims, any `astra-sglang profile --config` name (qwen3-30b-a3b for the
 # fused-MoE patches: 61 GB of bf16 weights, so an H200, or an H100 at small batches).
-# Usage: [ROUNDS=4 BS="1 32 128" IN=1024 OUT_LEN=32 MEM_FRAC=0.6 PREFILL_TOKENS=0 CONFIG=llama3-8b E2E_S=...]
+# GUARD=1: after the record, `patches guard ID --write` (its guard re-derived from every record, this one included),
+# so the e2e serves where the record just measured it winning (a contract revision that adds shapes). COVERAGE=1:
+# `patches coverage` of PATCHES at these batch sizes, before the e2e ($OUT/coverage.txt).
+# Usage: [ROUNDS=4 BS="1 32 128" IN=1024 OUT_LEN=32 MEM_FRAC=0.6 PREFILL_TOKENS=0 CONFIG=llama3-8b E2E_S=... GUARD=0 COVERAGE=]
 #        record_then_e2e.sh ID|- PATCHES [SECONDS]
 #   ID "-": no record, the e2e alone. SECONDS: the whole call's limit (default 560).
 set -uo pipefail
@@ -26,6 +29,18 @@ export ASTRA_SGLANG_PATCHES_DIR=$PWD/patches
 if [ "$ID" != - ]; then  # the record half of record_then_profile.sh (its site set-up, verify --record, the copy)
   PROFILE=0 RECORD_S=${RECORD_S:-200} bash "$(dirname "$0")/record_then_profile.sh" "$ID" || exit $?
   echo "record at $(( $(date +%s) - T0 )) s"
+  if [ "${GUARD:-0}" = 1 ]; then  # the guard from every record, this one included: it serves where it just won
+    ( export PYTHONPATH=/tmp/srv-site/astra:/tmp/srv-site
+      python3 -m astra_sglang patches guard "$ID" --write > "$OUT/guard.txt" 2>&1; echo "guard --write exit $?"
+      tail -4 "$OUT/guard.txt" )
+    cp "$(ls patches/*/"$ID"/manifest.json | head -1)" "$OUT/manifest.recorded.json"
+  fi
+fi
+if [ -n "${COVERAGE:-}" ]; then  # which of PATCHES would serve this forward's calls, said before the e2e (no GPU)
+  ( export PYTHONPATH=/tmp/srv-site/astra:/tmp/srv-site
+    python3 -m astra_sglang patches coverage --config "${CONFIG:-llama3-8b}" --batch-size ${BS:-1 32 128} \
+      --input-len "${IN:-1024}" --patches "$PATCHES" --gpu "$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)" \
+      > "$OUT/coverage.txt" 2>&1; cat "$OUT/coverage.txt" )
 fi
 BS=${BS:-1 32 128}
 CHUNK=(); [ "${PREFILL_TOKENS:-0}" -gt 0 ] && CHUNK=(--prefill-chunk-tokens "$PREFILL_TOKENS")

@@ -1,0 +1,186 @@
+"""Which patch serves each call a model's forward makes, from its config alone: no GPU, no SGLang run.
+
+Why: a patch serves only where its guard takes the call, and a derived guard is a list of regions, the shapes
+where the patch was measured faster than what SGLang serves. Its outer ``dims`` box says little: on 2026-12-07 the
+stack planned for a Qwen3-30B-A3B end-to-end run held two decode-attention patches whose boxes hold GQA 8 with 4
+KV heads but whose regions take no such call at batch 32 or 128, and the w2 MoE retune, which serves T 16, 64 and
+256 only. `e2e` counts served calls after a GPU run; this says before one which patch would serve, and why not.
+
+The dims are those SGLang's forward calls the op with (``traffic.forward_dims``: the same dims the profile counts
+bytes at); the choice between patches of one op is the plugin's (``patches.install``): a rewrite in front of a
+retune of its op, under its ``guard_in_front`` for that retune when it has one, hands every call it does not take
+to the retune, whose own guard decides; what neither takes goes to SGLang's kernel. Runtime-only conditions
+(alignment, contiguity, the first-call check) are not judged here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from astra_sglang.contract.patch import GuardSpec, PatchManifest
+from astra_sglang.errors import AstraError
+from astra_sglang.platform_info import same_gpu
+from astra_sglang.profile.traffic import DEFAULT_KV_SPLITS, forward_dims
+
+
+@dataclass(frozen=True)
+class CoverageRow:
+    """One patch at one call of the forward: whether it would serve it, and if not, why."""
+
+    phase: str
+    batch_size: int
+    op: str
+    patch_id: str
+    dims: dict[str, int]
+    serves: bool
+    why: str
+
+
+def _outside(guard: GuardSpec, dims: dict[str, int], dtype: str) -> str | None:
+    """Why ``guard`` does not take a call of these dims and dtype (None: it does)."""
+    if dtype not in guard.dtypes:
+        return f"dtype {dtype} not in its guard ({', '.join(guard.dtypes)})"
+    for name, r in guard.dims.items():
+        if name in dims and not r.accepts(dims[name]):
+            return f"{name}={dims[name]} outside its guard's {name} {r.min}..{r.max if r.max is not None else ''}"
+    if guard.regions and not guard.accepts_dims(dims):
+        return (f"in none of its {len(guard.regions)} measured region(s) (it serves only shapes where it was timed "
+                "faster)")
+    return None
+
+
+def _stand_aside(m: PatchManifest, gpu: str | None) -> str | None:
+    """The plugin's GPU gate (``registry.device_problem``) for a named GPU: a guard is where the patch won there."""
+    gpus = m.validated_on.gpus
+    if gpu and gpus and not any(same_gpu(gpu, g) for g in gpus):
+        return f"stands aside on {gpu}: measured on {', '.join(gpus)} only (`patches verify {m.patch_id} --record`)"
+    return None
+
+
+def _op_rows(phase: str, batch: int, op: str, dims: dict[str, int], dtype: str, patches: list[PatchManifest],
+             gpu: str | None) -> list[CoverageRow]:
+    """The patches of one op at one call, the rewrite first (it stands in front), then the retune."""
+    retunes = [m for m in patches if m.source.retune]
+    rewrites = [m for m in patches if not m.source.retune]
+    behind = retunes[0].patch_id if len(retunes) == 1 and len(rewrites) == 1 else ""
+    rows: list[CoverageRow] = []
+    taken_by = ""
+    for m in rewrites + retunes:
+        guard, front = m.guard, ""
+        if not m.source.retune and behind and behind in m.guard_in_front:
+            guard, front = m.guard_in_front[behind], f" (its guard in front of {behind})"
+        why = _stand_aside(m, gpu) or _outside(guard, dims, dtype)
+        if why is None and taken_by:
+            why = f"{taken_by} serves it, standing in front"
+        if why is None:
+            taken_by = taken_by or m.patch_id
+        shown = {k: v for k, v in dims.items() if k in m.guard.dims}  # what its guard judges, not the byte dims
+        rows.append(CoverageRow(phase, batch, op, m.patch_id, shown, why is None,
+                                f"serves{front}" if why is None else why + front))
+    return rows
+
+
+def coverage(config: dict[str, Any], patches: list[PatchManifest], batch_sizes: list[int], phases: list[str],
+             input_len: int, dtype: str, gpu: str | None = None, page_size: int = 1,
+             max_kv_splits: int = DEFAULT_KV_SPLITS, tp_size: int = 1) -> tuple[list[CoverageRow], list[str]]:
+    """A row per patch and call of the forward (phase x batch size) whose dims follow from the config, and a note
+    for each patch whose op's dims do not (merge_state: FlashInfer's cascade, not this forward's shape)."""
+    if not patches:
+        raise AstraError("no patches to check: the registry is empty, or none of the ids named is in it")
+    rows: list[CoverageRow] = []
+    notes: set[str] = set()
+    by_op: dict[str, list[PatchManifest]] = {}
+    for m in patches:
+        by_op.setdefault(m.op, []).append(m)
+    for phase in phases:
+        for batch in batch_sizes:
+            # the decode step's KV length does not enter any guard; the prompt length stands for it
+            dims, skipped = forward_dims(config, phase, batch, input_len, input_len, max_kv_splits, tp_size)
+            for op, ms in sorted(by_op.items()):
+                if op not in dims:
+                    why = next((s for s in skipped if op in s.split(":")[0]), None)
+                    notes.add(f"{op} ({', '.join(m.patch_id for m in ms)}): "
+                              + (why.split(":", 1)[1].strip() if why else
+                                 f"its call's dims in a {phase} forward do not follow from the model config"))
+                    continue
+                d = dict(dims[op])
+                if "P" in d:
+                    d["P"] = page_size
+                rows.extend(_op_rows(phase, batch, op, d, dtype, ms, gpu))
+    return rows, sorted(notes)
+
+
+def as_json(rows: list[CoverageRow]) -> list[dict[str, Any]]:
+    return [asdict(r) for r in rows]
+
+
+def _values(args: list[str], flag: str) -> list[str]:
+    """Every value after ``flag`` up to the next option (``--batch-size 1 32 128``), or its ``=`` form."""
+    out: list[str] = []
+    for i, a in enumerate(args):
+        if a.startswith(flag + "="):
+            out = [a[len(flag) + 1:]]
+        elif a == flag:
+            out = []
+            for v in args[i + 1:]:
+                if v.startswith("--"):
+                    break
+                out.append(v)
+    return out
+
+
+def _gpu_name() -> str | None:
+    """The first GPU's name as torch spells it, from nvidia-smi: the parent of an e2e run must not hold a CUDA
+    context of its own beside the forward it measures."""
+    import shutil
+    import subprocess
+
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return None
+    try:
+        out = subprocess.run([smi, "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True,
+                             timeout=20, check=False).stdout.strip().splitlines()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out[0].strip() if out else None
+
+
+def idle_patch_lines(one_batch_args: list[str], patches_value: str) -> list[str]:
+    """Before an e2e run: each selected patch that would serve none of its forward's decode calls, with why, from
+    the ``--model-path`` folder's config.json (nothing when that is not a local folder: a Hub id). A warning, not a
+    refusal: the served counts after the run are the verdict, and a runtime condition may differ."""
+    from astra_sglang.patches.registry import discover, selected
+    from astra_sglang.profile.traffic import load_config, model_dtype
+    from astra_sglang.serving.launch import flag_value
+
+    model = flag_value(one_batch_args, "--model-path", "--model")
+    cfg = Path(model).expanduser() / "config.json" if model else None
+    if cfg is None or not cfg.is_file():
+        return []
+    try:
+        batches = [int(v) for v in _values(one_batch_args, "--batch-size")] or [1]
+        input_len = int(flag_value(one_batch_args, "--input-len") or 1024)
+        page = int(flag_value(one_batch_args, "--page-size") or 1)
+        tp = int(flag_value(one_batch_args, "--tp-size", "--tensor-parallel-size") or 1)
+    except ValueError:
+        return []  # one_batch refuses such arguments itself, in its own words
+    config = load_config(cfg)
+    chosen = [e.manifest for e in selected(discover(), patches_value)[0] if e.manifest is not None]
+    if not chosen:
+        return []
+    gpu = _gpu_name()
+    rows, _ = coverage(config, chosen, batches, ["decode"], input_len,
+                       model_dtype(config, flag_value(one_batch_args, "--dtype")), gpu=gpu, page_size=page,
+                       tp_size=tp)
+    lines = []
+    for pid in sorted({r.patch_id for r in rows}):
+        mine = [r for r in rows if r.patch_id == pid]
+        if not any(r.serves for r in mine):
+            whys = sorted({r.why for r in mine})
+            lines.append(f"{pid} would serve none of this forward's decode calls (batch "
+                         f"{', '.join(str(r.batch_size) for r in mine)}; GPU {gpu or 'not named'}): "
+                         f"{'; '.join(whys)} (`astra-sglang patches coverage`)")
+    return lines

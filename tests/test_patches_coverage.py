@@ -1,0 +1,136 @@
+"""`patches coverage`: which patch would serve each call of a model's forward, from its config alone.
+
+On 2026-12-07 an end-to-end run was planned for Qwen3-30B-A3B with both decode-attention patches, whose guards'
+outer boxes hold GQA 8 with 4 KV heads but whose measured regions take no such call at batch 32 or 128: the arms
+would have measured patches that serve nothing. These tests pin what the tool must say before any GPU time."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from astra_sglang.cli.main import main
+from astra_sglang.contract.patch import DimRange, GuardSpec, PatchManifest, load_patch_manifest
+from astra_sglang.profile.configs import model_config
+from astra_sglang.profile.coverage import coverage
+from astra_sglang.profile.traffic import count, forward_dims
+
+REPO = Path(__file__).resolve().parents[1]
+REWRITE = REPO / "patches" / "decode_attention" / "mr-da2-single-r1"
+RETUNE = REPO / "patches" / "decode_attention" / "sglang-retuned-da"
+W1 = REPO / "patches" / "fused_moe_kernel" / "sglang-retuned-moe-w1"
+
+
+def _box(**ranges: tuple[int, int]) -> dict[str, DimRange]:
+    return {k: DimRange(min=lo, max=hi) for k, (lo, hi) in ranges.items()}
+
+
+def _guard(*regions: dict[str, DimRange]) -> GuardSpec:
+    """Decode attention's wide outer box (any GQA, any KV heads) with the given measured regions."""
+    return GuardSpec(dtypes=["bfloat16"], dims=_box(B=(1, 256), NK=(1, 8), G=(1, 8), D=(64, 256), MS=(8, 8),
+                                                    P=(1, 64)), regions=list(regions))
+
+
+def _patch(path: Path, guard: GuardSpec, gpus: list[str] | None = None, **update: object) -> PatchManifest:
+    m = load_patch_manifest(path)
+    on = m.validated_on.model_copy(update={"gpus": gpus if gpus is not None else ["NVIDIA H200"]})
+    return m.model_copy(update={"guard": guard, "validated_on": on, "guard_in_front": {}, **update})
+
+
+LLAMA_SMALL_B = _box(B=(1, 16), NK=(8, 8), G=(4, 4), D=(128, 128), MS=(8, 8), P=(1, 1))
+
+
+def test_a_patch_serves_a_call_only_inside_one_of_its_measured_regions_not_its_outer_box() -> None:
+    rewrite = _patch(REWRITE, _guard(LLAMA_SMALL_B))
+    rows, _ = coverage(model_config("llama3-8b"), [rewrite], [1, 32], ["decode"], 1024, "bfloat16")
+    at = {r.batch_size: r for r in rows}
+    assert at[1].serves and at[1].why == "serves"
+    assert not at[32].serves and "measured region" in at[32].why
+    # Qwen3-30B-A3B: GQA 8 and 4 KV heads are inside the outer box, in no region
+    rows, _ = coverage(model_config("qwen3-30b-a3b"), [rewrite], [1, 128], ["decode"], 1024, "bfloat16")
+    assert [(r.dims["NK"], r.dims["G"]) for r in rows] == [(4, 8), (4, 8)]
+    assert not any(r.serves for r in rows) and all("measured region" in r.why for r in rows)
+
+
+def test_a_rewrite_in_front_of_its_retune_takes_its_front_guard_and_the_retune_what_is_left() -> None:
+    front = _box(B=(1, 16), NK=(8, 8), G=(4, 4), D=(128, 128), MS=(8, 8), P=(1, 1))
+    rewrite = _patch(REWRITE, _guard(_box(B=(1, 256), NK=(8, 8), G=(4, 4), D=(128, 128), MS=(8, 8), P=(1, 1))),
+                     guard_in_front={"sglang-retuned-da": _guard(front)})
+    retune = _patch(RETUNE, _guard(_box(B=(1, 256), NK=(8, 8), G=(4, 4), D=(128, 128), MS=(8, 8), P=(1, 1))))
+    rows, _ = coverage(model_config("llama3-8b"), [retune, rewrite], [8, 64], ["decode"], 1024, "bfloat16")
+    got = {(r.batch_size, r.patch_id): (r.serves, r.why) for r in rows}
+    assert got[(8, "mr-da2-single-r1")] == (True, "serves (its guard in front of sglang-retuned-da)")
+    assert got[(8, "sglang-retuned-da")] == (False, "mr-da2-single-r1 serves it, standing in front")
+    assert got[(64, "mr-da2-single-r1")][0] is False  # its own guard would take B 64; in front, only B 1..16
+    assert got[(64, "sglang-retuned-da")] == (True, "serves")
+    # alone, the rewrite's own guard decides
+    rows, _ = coverage(model_config("llama3-8b"), [rewrite], [64], ["decode"], 1024, "bfloat16")
+    assert rows[0].serves
+
+
+def test_a_patch_measured_on_another_gpu_stands_aside_there_as_the_plugin_does() -> None:
+    rewrite = _patch(REWRITE, _guard(LLAMA_SMALL_B), gpus=["NVIDIA H100 80GB HBM3"])
+    config = model_config("llama3-8b")
+    rows, _ = coverage(config, [rewrite], [1], ["decode"], 1024, "bfloat16", gpu="NVIDIA H200")
+    assert not rows[0].serves and rows[0].why.startswith("stands aside on NVIDIA H200")
+    rows, _ = coverage(config, [rewrite], [1], ["decode"], 1024, "bfloat16", gpu="NVIDIA H100 80GB HBM3")
+    assert rows[0].serves
+    rows, _ = coverage(config, [rewrite], [1], ["decode"], 1024, "float16")
+    assert not rows[0].serves and "dtype float16" in rows[0].why
+
+
+def test_the_moe_gemms_dims_are_what_the_patch_adapter_reads_from_sglangs_tensors() -> None:
+    """w1: N is the gate and up rows (2 x the expert width), K the hidden size; w2: H hidden, I the expert width;
+    T is tokens, not tokens x top-k (fused_moe adapter). Their bytes follow the routing: the profile counts none."""
+    dims, _ = forward_dims(model_config("qwen3-30b-a3b"), "decode", 32, 1024, 1033)
+    assert dims["fused_moe_kernel"] == {"T": 32, "TK": 8, "E": 128, "N": 1536, "K": 2048}
+    assert dims["fused_moe_down"] == {"T": 32, "TK": 8, "E": 128, "H": 2048, "I": 768}
+    dims, _ = forward_dims(model_config("mixtral-8x7b"), "prefill", 2, 1024, 1024)
+    assert dims["fused_moe_kernel"] == {"T": 2048, "TK": 2, "E": 8, "N": 28672, "K": 4096}
+    traffic = count(REPO / "extracted", model_config("qwen3-30b-a3b"), "decode", 32, 1024, 1033, "bfloat16")
+    assert not {"fused_moe_kernel", "fused_moe_down"} & set(traffic.bytes_per_call)
+    assert not any("fused_moe" in why for why in traffic.not_counted)
+    # the shipped w1 retune's region is Qwen3's decode (T 1..256): the tool finds it serving there
+    rows, _ = coverage(model_config("qwen3-30b-a3b"), [load_patch_manifest(W1)], [32, 512], ["decode"], 1024,
+                       "bfloat16", gpu="NVIDIA H200")
+    assert [(r.batch_size, r.serves) for r in rows] == [(32, True), (512, False)]
+
+
+def test_cli_prints_the_table_and_names_the_patches_that_serve_nothing(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["patches", "coverage", "--config", "qwen3-30b-a3b", "--batch-size", "32", "--patches",
+                 "sglang-retuned-moe-w1,merge-state-mr-k1", "--gpu", "NVIDIA H200", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert [(r["patch_id"], r["serves"]) for r in out["rows"]] == [("sglang-retuned-moe-w1", True)]
+    assert any(n.startswith("merge_state (merge-state-mr-k1): ") for n in out["notes"])
+    assert main(["patches", "coverage", "--config", "qwen3-30b-a3b", "--batch-size", "32", "--patches",
+                 "sglang-retuned-moe-w1,merge-state-mr-k1"]) == 0
+    text = capsys.readouterr().out
+    assert "sglang-retuned-moe-w1" in text and "not judged: merge_state" in text
+    assert "serving none of these calls" not in text  # the one patch judged serves
+
+
+def test_cli_bad_input_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["patches", "coverage", "--config", "qwen3-30b-a3b", "--patches", "no-such-patch"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no patch no-such-patch" in err[0]
+    assert main(["patches", "coverage", "--config", "gpt-9"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no config 'gpt-9'" in err[0]
+
+
+def test_e2e_warns_before_its_run_of_each_patch_that_would_serve_none_of_the_forwards_calls(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The w2 MoE retune serves T 16, 64 and 256 only: an e2e at batch 32 and 128 would measure it serving nothing."""
+    from astra_sglang.profile import coverage as cov
+    from astra_sglang.profile.configs import write_config_model
+
+    model = write_config_model("qwen3-30b-a3b", tmp_path / "qwen3")
+    monkeypatch.setattr(cov, "_gpu_name", lambda: "NVIDIA H200")
+    args = ["--model-path", str(model), "--load-format", "dummy", "--batch-size", "32", "128", "--input-len", "1024"]
+    lines = cov.idle_patch_lines(args, "sglang-retuned-moe-w1,sglang-retuned-moe-w2")
+    assert len(lines) == 1 and lines[0].startswith("sglang-retuned-moe-w2 would serve none")
+    assert "batch 32, 128" in lines[0] and "measured region" in lines[0]
+    assert cov.idle_patch_lines(args[:2] + ["--batch-size", "16"], "sglang-retuned-moe-w2") == []
+    assert cov.idle_patch_lines(["--model-path", "Qwen/Qwen3-30B-A3B"], "all") == []  # a Hub id: nothing to read
