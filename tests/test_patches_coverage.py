@@ -134,3 +134,14 @@ def test_e2e_warns_before_its_run_of_each_patch_that_would_serve_none_of_the_for
     assert "batch 32, 128" in lines[0] and "measured region" in lines[0]
     assert cov.idle_patch_lines(args[:2] + ["--batch-size", "16"], "sglang-retuned-moe-w2") == []
     assert cov.idle_patch_lines(["--model-path", "Qwen/Qwen3-30B-A3B"], "all") == []  # a Hub id: nothing to read
+
+
+def test_patches_guard_without_evidence_files_derives_from_the_records_in_the_manifest(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """`patches verify ID --record` adds its harness result to the manifest's evidence; after a record at new shapes
+    (a contract revision), `patches guard ID --write` must be able to use it without a separate bench file. On the
+    shipped rewrite the records reproduce the guard it ships with."""
+    assert main(["patches", "guard", "mr-da2-single-r1", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    shipped = load_patch_manifest(REWRITE).guard
+    assert out["written"] is False and GuardSpec.model_validate(out["guard"]) == shipped

@@ -98,7 +98,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     g.add_argument("patch_id", help="the patch's id (see `patches list`)")
     g.add_argument("--evidence", type=Path, action="append", default=[],
                    help="harness EvalResult JSON of the patch's kernel (`bench OP --candidate PATCH/kernel --shapes "
-                        "all --heldout --json` on the GPU); repeatable; added to the patch's evidence")
+                        "all --heldout --json` on the GPU); repeatable; added to the patch's evidence. Without it, "
+                        "the records its manifest holds (`patches verify ID --record` adds each)")
     g.add_argument("--behind", metavar="RETUNE_ID", default=None,
                    help="derive the guard the patch serves in front of this retune of its op (stacked): where it "
                         "beat the retune too, each over SGLang's original on the same GPU; its own guard is kept "
@@ -441,8 +442,8 @@ def cmd_guard(args: argparse.Namespace) -> int:
     from astra_sglang.patches.tooling.add import rederive_guard
     from astra_sglang.patches.tooling.guard import describe, guard_table_lines
 
-    if not args.evidence and args.behind is None:
-        raise AstraError("give --evidence (bench results of the patch's kernel), or --behind RETUNE_ID")
+    # without --evidence: the records already in the manifest (`patches verify ID --record` adds each), so a
+    # record at new shapes (a contract revision) becomes a guard that serves them
     m, table = rederive_guard(args.patch_id, args.evidence, write=args.write, behind=args.behind)
     guard = m.guard if args.behind is None else m.guard_in_front[args.behind]
     if args.json:
