@@ -145,3 +145,16 @@ def test_patches_guard_without_evidence_files_derives_from_the_records_in_the_ma
     out = json.loads(capsys.readouterr().out)
     shipped = load_patch_manifest(REWRITE).guard
     assert out["written"] is False and GuardSpec.model_validate(out["guard"]) == shipped
+
+
+def test_a_retune_standing_aside_leaves_the_rewrite_in_front_its_own_guard_as_the_runtime_does() -> None:
+    front = _box(B=(1, 16), NK=(8, 8), G=(4, 4), D=(128, 128), MS=(8, 8), P=(1, 1))
+    rewrite = _patch(REWRITE, _guard(_box(B=(1, 256), NK=(8, 8), G=(4, 4), D=(128, 128), MS=(8, 8), P=(1, 1))),
+                     gpus=["NVIDIA H200", "NVIDIA H100 80GB HBM3"], guard_in_front={"sglang-retuned-da": _guard(front)})
+    retune = _patch(RETUNE, _guard(_box(B=(1, 256), NK=(8, 8), G=(4, 4), D=(128, 128), MS=(8, 8), P=(1, 1))),
+                    gpus=["NVIDIA H100 80GB HBM3"])
+    config = model_config("llama3-8b")
+    on_h200, _ = coverage(config, [rewrite, retune], [128], ["decode"], 1024, "bfloat16", gpu="NVIDIA H200")
+    assert {r.patch_id: r.serves for r in on_h200} == {"mr-da2-single-r1": True, "sglang-retuned-da": False}
+    on_h100, _ = coverage(config, [rewrite, retune], [128], ["decode"], 1024, "bfloat16", gpu="NVIDIA H100 80GB HBM3")
+    assert {r.patch_id: r.serves for r in on_h100} == {"mr-da2-single-r1": False, "sglang-retuned-da": True}

@@ -275,3 +275,47 @@ def test_in_front_of_its_retune_a_rewrite_serves_its_guard_in_front_and_alone_it
     assert stacked["rt-merge"].served_by_patch + stacked["rt-merge"].served_by_original == 1
     alone = serve("merge-state-mr-k1")
     assert (alone["merge-state-mr-k1"].served_by_patch, alone["merge-state-mr-k1"].passed_on) == (1, 0)
+
+
+def test_in_front_of_a_retune_that_stands_aside_a_rewrite_serves_its_own_guard(
+        root, tmp_path, monkeypatch, interpreted_merge_state):
+    """The guard in front holds only while the retune behind it serves. On an H200 with `all`, the H100-measured
+    decode-attention retune stands aside at its first call, and the rewrite in front had left it every batch from
+    17 up: SGLang's original served them, where the rewrite alone measured 1.58x (2026-12-07). Once the retune is
+    out, the rewrite's own guard (where it beat that original) must decide."""
+    torch = interpreted_merge_state
+    from astra_sglang.contract.patch import load_patch_manifest, write_patch_manifest
+    from astra_sglang.patches import install, status
+    from astra_sglang.patches.registry import discover
+    from astra_sglang.patches.tooling.devcheck import extracted_original
+
+    _both(root, tmp_path)
+    folder = root / "merge_state" / "merge-state-mr-k1"
+    m = load_patch_manifest(folder)
+    front = m.guard.model_copy(deep=True)
+    for r in front.regions:
+        r["T"] = r["T"].model_copy(update={"min": REWRITE["T"] + 1})
+    m.guard_in_front = {"rt-merge": front}
+    m.check_shapes = [dict(REWRITE, T=64)]
+    write_patch_manifest(folder, m)
+    retune = root / "merge_state" / "rt-merge"
+    r = load_patch_manifest(retune)
+    r.validated_on.archs = ["sm_90"]  # measured on another device: it stands aside here, as on a GPU it never saw
+    box = {k: v.model_copy(update={"min": REWRITE[k], "max": REWRITE[k]}) for k, v in r.guard.dims.items()}
+    r.guard.regions.append(box)  # its guard takes the rewrite's shape, as the retune's B 1..256 takes LLaMA's B 128
+    assert r.guard.accepts_dims(REWRITE)
+    write_patch_manifest(retune, r)
+    original = extracted_original(discover()[0])
+    monkeypatch.setattr(install, "resolve_target", lambda target: original)
+    status.reset()
+    hooked: dict[str, Any] = {}
+    install.install_selected(lambda target, orig, hook: hooked.__setitem__(target, hook))
+    (hook,) = hooked.values()
+    for _ in range(3):
+        args = _args(torch, REWRITE)
+        out, _ = hook(*args)
+        assert torch.allclose(out.float(), original(*args)[0].float(), atol=2e-2, rtol=2e-2)
+    s = status.statuses()
+    assert s["rt-merge"].state == "inapplicable", s["rt-merge"].reason
+    # the first call went to the retune (still pending), which stood aside; from then on the rewrite serves
+    assert (s["merge-state-mr-k1"].served_by_patch, s["merge-state-mr-k1"].passed_on) == (2, 1)

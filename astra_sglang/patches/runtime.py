@@ -82,7 +82,13 @@ class PatchRuntime:
         st = self.status
         prepare = self.adapter.prepare
         launch = self.adapter.launch
-        guard = self.guard_behind(behind)
+        front = self.guard_behind(behind)
+        alone = self.guard
+        # the guard in front holds only where the retune behind beat this patch: once the retune is out (measured
+        # on another GPU, failed its check or build), SGLang's original stands behind, and this patch's own guard,
+        # where it beat that original, serves (an H200 with `all`: the H100-measured retune stands aside, and the
+        # rewrite had left it every LLaMA batch from 17 up, 1.58x there over SGLang's kernel, 2026-12-07)
+        inner = status.get(behind) if behind else None
         stacked = bool(behind)
         compiling = _compiling()
         capturing = self._capturing
@@ -106,6 +112,7 @@ class PatchRuntime:
                     p = None
                 if p is None and passthrough is not None and not stacked:  # another form: the next stand-in's
                     return passthrough(*args, **kwargs)
+                guard = front if inner is None or inner.state in ("active", "pending") else alone
                 if p is not None and live and guard(p) and (st.state == "active" or self._activate_on(p, original)):
                     try:
                         ret = launch(self.kernel, p)  # type: ignore[arg-type]

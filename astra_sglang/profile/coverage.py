@@ -8,8 +8,9 @@ KV heads but whose regions take no such call at batch 32 or 128, and the w2 MoE 
 
 The dims are those SGLang's forward calls the op with (``traffic.forward_dims``: the same dims the profile counts
 bytes at); the choice between patches of one op is the plugin's (``patches.install``): a rewrite in front of a
-retune of its op, under its ``guard_in_front`` for that retune when it has one, hands every call it does not take
-to the retune, whose own guard decides; what neither takes goes to SGLang's kernel. Runtime-only conditions
+retune of its op, under its ``guard_in_front`` for that retune when it has one (and only while that retune serves:
+one standing aside on this GPU leaves the rewrite its own guard), hands every call it does not take to the retune,
+whose own guard decides; what neither takes goes to SGLang's kernel. Runtime-only conditions
 (alignment, contiguity, the first-call check) are not judged here.
 """
 
@@ -65,6 +66,8 @@ def _op_rows(phase: str, batch: int, op: str, dims: dict[str, int], dtype: str, 
     retunes = [m for m in patches if m.source.retune]
     rewrites = [m for m in patches if not m.source.retune]
     behind = retunes[0].patch_id if len(retunes) == 1 and len(rewrites) == 1 else ""
+    if behind and _stand_aside(retunes[0], gpu):
+        behind = ""  # the runtime's rule: a retune that stands aside leaves the rewrite its own guard
     rows: list[CoverageRow] = []
     taken_by = ""
     for m in rewrites + retunes:
