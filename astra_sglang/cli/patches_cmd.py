@@ -115,8 +115,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     src.add_argument("--config", metavar="NAME", help="a known model's dims (as `profile --config`: llama3-8b, "
                                                       "qwen3-8b, qwen3-30b-a3b, mixtral-8x7b, deepseek-v2-lite)")
     src.add_argument("--model-config", type=existing_file, metavar="FILE", help="a model's config.json")
-    c.add_argument("--batch-size", type=positive_int, nargs="+", default=[1, 32, 128],
-                   help="batch sizes (default: 1 32 128)")
+    c.add_argument("--batch-size", type=positive_int, nargs="+", default=None, metavar="BS",
+                   help="batch sizes (default 1 32 128)")
     c.add_argument("--phase", choices=["decode", "prefill", "both"], default="decode", help="(default: decode)")
     c.add_argument("--input-len", type=positive_int, default=1024, help="prompt tokens (default: 1024)")
     c.add_argument("--page-size", type=positive_int, default=1, help="SGLang's --page-size (default: 1)")
@@ -474,7 +474,7 @@ def cmd_coverage(args: argparse.Namespace) -> int:
     manifests = [e.manifest for e in chosen if e.manifest is not None]
     phases = ["decode", "prefill"] if args.phase == "both" else [args.phase]
     dtype = model_dtype(config, args.dtype)
-    rows, notes = coverage(config, manifests, args.batch_size, phases, args.input_len, dtype, gpu=args.gpu,
+    rows, notes = coverage(config, manifests, args.batch_size or [1, 32, 128], phases, args.input_len, dtype, gpu=args.gpu,
                            page_size=args.page_size)
     if args.json:
         print(json.dumps({"rows": as_json(rows), "notes": notes}, indent=2))
