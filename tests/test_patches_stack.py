@@ -234,16 +234,10 @@ def test_e2e_takes_a_retune_that_its_rewrite_left_no_call_as_no_problem() -> Non
     assert shadowed_runs(cfg, fell_back) == []
 
 
-def test_in_front_of_its_retune_a_rewrite_serves_its_guard_in_front_and_alone_its_own(
-        root, tmp_path, monkeypatch, interpreted_merge_state):
-    """``guard_in_front`` (`patches guard ID --behind RETUNE`): stacked, the rewrite hands the retune the shapes
-    where the retune beat it (decode attention at B 128 on the H100, 2026-12-06), and alone it keeps serving its
-    own guard there, since SGLang's original is what it beat."""
-    torch = interpreted_merge_state
+def _front_leaving_rewrite(root: Path, tmp_path: Path) -> Any:
+    """Both patches, the rewrite with a guard in front of the retune that leaves it REWRITE's shape (its own guard
+    takes it); the rewrite's guard in front, as written to its manifest."""
     from astra_sglang.contract.patch import load_patch_manifest, write_patch_manifest
-    from astra_sglang.patches import install, status
-    from astra_sglang.patches.registry import discover
-    from astra_sglang.patches.tooling.devcheck import extracted_original
 
     _both(root, tmp_path)
     folder = root / "merge_state" / "merge-state-mr-k1"
@@ -255,6 +249,22 @@ def test_in_front_of_its_retune_a_rewrite_serves_its_guard_in_front_and_alone_it
     m.guard_in_front = {"rt-merge": front}
     m.check_shapes = [dict(REWRITE, T=64)]
     write_patch_manifest(folder, m)
+    return front
+
+
+def test_in_front_of_its_retune_a_rewrite_serves_its_guard_in_front_and_alone_its_own(
+        root, tmp_path, monkeypatch, interpreted_merge_state):
+    """``guard_in_front`` (`patches guard ID --behind RETUNE`): stacked, the rewrite hands the retune the shapes
+    where the retune beat it (decode attention at B 128 on the H100, 2026-12-06), and alone it keeps serving its
+    own guard there, since SGLang's original is what it beat."""
+    torch = interpreted_merge_state
+    from astra_sglang.contract.patch import load_patch_manifest
+    from astra_sglang.patches import install, status
+    from astra_sglang.patches.registry import discover
+    from astra_sglang.patches.tooling.devcheck import extracted_original
+
+    front = _front_leaving_rewrite(root, tmp_path)
+    folder = root / "merge_state" / "merge-state-mr-k1"
     assert load_patch_manifest(folder).guard_in_front["rt-merge"] == front  # written and read back
     original = extracted_original(discover()[0])
     monkeypatch.setattr(install, "resolve_target", lambda target: original)
@@ -289,15 +299,7 @@ def test_in_front_of_a_retune_that_stands_aside_a_rewrite_serves_its_own_guard(
     from astra_sglang.patches.registry import discover
     from astra_sglang.patches.tooling.devcheck import extracted_original
 
-    _both(root, tmp_path)
-    folder = root / "merge_state" / "merge-state-mr-k1"
-    m = load_patch_manifest(folder)
-    front = m.guard.model_copy(deep=True)
-    for r in front.regions:
-        r["T"] = r["T"].model_copy(update={"min": REWRITE["T"] + 1})
-    m.guard_in_front = {"rt-merge": front}
-    m.check_shapes = [dict(REWRITE, T=64)]
-    write_patch_manifest(folder, m)
+    _front_leaving_rewrite(root, tmp_path)
     retune = root / "merge_state" / "rt-merge"
     r = load_patch_manifest(retune)
     r.validated_on.archs = ["sm_90"]  # measured on another device: it stands aside here, as on a GPU it never saw
