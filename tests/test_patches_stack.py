@@ -290,8 +290,8 @@ def test_in_front_of_its_retune_a_rewrite_serves_its_guard_in_front_and_alone_it
 def test_in_front_of_a_retune_that_stands_aside_a_rewrite_serves_its_own_guard(
         root, tmp_path, monkeypatch, interpreted_merge_state):
     """The guard in front holds only while the retune behind it serves. On an H200 with `all`, the H100-measured
-    decode-attention retune stands aside at its first call, and the rewrite in front had left it every batch from
-    17 up: SGLang's original served them, where the rewrite alone measured 1.58x (2026-12-07). Once the retune is
+    decode-attention retune stands aside at its first call, and the rewrite in front had left it every LLaMA batch
+    above 1: SGLang's original served them, where the rewrite alone measured 1.58x at B 128 (2026-12-07). Once the retune is
     out, the rewrite's own guard (where it beat that original) must decide."""
     torch = interpreted_merge_state
     from astra_sglang.contract.patch import load_patch_manifest, write_patch_manifest
