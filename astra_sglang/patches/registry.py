@@ -249,8 +249,14 @@ def device_problem(m: PatchManifest, arch: str | None, gpu: str | None = None) -
         return "CUDA kernels need a GPU (only Triton runs under TRITON_INTERPRET=1)"
     if norm_arch(arch) not in {norm_arch(a) for a in m.validated_on.archs}:
         return f"GPU arch {arch}, patch validated on {', '.join(m.validated_on.archs)}"
+    return gpu_problem(m, gpu) if arch != CPU_INTERPRET_ARCH else None
+
+
+def gpu_problem(m: PatchManifest, gpu: str | None) -> str | None:
+    """The GPU-model half of ``device_problem``: a patch measured on other GPU models only (its ``validated_on.gpus``)
+    stands aside on ``gpu``; None when it may serve there (or no GPU is named, or the manifest names none)."""
     gpus = m.validated_on.gpus
-    if gpu and arch != CPU_INTERPRET_ARCH and gpus and not any(same_gpu(gpu, g) for g in gpus):
+    if gpu and gpus and not any(same_gpu(gpu, g) for g in gpus):
         return (f"GPU {gpu}, patch measured on {', '.join(gpus)} (its guard is where it won there; "
                 f"`astra-sglang patches verify {m.patch_id} --record` measures it here and adds it)")
     return None

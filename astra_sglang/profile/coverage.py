@@ -22,7 +22,6 @@ from typing import Any
 
 from astra_sglang.contract.patch import GuardSpec, PatchManifest
 from astra_sglang.errors import AstraError
-from astra_sglang.platform_info import same_gpu
 from astra_sglang.profile.traffic import DEFAULT_KV_SPLITS, forward_dims
 
 
@@ -53,11 +52,11 @@ def _outside(guard: GuardSpec, dims: dict[str, int], dtype: str) -> str | None:
 
 
 def _stand_aside(m: PatchManifest, gpu: str | None) -> str | None:
-    """The plugin's GPU gate (``registry.device_problem``) for a named GPU: a guard is where the patch won there."""
-    gpus = m.validated_on.gpus
-    if gpu and gpus and not any(same_gpu(gpu, g) for g in gpus):
-        return f"stands aside on {gpu}: measured on {', '.join(gpus)} only (`patches verify {m.patch_id} --record`)"
-    return None
+    """The plugin's GPU gate (``registry.gpu_problem``, the check its first call runs) for a named GPU."""
+    from astra_sglang.patches.registry import gpu_problem
+
+    problem = gpu_problem(m, gpu)
+    return None if problem is None else f"stands aside on {gpu}: {problem}"
 
 
 def _op_rows(phase: str, batch: int, op: str, dims: dict[str, int], dtype: str, patches: list[PatchManifest],
