@@ -16,8 +16,11 @@
 # fused-MoE patches: 61 GB of bf16 weights, so an H200, or an H100 at small batches).
 # GUARD=1: after the record, `patches guard ID --write` (its guard re-derived from every record, this one included),
 # so the e2e serves where the record just measured it winning (a contract revision that adds shapes). COVERAGE=1:
-# `patches coverage` of PATCHES at these batch sizes, before the e2e ($OUT/coverage.txt).
-# Usage: [ROUNDS=4 BS="1 32 128" IN=1024 OUT_LEN=32 MEM_FRAC=0.6 PREFILL_TOKENS=0 CONFIG=llama3-8b E2E_S=... GUARD=0 COVERAGE=]
+# `patches coverage` of PATCHES at these batch sizes, before the e2e ($OUT/coverage.txt). FRONT=REWRITE_ID (with
+# GUARD=1, ID a retune): also `patches guard REWRITE_ID --behind ID --write`, the rewrite's in-front guard re-derived
+# from the retune's new record ($OUT/manifest.front.json; copy it back too).
+# Usage: [ROUNDS=4 BS="1 32 128" IN=1024 OUT_LEN=32 MEM_FRAC=0.6 PREFILL_TOKENS=0 CONFIG=llama3-8b E2E_S=... GUARD=0 FRONT=
+#         COVERAGE=]
 #        record_then_e2e.sh ID|- PATCHES [SECONDS]
 #   ID "-": no record, the e2e alone. SECONDS: the whole call's limit (default 560).
 set -uo pipefail
@@ -34,6 +37,12 @@ if [ "$ID" != - ]; then  # the record half of record_then_profile.sh (its site s
       python3 -m astra_sglang patches guard "$ID" --write > "$OUT/guard.txt" 2>&1; echo "guard --write exit $?"
       tail -4 "$OUT/guard.txt" )
     cp "$(ls patches/*/"$ID"/manifest.json | head -1)" "$OUT/manifest.recorded.json"
+    if [ -n "${FRONT:-}" ]; then  # a rewrite stacked in front of this retune: where it beats the retune just recorded
+      ( export PYTHONPATH=/tmp/srv-site/astra:/tmp/srv-site
+        python3 -m astra_sglang patches guard "$FRONT" --behind "$ID" --write >> "$OUT/guard.txt" 2>&1
+        echo "guard $FRONT --behind $ID --write exit $?"; tail -4 "$OUT/guard.txt" )
+      cp "$(ls patches/*/"$FRONT"/manifest.json | head -1)" "$OUT/manifest.front.json"
+    fi
   fi
 fi
 if [ -n "${COVERAGE:-}" ]; then  # which of PATCHES would serve this forward's calls, said before the e2e (no GPU)
