@@ -69,6 +69,33 @@ def test_one_losing_dtype_keeps_the_shape_out() -> None:
     assert not _accepts(guard, 8, 4096) and not _accepts(guard, 8, 4096, "float16")
 
 
+def test_measured_on_two_gpus_each_serves_only_where_it_won_there() -> None:
+    """One set of boxes for all GPUs served on the H200 a shape measured on the H100 only (decode attention's
+    Qwen3 B 128 after the contract revision, 2026-12-07), and dropped on both GPUs a shape one of them lost
+    (LLaMA B 32: 1.044x on the H200, 0.96x on the H100). Per GPU: each serves its own wins, the union is where it
+    may serve somewhere, and a GPU that won nothing serves nothing. SYNTHETIC rows."""
+    base = get_adapter("fused_add_rmsnorm").default_guard()
+    h100, h200 = "NVIDIA H100 80GB HBM3", "NVIDIA H200"
+
+    def on(gpu: str, table: dict[tuple[int, int], float]) -> list[GuardRow]:
+        return [r.model_copy(update={"gpu": gpu}) for r in _rows(table)]
+
+    rows = on(h100, {(1, 4096): 1.4, (32, 4096): 0.96, (128, 4096): 1.3}) + on(h200, {(1, 4096): 1.5,
+                                                                                    (32, 4096): 1.044})
+    guard, marked = derive_guard(base, rows)
+    g100, g200 = guard.on_gpu(h100), guard.on_gpu(h200)
+    assert g100 is not None and g200 is not None
+    assert [t for t in (1, 32, 128) if g100.accepts_dims({"T": t, "H": 4096})] == [1, 128]
+    assert [t for t in (1, 32, 128) if g200.accepts_dims({"T": t, "H": 4096})] == [1, 32]  # 128: H100 only
+    assert all(guard.accepts_dims({"T": t, "H": 4096}) for t in (1, 32, 128))  # the union: checked at first call
+    assert [(r.gpu, r.dims["T"]) for r in marked if r.served] == [(h100, 1), (h100, 128), (h200, 1), (h200, 32)]
+    assert guard.on_gpu("NVIDIA B200") == guard.model_copy(update={"gpu_regions": {}})  # the GPU gate's business
+    lost, _ = derive_guard(base, rows + on("NVIDIA H20", {(1, 4096): 0.9}))
+    assert lost.on_gpu("nvidia  h20") is None  # won nothing there: serves nothing there
+    one, _ = derive_guard(base, on(h100, {(1, 4096): 1.4, (32, 4096): 0.96}))
+    assert one.gpu_regions == {} and "gpu_regions" not in one.model_dump()  # one GPU: the guard as before
+
+
 def test_no_win_anywhere_is_refused() -> None:
     from astra_sglang.errors import AstraError
 
@@ -182,15 +209,62 @@ def test_the_guard_in_front_of_a_retune_leaves_it_the_shapes_where_it_beat_the_r
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     after = load_patch_manifest(folder)
-    front = after.guard_in_front["sglang-retuned-da"]
+    front = after.guard_in_front["sglang-retuned-da"].on_gpu("NVIDIA H100 80GB HBM3")
     b = {"NK": 8, "G": 4, "D": 128, "MS": 8, "P": 1}
-    assert front.accepts_dims({"B": 1, **b}) and not front.accepts_dims({"B": 128, **b})
+    assert front is not None and front.accepts_dims({"B": 1, **b}) and not front.accepts_dims({"B": 128, **b})
+    # the retune has no H200 record: on an H200 nothing was left to it, and the rewrite's own H200 win holds
+    h200 = after.guard_in_front["sglang-retuned-da"].on_gpu("NVIDIA H200")
+    assert h200 is not None and h200.accepts_dims({"B": 128, **b})
     assert after.guard == shipped.guard and after.guard.accepts_dims({"B": 128, **b})
     assert after.files == shipped.files and after.op_manifest_sha256 == shipped.op_manifest_sha256
     assert "sglang-retuned-da serves" in proc.stdout
     shown = subprocess.run([sys.executable, "-m", "astra_sglang", "patches", "show", "mr-da2-single-r1"], env=env,
                            capture_output=True, text=True, timeout=300)
-    assert "serves in front of sglang-retuned-da (stacked; the rest goes to it): bfloat16: (B 1, NK 8" in shown.stdout
+    assert "serves in front of sglang-retuned-da (stacked; the rest goes to it): bfloat16: " in shown.stdout
+    assert "on NVIDIA H100 80GB HBM3: (B 1, NK 8" in shown.stdout
     refused = subprocess.run([*cmd, "sglang-retuned-da", "--behind", "mr-da2-single-r1"], env=env,
                              capture_output=True, text=True, timeout=300)
     assert refused.returncode != 0 and "Traceback" not in refused.stderr
+
+
+def test_a_record_on_a_new_gpu_is_kept_and_that_gpu_serves_only_where_it_won_there(tmp_path: Path, capsys) -> None:
+    """`patches verify sglang-retuned-da --record` on an H200, the H100-measured retune slower there at LLaMA's
+    B 128: before, the record was refused ("slower inside its guard", the H100's guard), so the H200 never got a
+    guard of its own and the retune stood aside there for good. Now it is recorded, the H200 is added, and the guard
+    is derived again per GPU: the H200 serves only where it won on the H200, the H100 keeps its boxes. The H200
+    times are SYNTHETIC (the shipped H100 record with its speedups rewritten)."""
+    from types import SimpleNamespace
+
+    from astra_sglang.cli.patches_cmd import _record
+    from astra_sglang.patches.registry import find
+    from astra_sglang.patches.tooling.verify import slower_shapes
+
+    shutil.copytree(REPO / "patches", tmp_path / "patches")
+    e = find("sglang-retuned-da", tmp_path / "patches")
+    assert e.manifest is not None
+    shipped = e.manifest
+    h100_guard = shipped.guard
+    rec = shipped.evidence.results[-1]
+    assert rec.timing is not None
+    b = {"NK": 8, "G": 4, "D": 128, "MS": 8, "P": 1}
+    assert h100_guard.accepts_dims({"B": 128, **b}) and h100_guard.accepts_dims({"B": 1, **b})
+
+    def on_h200(s):
+        sp = 1.5 if s.dims["B"] == 1 else 0.9
+        return s.model_copy(update={"speedup": sp, "candidate_us": s.original_us / sp,
+                                    "verdict": "faster" if sp > 1 else "slower"})
+
+    h = rec.model_copy(update={"device": "NVIDIA H200 (sm_90)", "timing": rec.timing.model_copy(update={
+        "shapes": [on_h200(s) for s in rec.timing.shapes]})})
+    slower = slower_shapes(shipped, h)
+    assert slower is not None and slower[0]  # slower inside the guard it has: the old rule refused the record
+    out = SimpleNamespace(arch="sm_90", op_manifest_sha256=shipped.op_manifest_sha256)
+    _record(e, out, h, "NVIDIA H200", True)
+    after = load_patch_manifest(e.path)
+    assert "NVIDIA H200" in after.validated_on.gpus and after.evidence.results[-1].device == h.device
+    g200, g100 = after.guard.on_gpu("NVIDIA H200"), after.guard.on_gpu("NVIDIA H100 80GB HBM3")
+    assert g200 is not None and g100 is not None
+    assert g200.accepts_dims({"B": 1, **b}) and not g200.accepts_dims({"B": 128, **b})
+    assert g100.accepts_dims({"B": 128, **b}) and g100.regions == h100_guard.regions
+    said = capsys.readouterr().out
+    assert "guard derived again from every record, per GPU" in said and "--behind sglang-retuned-da" in said

@@ -321,3 +321,45 @@ def test_in_front_of_a_retune_that_stands_aside_a_rewrite_serves_its_own_guard(
     assert s["rt-merge"].state == "inapplicable", s["rt-merge"].reason
     # the first call went to the retune (still pending), which stood aside; from then on the rewrite serves
     assert (s["merge-state-mr-k1"].served_by_patch, s["merge-state-mr-k1"].passed_on) == (2, 1)
+
+
+@pytest.mark.parametrize("gpu, served", [("NVIDIA H100 80GB HBM3", 3), ("NVIDIA H200", 0)])
+def test_a_patch_measured_on_two_gpus_serves_on_each_only_where_it_won_there(
+        root, tmp_path, monkeypatch, interpreted_merge_state, gpu, served):
+    """A guard with boxes per GPU model (`patches guard` from records on the H100 and the H200): until its first
+    call names the GPU, the union decides (so that call reaches the check); from then on only this GPU's boxes. The
+    shape here won on the H100 only: the H200 hands every call of it to SGLang's kernel, after the same check."""
+    torch = interpreted_merge_state
+    from types import SimpleNamespace
+
+    from astra_sglang.contract.patch import DimRange, load_patch_manifest, write_patch_manifest
+    from astra_sglang.patches import install, runtime, status
+    from astra_sglang.patches.registry import discover
+    from astra_sglang.patches.tooling.devcheck import extracted_original
+    from astra_sglang.platform_info import CPU_INTERPRET_ARCH
+
+    monkeypatch.setenv("ASTRA_SGLANG_PATCHES", "merge-state-mr-k1")
+    _both(root, tmp_path)
+    d = root / "merge_state" / "merge-state-mr-k1"
+    m = load_patch_manifest(d)
+    here = {k: DimRange(min=v, max=v) for k, v in REWRITE.items()}
+    elsewhere = {k: DimRange(min=v, max=v) for k, v in NEITHER.items()}
+    m.guard.regions = [here, elsewhere]
+    m.guard.gpu_regions = {"NVIDIA H100 80GB HBM3": [here], "NVIDIA H200": [elsewhere]}
+    write_patch_manifest(d, m)
+    assert load_patch_manifest(d).guard.gpu_regions == m.guard.gpu_regions  # written and read back
+    monkeypatch.setattr(runtime, "of_device", lambda device: SimpleNamespace(arch=CPU_INTERPRET_ARCH, gpu=gpu,
+                                                                              build_target=None))
+    original = extracted_original(discover()[0])
+    monkeypatch.setattr(install, "resolve_target", lambda target: original)
+    status.reset()
+    hooked: dict[str, Any] = {}
+    install.install_selected(lambda target, orig, hook: hooked.__setitem__(target, hook))
+    (hook,) = hooked.values()
+    for _ in range(3):
+        args = _args(torch, REWRITE)
+        out, _ = hook(*args)
+        assert torch.allclose(out.float(), original(*args)[0].float(), atol=2e-2, rtol=2e-2)
+    s = status.statuses()["merge-state-mr-k1"]
+    assert s.state == "active", s.reason  # checked on either GPU: the check covers the union
+    assert (s.served_by_patch, s.served_by_original) == (served, 3 - served)

@@ -6,6 +6,7 @@ import argparse
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 from astra_sglang.cli.args import existing_file, positive_int
 from astra_sglang.errors import AstraError
@@ -272,8 +273,7 @@ def cmd_show(args: argparse.Namespace) -> int:
 def cmd_verify(args: argparse.Namespace) -> int:
     import sys
 
-    from astra_sglang.contract.patch import write_patch_manifest
-    from astra_sglang.patches.registry import discover, find, installed_sglang_version
+    from astra_sglang.patches.registry import discover, find
     from astra_sglang.patches.tooling.verify import slower_shapes, verify_entry
     from astra_sglang.platform_info import current, same_gpu
 
@@ -310,25 +310,51 @@ def cmd_verify(args: argparse.Namespace) -> int:
                 "run without --no-harness" if args.no_harness else
                 "this patch is no harness candidate (see above), so verify cannot record it; "
                 f"`pytest tests/test_acceptance_gpu.py -k {e.patch_id}` times it on the GPU host"))
-        elif out.ok and args.record and slower:
-            print(f"  not recorded: slower than the original on {len(slower)} shape(s) inside its guard")
         elif out.ok and args.record and e.manifest is not None and out.arch:
-            m = e.manifest
-            vo = m.validated_on
-            version = installed_sglang_version()
-            if version and version not in vo.sglang_versions:
-                vo.sglang_versions.append(version)
-            if out.arch not in vo.archs:
-                vo.archs.append(out.arch)
             gpu = (current().gpu or "") if out.arch.startswith("sm_") else ""
-            if gpu and vo.gpus and not any(same_gpu(gpu, g) for g in vo.gpus):
-                vo.gpus.append(gpu)  # measured here now: its guard serves on this model too
-            m.op_manifest_sha256 = out.op_manifest_sha256
-            if h is not None:
-                m.evidence.results.append(h)
-            write_patch_manifest(e.path, m)
-            print(f"  recorded: validated on SGLang {version} / {out.arch}" + (f" ({gpu})" if gpu else ""))
+            vo = e.manifest.validated_on
+            new_gpu = bool(gpu and vo.gpus and not any(same_gpu(gpu, g) for g in vo.gpus))
+            if slower and not new_gpu:
+                print(f"  not recorded: slower than the original on {len(slower)} shape(s) inside its guard")
+            else:
+                _record(e, out, h, gpu, new_gpu)
     return 1 if failed else 0
+
+
+def _record(e: Any, out: Any, h: Any, gpu: str, new_gpu: bool) -> None:
+    """``verify --record``'s write: validated here, the op pin moved, the harness result added to the evidence. On
+    a GPU model the patch was never measured on, its guard is derived again from every record at once, so that GPU
+    serves only where it won there (``GuardSpec.gpu_regions``): the guard it had was the other GPU's (the H100
+    decode-attention retune's, 2026-12-07), and a shape slower here must not ride on it."""
+    from astra_sglang.contract.patch import write_patch_manifest
+    from astra_sglang.patches.registry import installed_sglang_version
+    from astra_sglang.patches.tooling.add import rederive_guard
+    from astra_sglang.patches.tooling.guard import describe
+
+    m = e.manifest
+    vo = m.validated_on
+    version = installed_sglang_version()
+    if version and version not in vo.sglang_versions:
+        vo.sglang_versions.append(version)
+    if out.arch not in vo.archs:
+        vo.archs.append(out.arch)
+    if new_gpu:
+        vo.gpus.append(gpu)  # measured here now: its guard serves on this model too, where it won here
+    m.op_manifest_sha256 = out.op_manifest_sha256
+    if h is not None:
+        m.evidence.results.append(h)
+    write_patch_manifest(e.path, m)
+    print(f"  recorded: validated on SGLang {version} / {out.arch}" + (f" ({gpu})" if gpu else ""))
+    if new_gpu:
+        try:
+            updated, _ = rederive_guard(m.patch_id, [], root=e.path.parent.parent, write=True)
+        except AstraError as err:  # it won nowhere at all: recorded, and the guard it had stays (see below)
+            print(f"  guard not derived again: {err}")
+        else:
+            print(f"  guard derived again from every record, per GPU: {describe(updated.guard)}")
+        if m.source.retune:
+            print(f"  a rewrite stacked in front of {m.patch_id}: `patches guard REWRITE --behind {m.patch_id} "
+                  "--write` derives its guard there again")
 
 
 def cmd_status(args: argparse.Namespace) -> int:

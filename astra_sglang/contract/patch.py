@@ -22,6 +22,7 @@ from astra_sglang.contract.op import Manifest, hook_target
 from astra_sglang.contract.repin import RePin
 from astra_sglang.contract.result import EvalResult
 from astra_sglang.errors import AstraError
+from astra_sglang.platform_info import same_gpu
 
 SCHEMA_VERSION = 2
 MANIFEST_NAME = "manifest.json"
@@ -93,12 +94,33 @@ class GuardSpec(Model):
                     "of these boxes (empty: ``dims`` alone). One box cannot hold 'every H at T <= 256, and T = 512 "
                     "only at H = 14336'; `patches guard` derives them from per-shape measurements")
 
+    gpu_regions: dict[str, list[dict[str, DimRange]]] = Field(
+        default_factory=dict,
+        description="GPU model ('NVIDIA H200') -> the boxes where the patch won ON THAT GPU, when it was measured on "
+                    "more than one: on a GPU named here these replace ``regions`` (an empty list: it serves nothing "
+                    "there), and ``regions`` is then their union (what may serve somewhere: the first-call check "
+                    "covers it). One set of boxes for every GPU served a shape measured on the H100 only on the "
+                    "H200 too, and dropped a shape on both where one of them lost it")
+
+    @model_serializer(mode="wrap")
+    def _without_empty_gpu_regions(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """Written only when measured on several GPUs, so guards written before it keep their bytes."""
+        return drop_unset(handler(self), "gpu_regions")
+
     def accepts_dims(self, dims: dict[str, int]) -> bool:
         """The guard's dims rule alone (dtype, alignment and layout are the runtime's): a check-shape filter."""
         def inside(ranges: dict[str, DimRange]) -> bool:
             return all(name in dims and r.accepts(dims[name]) for name, r in ranges.items())
 
         return inside(self.dims) and (not self.regions or any(inside(box) for box in self.regions))
+
+    def on_gpu(self, gpu: str | None) -> GuardSpec | None:
+        """The guard as it serves on the GPU model ``gpu``: its own boxes where it was measured per GPU; None where
+        it won nothing on that GPU; itself where no GPU is named or none of ``gpu_regions`` is this one."""
+        boxes = next((b for g, b in self.gpu_regions.items() if gpu and same_gpu(g, gpu)), None)
+        if boxes is None:
+            return self if not self.gpu_regions else self.model_copy(update={"gpu_regions": {}})
+        return self.model_copy(update={"regions": boxes, "gpu_regions": {}}) if boxes else None
 
 
 class GuardRow(Model):
@@ -113,6 +135,12 @@ class GuardRow(Model):
     spread_pct: float = 0.0
     wins: bool = Field(description="faster beyond the spread: speedup - 1 > spread_pct / 100, not suspect")
     served: bool = Field(default=False, description="inside the derived guard: the patch serves this shape")
+    gpu: str | None = Field(default=None, description="the GPU model it was timed on ('NVIDIA H200'); wins count "
+                            "per GPU (``GuardSpec.gpu_regions``)")
+
+    @model_serializer(mode="wrap")
+    def _without_unset_gpu(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        return drop_unset(handler(self), "gpu")
 
 
 class ValidatedOn(Model):

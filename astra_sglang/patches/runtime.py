@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from astra_sglang.contract.op import Manifest, complete_dims, signature_names
-from astra_sglang.contract.patch import PatchManifest
+from astra_sglang.contract.patch import GuardSpec, PatchManifest
 from astra_sglang.errors import AstraError
 from astra_sglang.patches import status, status_file
 from astra_sglang.patches.adapters import OpAdapter, Prepared, get_adapter, make_guard
@@ -56,6 +56,10 @@ class PatchRuntime:
         interpret = manifest.source.kind == "triton" and os.environ.get("TRITON_INTERPRET") == "1"
         self.device_type = "cpu" if interpret else "cuda"
         self.guard = make_guard(manifest.guard, self.device_type)
+        # per hook (the retune it stands in front of, "" alone): [guard in front, guard alone], the whole guard's
+        # union until activation names the GPU, then that GPU's own boxes (_narrow; GuardSpec.gpu_regions)
+        self._served: dict[str, list[Callable[[Prepared], bool]]] = {}
+        self._gpu: tuple[str | None] | None = None  # (the GPU model,) once narrowed to it
         self.kernel: Callable[[dict[str, Any]], Any] | None = None
         self.originals: dict[str, Original] = {}
         self._lock = threading.Lock()
@@ -66,6 +70,25 @@ class PatchRuntime:
         ``guard_in_front`` entry, else its own."""
         spec = self.m.guard_in_front.get(inner)
         return self.guard if spec is None else make_guard(spec, self.device_type)
+
+    def _served_guards(self, inner: str) -> list[Callable[[Prepared], bool]]:
+        if inner not in self._served:
+            self._served[inner] = [self.guard_behind(inner), self.guard]
+            if self._gpu is not None:  # hooked after activation: this GPU's boxes at once
+                self._narrow(self._gpu[0])
+        return self._served[inner]
+
+    def _narrow(self, gpu: str | None) -> None:
+        """Each hook's guards cut to the boxes measured on this GPU model, in place (the hot path holds the lists).
+        Before activation a call is judged by the union, so that a call this GPU serves reaches the first-call
+        check; from then on a shape that won on another GPU only goes to SGLang's kernel here."""
+        def on(spec: GuardSpec) -> Callable[[Prepared], bool]:
+            here = spec.on_gpu(gpu)
+            return make_guard(here, self.device_type) if here is not None else _never
+
+        for inner, guards in self._served.items():
+            guards[:] = [on(self.m.guard_in_front.get(inner, self.m.guard)), on(self.m.guard)]
+        self._gpu = (gpu,)
 
     # ------------------------------------------------------------------------------------------- hot path
 
@@ -82,8 +105,7 @@ class PatchRuntime:
         st = self.status
         prepare = self.adapter.prepare
         launch = self.adapter.launch
-        front = self.guard_behind(behind)
-        alone = self.guard
+        guards = self._served_guards(behind)  # [front, alone]: narrowed to this GPU's boxes at activation
         # the guard in front holds only where the retune behind beat this patch: once the retune is out (measured
         # on another GPU, failed its check or build), SGLang's original stands behind, and this patch's own guard,
         # where it beat that original, serves (an H200 with `all`: the H100-measured retune stands aside, and the
@@ -112,8 +134,9 @@ class PatchRuntime:
                     p = None
                 if p is None and passthrough is not None and not stacked:  # another form: the next stand-in's
                     return passthrough(*args, **kwargs)
-                guard = front if inner is None or inner.state in ("active", "pending") else alone
-                if p is not None and live and guard(p) and (st.state == "active" or self._activate_on(p, original)):
+                pick = 0 if inner is None or inner.state in ("active", "pending") else 1
+                if p is not None and live and guards[pick](p) and (
+                        st.state == "active" or (self._activate_on(p, original) and guards[pick](p))):
                     try:
                         ret = launch(self.kernel, p)  # type: ignore[arg-type]
                     except Exception as e:
@@ -221,6 +244,7 @@ class PatchRuntime:
         if problem:
             self.fail(problem, "inapplicable")
             return False
+        self._narrow(here.gpu)
         from astra_sglang.patches.kernels import load_kernel
 
         try:
@@ -248,6 +272,11 @@ class PatchRuntime:
             raise ValueError("call outside the patch's guard")
         assert self.kernel is not None
         return self.adapter.launch(self.kernel, p)
+
+
+def _never(p: Prepared) -> bool:
+    """The guard on a GPU where the patch won nowhere it was measured."""
+    return False
 
 
 def _one_line(e: BaseException) -> str:

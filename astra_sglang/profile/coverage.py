@@ -38,16 +38,21 @@ class CoverageRow:
     why: str
 
 
-def _outside(guard: GuardSpec, dims: dict[str, int], dtype: str) -> str | None:
-    """Why ``guard`` does not take a call of these dims and dtype (None: it does)."""
+def _outside(spec: GuardSpec, dims: dict[str, int], dtype: str, gpu: str | None = None) -> str | None:
+    """Why ``spec`` does not take a call of these dims and dtype on ``gpu`` (None: it does): on a GPU it was
+    measured on among others, its boxes there (``GuardSpec.on_gpu``), as the plugin narrows it at activation."""
+    guard = spec.on_gpu(gpu)
+    if guard is None:
+        return f"won on none of its measured shapes on {gpu}"
+    on = f" on {gpu}" if gpu and spec.gpu_regions else ""
     if dtype not in guard.dtypes:
         return f"dtype {dtype} not in its guard ({', '.join(guard.dtypes)})"
     for name, r in guard.dims.items():
         if name in dims and not r.accepts(dims[name]):
             return f"{name}={dims[name]} outside its guard's {name} {r.min}..{r.max if r.max is not None else ''}"
     if guard.regions and not guard.accepts_dims(dims):
-        return (f"in none of its {len(guard.regions)} measured region(s) (it serves only shapes where it was timed "
-                "faster)")
+        return (f"in none of its {len(guard.regions)} measured region(s){on} (it serves only shapes where it was "
+                "timed faster)")
     return None
 
 
@@ -73,7 +78,7 @@ def _op_rows(phase: str, batch: int, op: str, dims: dict[str, int], dtype: str, 
         guard, front = m.guard, ""
         if not m.source.retune and behind and behind in m.guard_in_front:
             guard, front = m.guard_in_front[behind], f" (its guard in front of {behind})"
-        why = _stand_aside(m, gpu) or _outside(guard, dims, dtype)
+        why = _stand_aside(m, gpu) or _outside(guard, dims, dtype, gpu)
         if why is None and taken_by:
             why = f"{taken_by} serves it, standing in front"
         if why is None:

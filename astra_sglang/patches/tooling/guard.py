@@ -12,7 +12,9 @@ held-out shapes) decide instead:
 - the other dims are pinned to the measured values, and two measured values are joined into one range only when
   their runs are identical and no measured value lies between them: the patch serves between two measured
   points that agree, and nowhere beyond the measured ends;
-- dtypes: those measured.
+- dtypes: those measured;
+- per GPU model: rows timed on several GPU models are judged per model (``GuardSpec.gpu_regions``), since an H100
+  and an H200 (both sm_90) win on different shapes; ``regions`` is then the union.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from astra_sglang.contract.op import Manifest
 from astra_sglang.contract.patch import DimRange, GuardRow, GuardSpec
 from astra_sglang.contract.result import EvalResult
 from astra_sglang.errors import AstraError
+from astra_sglang.platform_info import gpu_of_text
 
 Point = tuple[int, ...]
 
@@ -80,7 +83,8 @@ def measured_rows(results: Iterable[EvalResult]) -> list[GuardRow]:
             wins = speedup is not None and s.verdict != "suspect" and (speedup - 1.0) * 100.0 > s.spread_pct
             rows.append(GuardRow(dims=dict(s.dims), dtype=s.dtype, served_by=s.served_by,
                                  served_us=s.served_us if s.served_us is not None else s.original_us,
-                                 candidate_us=s.candidate_us, speedup=speedup, spread_pct=s.spread_pct, wins=wins))
+                                 candidate_us=s.candidate_us, speedup=speedup, spread_pct=s.spread_pct, wins=wins,
+                                 gpu=gpu_of_text(r.device)))
     return rows
 
 
@@ -102,8 +106,9 @@ def rows_behind(results: Iterable[EvalResult], inner: Iterable[EvalResult], inne
             mine = next((s for d, s in timed_inner if same_gpu_text(d, r.device) and s.dtype == row.dtype
                          and dict(s.dims) == row.dims), None)
             theirs = None if mine is None else (mine.served_speedup if mine.served_speedup is not None else mine.speedup)
-            if (theirs is None or mine is None or mine.verdict == "suspect" or row.speedup is None
-                    or row.dtype not in inner_guard.dtypes or not inner_guard.accepts_dims(row.dims)):
+            inner_here = inner_guard.on_gpu(row.gpu)  # where the retune serves on the GPU of this row
+            if (theirs is None or mine is None or mine.verdict == "suspect" or row.speedup is None or inner_here is None
+                    or row.dtype not in inner_here.dtypes or not inner_here.accepts_dims(row.dims)):
                 rows.append(row)
                 continue
             spread = max(row.spread_pct, mine.spread_pct)
@@ -118,16 +123,48 @@ def rows_behind(results: Iterable[EvalResult], inner: Iterable[EvalResult], inne
 def derive_guard(base: GuardSpec, rows: list[GuardRow]) -> tuple[GuardSpec, list[GuardRow]]:
     """``base`` (the adapter's widest guard) narrowed to the winning regions of ``rows``; the rows marked served.
 
-    AstraError when nothing won: a patch that beats SGLang nowhere it was measured must not be registered."""
+    Rows timed on more than one GPU model are judged per GPU (``gpu_regions``): a shape serves on a GPU where it
+    won there, and ``regions`` is the union. AstraError when nothing won anywhere: a patch that beats SGLang nowhere
+    it was measured must not be registered."""
     names = list(base.dims)
-    row_dim, others = names[0], names[1:]
     dtypes = [d for d in base.dtypes if any(r.dtype == d for r in rows)]
     inside = [r for r in rows if r.dtype in dtypes and set(names) <= set(r.dims)
               and all(base.dims[n].accepts(r.dims[n]) for n in names)]
-    wins: dict[Point, bool] = {}
+    per_gpu: dict[str | None, dict[Point, bool]] = {}
     for r in inside:
         p = tuple(r.dims[n] for n in names)
+        wins = per_gpu.setdefault(r.gpu, {})
         wins[p] = wins.get(p, True) and r.wins
+    gpus = [g for g in per_gpu if g is not None]
+    if len(gpus) < 2:  # one GPU (or none named): every row is judged together, as before per-GPU guards
+        union: dict[Point, bool] = {}
+        for wins in per_gpu.values():
+            for p, w in wins.items():
+                union[p] = union.get(p, True) and w
+        gpu_regions: dict[str, list[dict[str, DimRange]]] = {}
+    else:  # a shape may serve wherever some GPU won it; each GPU serves only its own wins (GuardSpec.on_gpu)
+        union = {}
+        for wins in per_gpu.values():
+            for p, w in wins.items():
+                union[p] = union.get(p, False) or w
+        gpu_regions = {g: _regions(base, per_gpu[g]) for g in sorted(gpus)}
+    regions = _regions(base, union)
+    if not regions:
+        raise AstraError(f"the patch beat what SGLang serves beyond the spread on none of the {len(union)} measured "
+                         "shape(s) inside its adapter's guard: nothing to serve")
+    guard = base.model_copy(update={"dtypes": dtypes, "regions": regions, "gpu_regions": gpu_regions})
+
+    def served(r: GuardRow) -> bool:
+        here = guard.on_gpu(r.gpu)
+        return here is not None and r.dtype in dtypes and here.accepts_dims(r.dims)
+
+    return guard, [r.model_copy(update={"served": served(r)}) for r in rows]
+
+
+def _regions(base: GuardSpec, wins: dict[Point, bool]) -> list[dict[str, DimRange]]:
+    """The boxes of ``wins`` (measured points -> won): runs along the row dim, joined along the others."""
+    names = list(base.dims)
+    row_dim, others = names[0], names[1:]
     boxes: list[dict[str, tuple[int, int]]] = []
     for key in sorted({p[1:] for p in wins}):
         line = sorted(p for p in wins if p[1:] == key)
@@ -138,16 +175,10 @@ def derive_guard(base: GuardSpec, rows: list[GuardRow]) -> tuple[GuardSpec, list
             elif runs[-1]:
                 runs.append([])
         boxes += [{row_dim: (run[0], run[-1]), **{n: (v, v) for n, v in zip(others, key)}} for run in runs if run]
-    if not boxes:
-        raise AstraError(f"the patch beat what SGLang serves beyond the spread on none of the {len(wins)} measured "
-                         "shape(s) inside its adapter's guard: nothing to serve")
     for i, name in enumerate(others, start=1):
         boxes = _join_along(boxes, name, i, names, wins)
-    regions = [{n: DimRange(min=lo, max=hi, multiple_of=base.dims[n].multiple_of) for n, (lo, hi) in box.items()}
-               for box in boxes]
-    guard = base.model_copy(update={"dtypes": dtypes, "regions": regions})
-    marked = [r.model_copy(update={"served": r.dtype in dtypes and guard.accepts_dims(r.dims)}) for r in rows]
-    return guard, marked
+    return [{n: DimRange(min=lo, max=hi, multiple_of=base.dims[n].multiple_of) for n, (lo, hi) in box.items()}
+            for box in boxes]
 
 
 def _join_along(boxes: list[dict[str, tuple[int, int]]], name: str, index: int, names: list[str],
@@ -179,12 +210,13 @@ def _join_along(boxes: list[dict[str, tuple[int, int]]], name: str, index: int, 
 def guard_table_lines(rows: list[GuardRow]) -> list[str]:
     """The evidence table as text, one measured shape a line (the CLI prints it; the manifest keeps the rows)."""
     out = []
-    for r in sorted(rows, key=lambda r: (r.dtype, sorted(r.dims.items()))):
+    for r in sorted(rows, key=lambda r: (r.dtype, sorted(r.dims.items()), r.gpu or "")):
         dims = " ".join(f"{k}={v}" for k, v in r.dims.items())
         speed = f"{r.speedup:.3f}x" if r.speedup is not None else "-"
         us = (f"{r.served_us:.2f} -> {r.candidate_us:.2f} us" if r.served_us is not None and r.candidate_us is not None
               else "")
-        out.append(f"{dims} {r.dtype}: {speed} vs {r.served_by or 'original'} ({us}, spread {r.spread_pct:.1f}%) "
+        on = f" on {r.gpu}" if r.gpu else ""
+        out.append(f"{dims} {r.dtype}{on}: {speed} vs {r.served_by or 'original'} ({us}, spread {r.spread_pct:.1f}%) "
                    f"{'wins' if r.wins else 'no win'}; {'SERVED' if r.served else (r.served_by or 'original') + ' serves'}")
     return out
 
@@ -194,6 +226,8 @@ def describe(guard: GuardSpec) -> str:
     def rng(r: DimRange) -> str:
         return str(r.min) if r.max == r.min else f"{r.min}..{r.max if r.max is not None else 'inf'}"
 
-    boxes = guard.regions or [guard.dims]
-    return f"{'/'.join(guard.dtypes)}: " + " or ".join(
-        "(" + ", ".join(f"{n} {rng(r)}" for n, r in box.items()) + ")" for box in boxes)
+    def text(boxes: list[dict[str, DimRange]]) -> str:
+        return " or ".join("(" + ", ".join(f"{n} {rng(r)}" for n, r in box.items()) + ")" for box in boxes)
+
+    line = f"{'/'.join(guard.dtypes)}: " + text(guard.regions or [guard.dims])
+    return line + "".join(f"; on {g}: " + (text(b) if b else "nothing") for g, b in guard.gpu_regions.items())
