@@ -227,14 +227,17 @@ def test_the_guard_in_front_of_a_retune_leaves_it_the_shapes_where_it_beat_the_r
     assert refused.returncode != 0 and "Traceback" not in refused.stderr
 
 
-def test_a_record_on_a_new_gpu_is_kept_and_that_gpu_serves_only_where_it_won_there(tmp_path: Path, capsys) -> None:
-    """`patches verify sglang-retuned-da --record` on an H200, the H100-measured retune slower there at LLaMA's
-    B 128: before, the record was refused ("slower inside its guard", the H100's guard), so the H200 never got a
-    guard of its own and the retune stood aside there for good. Now it is recorded, the H200 is added, and the guard
-    is derived again per GPU: the H200 serves only where it won on the H200, the H100 keeps its boxes. The H200
-    times are SYNTHETIC (the shipped H100 record with its speedups rewritten)."""
+@pytest.mark.parametrize("gpu", ["NVIDIA H200", "NVIDIA H100 80GB HBM3"])
+def test_a_slower_record_is_kept_and_the_guard_serves_only_where_it_won_on_that_gpu(tmp_path: Path, capsys,
+                                                                                   monkeypatch, gpu: str) -> None:
+    """`patches verify sglang-retuned-da --record`, the H100-measured retune slower at LLaMA's B 128. On an H200
+    (a GPU new to it) the record was refused before ("slower inside its guard": the H100's), so the H200 never got
+    a guard of its own; on the H100 the refusal left the patch pinned to its older records. Now the record is kept
+    and the guard derived again per GPU: the recorded GPU serves only where it won in every record there, the other
+    keeps its boxes. The times are SYNTHETIC (the shipped H100 record with its speedups rewritten)."""
     from types import SimpleNamespace
 
+    from astra_sglang import platform_info
     from astra_sglang.cli.patches_cmd import _record
     from astra_sglang.patches.registry import find
     from astra_sglang.patches.tooling.verify import slower_shapes
@@ -249,22 +252,24 @@ def test_a_record_on_a_new_gpu_is_kept_and_that_gpu_serves_only_where_it_won_the
     b = {"NK": 8, "G": 4, "D": 128, "MS": 8, "P": 1}
     assert h100_guard.accepts_dims({"B": 128, **b}) and h100_guard.accepts_dims({"B": 1, **b})
 
-    def on_h200(s):
+    def slower_at_128(s):
         sp = 1.5 if s.dims["B"] == 1 else 0.9
         return s.model_copy(update={"speedup": sp, "candidate_us": s.original_us / sp,
                                     "verdict": "faster" if sp > 1 else "slower"})
 
-    h = rec.model_copy(update={"device": "NVIDIA H200 (sm_90)", "timing": rec.timing.model_copy(update={
-        "shapes": [on_h200(s) for s in rec.timing.shapes]})})
-    slower = slower_shapes(shipped, h)
-    assert slower is not None and slower[0]  # slower inside the guard it has: the old rule refused the record
-    out = SimpleNamespace(arch="sm_90", op_manifest_sha256=shipped.op_manifest_sha256)
-    _record(e, out, h, "NVIDIA H200", True)
+    h = rec.model_copy(update={"device": f"{gpu} (sm_90)", "timing": rec.timing.model_copy(update={
+        "shapes": [slower_at_128(s) for s in rec.timing.shapes]})})
+    split = slower_shapes(shipped, h)
+    assert split is not None and split[0]  # slower inside the guard it has: the old rule refused the record
+    monkeypatch.setattr(platform_info, "current", lambda: platform_info.Platform("sm_90", gpu))
+    _record(e, SimpleNamespace(arch="sm_90", op_manifest_sha256=shipped.op_manifest_sha256), h, split[0])
     after = load_patch_manifest(e.path)
-    assert "NVIDIA H200" in after.validated_on.gpus and after.evidence.results[-1].device == h.device
-    g200, g100 = after.guard.on_gpu("NVIDIA H200"), after.guard.on_gpu("NVIDIA H100 80GB HBM3")
-    assert g200 is not None and g100 is not None
-    assert g200.accepts_dims({"B": 1, **b}) and not g200.accepts_dims({"B": 128, **b})
-    assert g100.accepts_dims({"B": 128, **b}) and g100.regions == h100_guard.regions
+    assert gpu in after.validated_on.gpus and after.evidence.results[-1].device == h.device
+    here = after.guard.on_gpu(gpu)
+    assert here is not None and here.accepts_dims({"B": 1, **b}) and not here.accepts_dims({"B": 128, **b})
+    if gpu == "NVIDIA H200":  # the H100 keeps what it won there
+        g100 = after.guard.on_gpu("NVIDIA H100 80GB HBM3")
+        assert g100 is not None and g100.regions == h100_guard.regions
+    assert after.check_shapes and all(after.guard.accepts_dims(c) for c in after.check_shapes)
     said = capsys.readouterr().out
     assert "guard derived again from every record, per GPU" in said and "--behind sglang-retuned-da" in said

@@ -29,8 +29,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="harness shape set to check and time; 'test' = tiny shapes for CPU runs")
     v.add_argument("--no-harness", action="store_true", help="only the plugin's own check, no harness run")
     v.add_argument("--record", action="store_true",
-                   help="on success, add this SGLang version and arch to the manifest's validated_on "
-                        "(and the harness result to its evidence)")
+                   help="on success, add this SGLang version, arch and GPU model to the manifest's validated_on "
+                        "and the harness result to its evidence; where it was slower inside its guard, or the GPU "
+                        "is new to it, its guard is derived again from every record, per GPU (default: off)")
     v.set_defaults(handler=cmd_verify)
     st = sub.add_parser("status", help="what a running server's processes patched: states, calls, fallbacks")
     st.add_argument("--dir", type=Path, help="a status folder (default: $ASTRA_SGLANG_STATUS_DIR or the cache's); "
@@ -275,7 +276,6 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
     from astra_sglang.patches.registry import discover, find
     from astra_sglang.patches.tooling.verify import slower_shapes, verify_entry
-    from astra_sglang.platform_info import current, same_gpu
 
     def progress(line: str) -> None:  # stderr: a check can take minutes; stdout keeps only the verdicts
         print(line, file=sys.stderr, flush=True)
@@ -311,28 +311,27 @@ def cmd_verify(args: argparse.Namespace) -> int:
                 "this patch is no harness candidate (see above), so verify cannot record it; "
                 f"`pytest tests/test_acceptance_gpu.py -k {e.patch_id}` times it on the GPU host"))
         elif out.ok and args.record and e.manifest is not None and out.arch:
-            gpu = (current().gpu or "") if out.arch.startswith("sm_") else ""
-            vo = e.manifest.validated_on
-            new_gpu = bool(gpu and vo.gpus and not any(same_gpu(gpu, g) for g in vo.gpus))
-            if slower and not new_gpu:
-                print(f"  not recorded: slower than the original on {len(slower)} shape(s) inside its guard")
-            else:
-                _record(e, out, h, gpu, new_gpu)
+            _record(e, out, h, slower or [])
     return 1 if failed else 0
 
 
-def _record(e: Any, out: Any, h: Any, gpu: str, new_gpu: bool) -> None:
-    """``verify --record``'s write: validated here, the op pin moved, the harness result added to the evidence. On
-    a GPU model the patch was never measured on, its guard is derived again from every record at once, so that GPU
-    serves only where it won there (``GuardSpec.gpu_regions``): the guard it had was the other GPU's (the H100
-    decode-attention retune's, 2026-12-07), and a shape slower here must not ride on it."""
+def _record(e: Any, out: Any, h: Any, slower: list[Any]) -> None:
+    """``verify --record``'s write: validated here, the op pin moved, the harness result added to the evidence.
+    Where the record is slower inside the guard the patch has on this GPU, or the GPU model is one it was never
+    measured on, the guard is derived again from every record at once (per GPU: ``GuardSpec.gpu_regions``), so it
+    serves only where it won there. Before, such a record was refused: the H100-measured decode-attention retune
+    could never get an H200 guard of its own (its H100 guard rode on the H200 or nothing did), and a rewrite whose
+    H200 boxes took a shape its new record lost kept serving it. Refused only where no guard can be derived."""
     from astra_sglang.contract.patch import write_patch_manifest
     from astra_sglang.patches.registry import installed_sglang_version
-    from astra_sglang.patches.tooling.add import rederive_guard
+    from astra_sglang.patches.tooling.add import guard_from_records
     from astra_sglang.patches.tooling.guard import describe
+    from astra_sglang.platform_info import current, same_gpu
 
-    m = e.manifest
+    m = e.manifest.model_copy(deep=True)
     vo = m.validated_on
+    gpu = (current().gpu or "") if out.arch.startswith("sm_") else ""
+    new_gpu = bool(gpu and vo.gpus and not any(same_gpu(gpu, g) for g in vo.gpus))
     version = installed_sglang_version()
     if version and version not in vo.sglang_versions:
         vo.sglang_versions.append(version)
@@ -343,15 +342,23 @@ def _record(e: Any, out: Any, h: Any, gpu: str, new_gpu: bool) -> None:
     m.op_manifest_sha256 = out.op_manifest_sha256
     if h is not None:
         m.evidence.results.append(h)
-    write_patch_manifest(e.path, m)
-    print(f"  recorded: validated on SGLang {version} / {out.arch}" + (f" ({gpu})" if gpu else ""))
-    if new_gpu:
+    derived = ""
+    if slower or new_gpu:
         try:
-            updated, _ = rederive_guard(m.patch_id, [], root=e.path.parent.parent, write=True)
-        except AstraError as err:  # it won nowhere at all: recorded, and the guard it had stays (see below)
+            m, _ = guard_from_records(m, m.evidence.results)
+        except AstraError as err:
+            if slower and not new_gpu:
+                print(f"  not recorded: slower than the original on {len(slower)} shape(s) inside its guard, and "
+                      f"no guard derives from its records ({err})")
+                return
             print(f"  guard not derived again: {err}")
         else:
-            print(f"  guard derived again from every record, per GPU: {describe(updated.guard)}")
+            derived = describe(m.guard)
+    write_patch_manifest(e.path, m)
+    print(f"  recorded: validated on SGLang {version} / {out.arch}" + (f" ({gpu})" if gpu else ""))
+    if derived:
+        why = f"slower on {len(slower)} shape(s) inside its guard" if slower else f"a GPU new to it ({gpu})"
+        print(f"  guard derived again from every record, per GPU ({why}): {derived}")
         if m.source.retune:
             print(f"  a rewrite stacked in front of {m.patch_id}: `patches guard REWRITE --behind {m.patch_id} "
                   "--write` derives its guard there again")

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Run ON THE GPU from the repository root, with carry [".srv", "extracted", ".whl"]: after a contract revision that
 # the GPU has already validated (revalidate.sh), in ONE call: `patches verify PATCH_ID --record --shapes paper`
-# (moves the patch's manifest pin when it is correct and slower nowhere its guard serves), then profile_ab.sh with
+# (moves the patch's manifest pin when it is correct; where it was slower inside its guard, or the GPU is new
+# to it, its guard is derived again, per GPU), then profile_ab.sh with
 # that recorded manifest. ASTRA_SGLANG_PATCHES_DIR=$PWD/patches makes the servers read the tree's patches (the
 # recorded one), and check_wheel.py then leaves the wheel's own patch copies out of its comparison, so the wheel
 # built before the record still passes. Copy $OUT/manifest.recorded.json back into patches/ by hand.

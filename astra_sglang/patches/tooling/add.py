@@ -366,7 +366,6 @@ def rederive_guard(patch_id: str, evidence_paths: list[Path], *, root: Path | No
     same op; the guard derived is the one for standing in front of it (``guard_in_front``, ``rows_behind``), and
     the patch's own guard, for standing alone, is left as it is."""
     from astra_sglang.contract.patch import load_patch_manifest
-    from astra_sglang.patches.adapters import get_adapter
     from astra_sglang.patches.registry import find
 
     entry = find(patch_id, root)
@@ -376,18 +375,25 @@ def rederive_guard(patch_id: str, evidence_paths: list[Path], *, root: Path | No
     results = [*m.evidence.results, *(r for r in new if r.model_dump_json() not in known)]
     if behind is not None:
         return _guard_in_front(entry.path, m, results, behind, root, write)
-    ad = get_adapter(m.op)
-    guard, table = derive_guard(default_guard(m.op), measured_rows(results))
-    note = f"guard derived from {len(table)} measured shape(s) (`patches guard`): {describe(guard)}"
-    notes = [n for n in m.evidence.notes if not n.startswith("guard derived from")] + [note]
-    updated = m.model_copy(update={
-        "guard": guard,
-        "check_shapes": covered_check_shapes(ad.default_check_shapes(), guard),
-        "evidence": m.evidence.model_copy(update={"results": results, "notes": notes, "guard_table": table}),
-    })
+    updated, table = guard_from_records(m, results)
     if write:
         write_patch_manifest(entry.path, updated)
     return updated, table
+
+
+def guard_from_records(m: PatchManifest, results: list[EvalResult]) -> tuple[PatchManifest, list[GuardRow]]:
+    """``m`` with ``results`` as its evidence, its guard derived from them (per GPU) and its check shapes moved
+    inside it; AstraError where it won nowhere. ``patches guard`` and ``patches verify --record`` share it."""
+    from astra_sglang.patches.adapters import get_adapter
+
+    guard, table = derive_guard(default_guard(m.op), measured_rows(results))
+    note = f"guard derived from {len(table)} measured shape(s) (`patches guard`): {describe(guard)}"
+    notes = [n for n in m.evidence.notes if not n.startswith("guard derived from")] + [note]
+    return m.model_copy(update={
+        "guard": guard,
+        "check_shapes": covered_check_shapes(get_adapter(m.op).default_check_shapes(), guard),
+        "evidence": m.evidence.model_copy(update={"results": results, "notes": notes, "guard_table": table}),
+    }), table
 
 
 def _guard_in_front(path: Path, m: PatchManifest, results: list[EvalResult], behind: str, root: Path | None,
