@@ -203,3 +203,23 @@ def test_a_retune_that_does_not_import_leaves_no_patch_folder(root, tmp_path, re
     monkeypatch.undo()
     monkeypatch.setenv("ASTRA_SGLANG_PATCHES_DIR", str(root))
     assert main(["patches", "add-retune", "merge_state", "--sweep", sweep, "--id", "rt-x"]) == 0
+
+
+def test_two_add_retunes_of_one_id_never_delete_each_others_import_probe(root, tmp_path, restored_op):
+    """Each `add-retune` imports its retuned source from a file in the user cache before registering. The file was
+    named by the patch id alone, so a second process adding the same id (parallel tests) had it deleted under it
+    mid-import: "add-rt-merge.py does not import: ... does not exist" (2026-12-07). The other process's file, here
+    a stand-in at the old name, must survive this one's add."""
+    restored_op("merge_state")
+    from astra_sglang.data_paths import user_cache
+
+    other = user_cache() / "retuned" / "add-rt-probe.py"
+    other.parent.mkdir(parents=True, exist_ok=True)
+    other.write_text("# another process's probe, mid-import\n")
+    try:
+        assert main(["patches", "add-retune", "merge_state", "--sweep", str(_write(tmp_path, _scripted_sweep())),
+                     "--id", "rt-probe"]) == 0
+        assert other.read_text() == "# another process's probe, mid-import\n"
+    finally:
+        other.unlink(missing_ok=True)
+    assert not list(other.parent.glob("add-rt-probe-*.py"))  # its own probe is gone

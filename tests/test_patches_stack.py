@@ -295,9 +295,6 @@ def test_in_front_of_a_retune_that_stands_aside_a_rewrite_serves_its_own_guard(
     out, the rewrite's own guard (where it beat that original) must decide."""
     torch = interpreted_merge_state
     from astra_sglang.contract.patch import load_patch_manifest, write_patch_manifest
-    from astra_sglang.patches import install, status
-    from astra_sglang.patches.registry import discover
-    from astra_sglang.patches.tooling.devcheck import extracted_original
 
     _front_leaving_rewrite(root, tmp_path)
     retune = root / "merge_state" / "rt-merge"
@@ -307,17 +304,7 @@ def test_in_front_of_a_retune_that_stands_aside_a_rewrite_serves_its_own_guard(
     r.guard.regions.append(box)  # its guard takes the rewrite's shape, as the retune's B 1..256 takes LLaMA's B 128
     assert r.guard.accepts_dims(REWRITE)
     write_patch_manifest(retune, r)
-    original = extracted_original(discover()[0])
-    monkeypatch.setattr(install, "resolve_target", lambda target: original)
-    status.reset()
-    hooked: dict[str, Any] = {}
-    install.install_selected(lambda target, orig, hook: hooked.__setitem__(target, hook))
-    (hook,) = hooked.values()
-    for _ in range(3):
-        args = _args(torch, REWRITE)
-        out, _ = hook(*args)
-        assert torch.allclose(out.float(), original(*args)[0].float(), atol=2e-2, rtol=2e-2)
-    s = status.statuses()
+    s = _serve_rewrite_shape_thrice(torch, monkeypatch)
     assert s["rt-merge"].state == "inapplicable", s["rt-merge"].reason
     # the first call went to the retune (still pending), which stood aside; from then on the rewrite serves
     assert (s["merge-state-mr-k1"].served_by_patch, s["merge-state-mr-k1"].passed_on) == (2, 1)
@@ -333,9 +320,7 @@ def test_a_patch_measured_on_two_gpus_serves_on_each_only_where_it_won_there(
     from types import SimpleNamespace
 
     from astra_sglang.contract.patch import DimRange, load_patch_manifest, write_patch_manifest
-    from astra_sglang.patches import install, runtime, status
-    from astra_sglang.patches.registry import discover
-    from astra_sglang.patches.tooling.devcheck import extracted_original
+    from astra_sglang.patches import runtime
     from astra_sglang.platform_info import CPU_INTERPRET_ARCH
 
     monkeypatch.setenv("ASTRA_SGLANG_PATCHES", "merge-state-mr-k1")
@@ -350,6 +335,18 @@ def test_a_patch_measured_on_two_gpus_serves_on_each_only_where_it_won_there(
     assert load_patch_manifest(d).guard.gpu_regions == m.guard.gpu_regions  # written and read back
     monkeypatch.setattr(runtime, "of_device", lambda device: SimpleNamespace(arch=CPU_INTERPRET_ARCH, gpu=gpu,
                                                                               build_target=None))
+    s = _serve_rewrite_shape_thrice(torch, monkeypatch)["merge-state-mr-k1"]
+    assert s.state == "active", s.reason  # checked on either GPU: the check covers the union
+    assert (s.served_by_patch, s.served_by_original) == (served, 3 - served)
+
+
+def _serve_rewrite_shape_thrice(torch: Any, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    """Install the selected patches on merge_state's real original, call the stand-in three times at REWRITE
+    (each result checked against the original), and return the patch states."""
+    from astra_sglang.patches import install, status
+    from astra_sglang.patches.registry import discover
+    from astra_sglang.patches.tooling.devcheck import extracted_original
+
     original = extracted_original(discover()[0])
     monkeypatch.setattr(install, "resolve_target", lambda target: original)
     status.reset()
@@ -360,6 +357,4 @@ def test_a_patch_measured_on_two_gpus_serves_on_each_only_where_it_won_there(
         args = _args(torch, REWRITE)
         out, _ = hook(*args)
         assert torch.allclose(out.float(), original(*args)[0].float(), atol=2e-2, rtol=2e-2)
-    s = status.statuses()["merge-state-mr-k1"]
-    assert s.state == "active", s.reason  # checked on either GPU: the check covers the union
-    assert (s.served_by_patch, s.served_by_original) == (served, 3 - served)
+    return status.statuses()

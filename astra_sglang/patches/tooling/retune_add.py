@@ -11,6 +11,7 @@ patch: pinned, version and arch gated, checked against the original at its first
 from __future__ import annotations
 
 import math
+import os
 from pathlib import Path
 
 from astra_sglang.contract.base import write_atomic
@@ -144,7 +145,9 @@ def add_retune(op: str, sweep_path: Path, *, patch_id: str, root: Path | None = 
     text = retuned_text(full, op_manifest, recipe)  # refuses a recipe SGLang's launch no longer matches
     ad = get_adapter(op)
     guard, marked = derive_guard(guard_default(ad, op_manifest), guard_rows)
-    probe = user_cache() / "retuned" / f"add-{patch_id}.py"
+    # this process's own file: two `add-retune`s of one id (parallel tests, two shells) shared one name, and the
+    # first to finish deleted the file the other was importing ("add-rt-merge.py does not exist", 2026-12-07)
+    probe = user_cache() / "retuned" / f"add-{patch_id}-{os.getpid()}.py"
     probe.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(probe, text)
     try:  # before the folder exists: a retune that cannot import leaves nothing half-registered
