@@ -323,15 +323,15 @@ def _record(e: Any, out: Any, h: Any, slower: list[Any]) -> None:
     could never get an H200 guard of its own (its H100 guard rode on the H200 or nothing did), and a rewrite whose
     H200 boxes took a shape its new record lost kept serving it. Refused only where no guard can be derived."""
     from astra_sglang.contract.patch import write_patch_manifest
-    from astra_sglang.patches.registry import installed_sglang_version
+    from astra_sglang.patches.registry import gpu_problem, installed_sglang_version
     from astra_sglang.patches.tooling.add import guard_from_records
     from astra_sglang.patches.tooling.guard import describe
-    from astra_sglang.platform_info import current, same_gpu
+    from astra_sglang.platform_info import current
 
     m = e.manifest.model_copy(deep=True)
     vo = m.validated_on
     gpu = (current().gpu or "") if out.arch.startswith("sm_") else ""
-    new_gpu = bool(gpu and vo.gpus and not any(same_gpu(gpu, g) for g in vo.gpus))
+    new_gpu = bool(gpu) and gpu_problem(m, gpu) is not None  # the GPU gate would have stood it aside here
     version = installed_sglang_version()
     if version and version not in vo.sglang_versions:
         vo.sglang_versions.append(version)

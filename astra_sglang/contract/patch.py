@@ -122,6 +122,11 @@ class GuardSpec(Model):
             return self if not self.gpu_regions else self.model_copy(update={"gpu_regions": {}})
         return self.model_copy(update={"regions": boxes, "gpu_regions": {}}) if boxes else None
 
+    def takes(self, dims: dict[str, int], dtype: str, gpu: str | None) -> bool:
+        """Whether the guard serves a call of these dims and dtype on the GPU model ``gpu`` (its boxes there)."""
+        here = self.on_gpu(gpu)
+        return here is not None and dtype in here.dtypes and here.accepts_dims(dims)
+
 
 class GuardRow(Model):
     """One measured shape behind a derived guard: the patch against what SGLang serves there."""

@@ -414,11 +414,8 @@ def _guard_in_front(path: Path, m: PatchManifest, results: list[EvalResult], beh
                          f"guard: `patches verify {behind} --record` on that GPU first")
     # a shape outside the patch's own guard (on the GPU the row was timed on) is a loss here too, so no run of wins
     # is joined across it
-    def own(r: GuardRow) -> bool:
-        here = m.guard.on_gpu(r.gpu)
-        return here is not None and here.accepts_dims(r.dims)
-
-    guard, table = derive_guard(m.guard, [r if own(r) else r.model_copy(update={"wins": False}) for r in rows])
+    guard, table = derive_guard(m.guard, [r if m.guard.takes(r.dims, r.dtype, r.gpu)
+                                          else r.model_copy(update={"wins": False}) for r in rows])
     lost = [r for r in table if r.served_by == behind and not r.wins]
     note = (f"guard in front of {behind} derived from {len(table)} measured shape(s) (`patches guard --behind`): "
             f"{describe(guard)}; left to {behind}: "

@@ -106,9 +106,8 @@ def rows_behind(results: Iterable[EvalResult], inner: Iterable[EvalResult], inne
             mine = next((s for d, s in timed_inner if same_gpu_text(d, r.device) and s.dtype == row.dtype
                          and dict(s.dims) == row.dims), None)
             theirs = None if mine is None else (mine.served_speedup if mine.served_speedup is not None else mine.speedup)
-            inner_here = inner_guard.on_gpu(row.gpu)  # where the retune serves on the GPU of this row
-            if (theirs is None or mine is None or mine.verdict == "suspect" or row.speedup is None or inner_here is None
-                    or row.dtype not in inner_here.dtypes or not inner_here.accepts_dims(row.dims)):
+            if (theirs is None or mine is None or mine.verdict == "suspect" or row.speedup is None
+                    or not inner_guard.takes(row.dims, row.dtype, row.gpu)):  # the retune serves it on that GPU
                 rows.append(row)
                 continue
             spread = max(row.spread_pct, mine.spread_pct)
@@ -135,30 +134,18 @@ def derive_guard(base: GuardSpec, rows: list[GuardRow]) -> tuple[GuardSpec, list
         p = tuple(r.dims[n] for n in names)
         wins = per_gpu.setdefault(r.gpu, {})
         wins[p] = wins.get(p, True) and r.wins
-    gpus = [g for g in per_gpu if g is not None]
-    if len(gpus) < 2:  # one GPU (or none named): every row is judged together, as before per-GPU guards
-        union: dict[Point, bool] = {}
-        for wins in per_gpu.values():
-            for p, w in wins.items():
-                union[p] = union.get(p, True) and w
-        gpu_regions: dict[str, list[dict[str, DimRange]]] = {}
-    else:  # a shape may serve wherever some GPU won it; each GPU serves only its own wins (GuardSpec.on_gpu)
-        union = {}
-        for wins in per_gpu.values():
-            for p, w in wins.items():
-                union[p] = union.get(p, False) or w
-        gpu_regions = {g: _regions(base, per_gpu[g]) for g in sorted(gpus)}
+    gpus = sorted(g for g in per_gpu if g is not None)
+    # one GPU (or none named): every row is judged together, as before per-GPU guards; several: a shape may serve
+    # wherever some GPU won it, and each GPU serves only its own wins (GuardSpec.on_gpu)
+    judge = all if len(gpus) < 2 else any
+    union = {p: judge(w[p] for w in per_gpu.values() if p in w) for w in per_gpu.values() for p in w}
+    gpu_regions = {g: _regions(base, per_gpu[g]) for g in gpus} if len(gpus) > 1 else {}
     regions = _regions(base, union)
     if not regions:
         raise AstraError(f"the patch beat what SGLang serves beyond the spread on none of the {len(union)} measured "
                          "shape(s) inside its adapter's guard: nothing to serve")
     guard = base.model_copy(update={"dtypes": dtypes, "regions": regions, "gpu_regions": gpu_regions})
-
-    def served(r: GuardRow) -> bool:
-        here = guard.on_gpu(r.gpu)
-        return here is not None and r.dtype in dtypes and here.accepts_dims(r.dims)
-
-    return guard, [r.model_copy(update={"served": served(r)}) for r in rows]
+    return guard, [r.model_copy(update={"served": guard.takes(r.dims, r.dtype, r.gpu)}) for r in rows]
 
 
 def _regions(base: GuardSpec, wins: dict[Point, bool]) -> list[dict[str, DimRange]]:

@@ -210,8 +210,8 @@ def slower_shapes(m: PatchManifest, result: EvalResult | None) -> tuple[list[Sha
     if result is None or result.timing is None:
         return None
     slower = [s for s in result.timing.shapes if s.verdict == "slower"]
-    here = m.guard.on_gpu(platform_info.gpu_of_text(result.device))  # where it serves on the GPU that timed it
-    served = [s for s in slower if here is not None and s.dtype in here.dtypes and here.accepts_dims(s.dims)]
+    gpu = platform_info.gpu_of_text(result.device)  # where it serves on the GPU that timed it
+    served = [s for s in slower if m.guard.takes(s.dims, s.dtype, gpu)]
     return served, [s for s in slower if s not in served]
 
 
