@@ -273,3 +273,44 @@ def test_a_slower_record_is_kept_and_the_guard_serves_only_where_it_won_on_that_
     assert after.check_shapes and all(after.guard.accepts_dims(c) for c in after.check_shapes)
     said = capsys.readouterr().out
     assert "guard derived again from every record, per GPU" in said and "--behind sglang-retuned-da" in said
+
+
+def test_a_guard_blind_to_the_kv_length_is_derived_across_it() -> None:
+    """Decode attention's guard cannot see the KV length S (it lives on the GPU), so a point (B, heads, page) the
+    records won at S >= 1033 served every S. 2026-12-07, H100, the device check: mr-da2-single-r1 0.962x at B 128
+    S 512 NK 4 G 8, inside its guard. `patches verify --record` now times the check shapes (S 512) beside the
+    paper set, and a loss there keeps the point out on that GPU only; ops whose guard sees every dim, or whose
+    shapes carry each GPU's served configs (fused MoE), time their named set alone."""
+    from astra_sglang.contract.eval_config import EvalConfig
+    from astra_sglang.contract.op import complete_dims, load_manifest
+    from astra_sglang.harness.shared.suite import timed_shapes
+    from astra_sglang.patches.kernels import extracted_op_dir
+    from astra_sglang.patches.tooling.add import default_guard
+    from astra_sglang.patches.tooling.guard import measured_rows
+    from astra_sglang.patches.tooling.verify import across_unseen_dims
+
+    m = load_patch_manifest(REPO / "patches" / "decode_attention" / "mr-da2-single-r1")
+    op = load_manifest(extracted_op_dir(m))
+    extra = across_unseen_dims(m, op)
+    assert extra == m.check_shapes and {d["S"] for d in extra} == {512}
+    paper = timed_shapes(op, EvalConfig(shapes="paper"))
+    timed = timed_shapes(op, EvalConfig(shapes="paper", extra_timed_shapes=extra + extra[:1]))
+    assert timed == paper + [complete_dims(op, d) for d in extra]  # once each, completed to the contract's dims
+    assert timed_shapes(op, EvalConfig(shapes="test", extra_timed_shapes=extra)) == timed_shapes(
+        op, EvalConfig(shapes="test"))
+    for other in ("fused_add_rmsnorm/fused-add-rmsnorm-mr-k4", "fused_moe_kernel/sglang-retuned-moe-w1"):
+        o = load_patch_manifest(REPO / "patches" / other)
+        assert across_unseen_dims(o, load_manifest(extracted_op_dir(o))) == [], other
+
+    h100, h200 = "NVIDIA H100 80GB HBM3", "NVIDIA H200"
+    qwen3 = next(s.dims for s in op.shapes if s.dims["B"] == 128 and s.dims["NK"] == 4 and s.dims["S"] == 1033)
+    rows = measured_rows(m.evidence.results)
+    guard, _ = derive_guard(default_guard(m.op), rows)
+    assert guard.takes(qwen3, "bfloat16", h100)
+    short = complete_dims(op, next(d for d in extra if d["B"] == 128 and d["NK"] == 4))
+    lost = GuardRow(dims=short, dtype="bfloat16", speedup=0.962, spread_pct=1.0, wins=False, gpu=h100)
+    guard, table = derive_guard(default_guard(m.op), rows + [lost])
+    assert not guard.takes(qwen3, "bfloat16", h100) and not guard.takes(short, "bfloat16", h100)
+    llama = next(s.dims for s in op.shapes if s.dims["B"] == 128 and s.dims["NK"] == 8 and s.dims["S"] == 1033)
+    assert guard.takes(llama, "bfloat16", h100) and guard.takes(llama, "bfloat16", h200)  # the rest still serves
+    assert not next(r for r in table if r.dims == qwen3 and r.gpu == h100).served

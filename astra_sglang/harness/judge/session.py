@@ -53,9 +53,10 @@ if TYPE_CHECKING:
     from astra_sglang.harness.judge.timed import ShapeTimer
 
 Launcher = Callable[[dict[str, Any]], Any]
-# NVML watch of the stopped worker's queued GPU work: opt-in until it has run on a GPU (written 2026-12-03, never
-# run there). A false "suspect" would make every honest candidate "never a win", and its wait costs a sample period
-# per batch; tests/test_integrity2_quiet_worker.py's gpu test turns it on.
+# NVML watch of the stopped worker's queued GPU work: opt-in (written 2026-12-03). A false "suspect" would make
+# every honest candidate "never a win", and its wait costs a sample period per batch; tests/test_integrity2_quiet_
+# worker.py's gpu test turns it on. First run on a GPU (the H100 device, 2026-12-07): NVML there lists no compute
+# process at all, so the watch says it is blind (GpuWatch.open) and the flood was caught by the wall-clock check.
 NVML_WATCH_ENV = "ASTRA_SGLANG_NVML_WATCH"
 
 
@@ -293,9 +294,10 @@ class JudgeSession:
                                   f"not watched ({NVML_WATCH_ENV}=1 watches it through NVML, not yet run on a GPU)")
                 return None
             uuid = str(getattr(torch.cuda.get_device_properties(torch.cuda.current_device()), "uuid", ""))
-            self._gpu_watch = GpuWatch.open(self.worker.proc.pid, uuid) if uuid else None
+            self._gpu_watch, why = GpuWatch.open(self.worker.proc.pid, uuid) if uuid else (None, "no GPU uuid")
             if self._gpu_watch is None:
-                self.notes.append("NVML not available: the worker is stopped while the original is timed, but "
-                                  "GPU work it queued before is not watched (it may still run then)")
+                self.notes.append(f"{why}: the worker is stopped while the original is timed, but GPU work it "
+                                  "queued before is not watched (it may still run then; the wall-clock check of "
+                                  "each timed batch still holds)")
         return self._gpu_watch
 

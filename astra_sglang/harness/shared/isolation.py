@@ -353,31 +353,47 @@ class GpuWatch:
     used the GPU in it (a CPU timestamp in us since the epoch, the SM %). ``wait_quiet`` waits (bounded)
     until the worker has had no active sample for a sample period and a margin; after that any active
     sample of the stopped worker is queued work running while the judge times (``active_since``). ``open``
-    is None where NVML is not importable or has no such device (then the GPU queue is not watched).
+    gives no watch, and says why, where NVML is not importable, has no such device, or does not list the worker
+    among the GPU's compute processes: a watch that cannot see the worker looks quiet whatever it queued. On the
+    H100 device (2026-12-07) the quiet-worker GPU test's flood went unseen by the watch (the wall-clock check
+    caught it), and a probe found no compute process listed and no per-process samples beside a matmul child.
     """
 
     def __init__(self, nvml: Any, handle: Any, pid: int, period_us: int):
         self.nvml, self.handle, self.pid, self.period_us = nvml, handle, pid, period_us
 
     @classmethod
-    def open(cls, pid: int, gpu_uuid: str) -> GpuWatch | None:
+    def open(cls, pid: int, gpu_uuid: str, nvml: Any = None) -> tuple[GpuWatch | None, str]:
+        """(the watch, "") or (None, why the worker's GPU queue is not watched). ``nvml``: pynvml (tests pass
+        a stand-in). Called once the worker has run the candidate, so it holds a CUDA context."""
         try:
-            import pynvml  # type: ignore[import-not-found,import-untyped,unused-ignore]
+            if nvml is None:
+                import pynvml as nvml  # type: ignore[import-not-found,import-untyped,unused-ignore,no-redef]
 
-            pynvml.nvmlInit()
+            nvml.nvmlInit()
             uuid = gpu_uuid if gpu_uuid.startswith(("GPU-", "MIG-")) else f"GPU-{gpu_uuid}"
-            handle = pynvml.nvmlDeviceGetHandleByUUID(uuid)
+            handle = nvml.nvmlDeviceGetHandleByUUID(uuid)
+        except Exception as e:  # noqa: BLE001 - no NVML (ImportError, no driver, no such device): not watched
+            return None, f"NVML not available ({type(e).__name__})"
+        try:
+            listed = {int(p.pid) for p in nvml.nvmlDeviceGetComputeRunningProcesses(handle)}
+        except Exception as e:  # noqa: BLE001 - the process list is not supported here
+            return None, f"NVML does not list this GPU's compute processes ({type(e).__name__})"
+        if pid not in listed:  # a driver that attributes nothing (a VM), or pids of another namespace
+            return None, (f"NVML does not list the worker (pid {pid}) among this GPU's compute processes "
+                          f"({len(listed)} listed): its samples could never show the worker's work")
+        try:
             period = 167_000  # NVML's documented 1/6 s where the device's own samples do not say
             try:
-                _, samples = pynvml.nvmlDeviceGetSamples(handle, pynvml.NVML_GPU_UTILIZATION_SAMPLES, 0)
+                _, samples = nvml.nvmlDeviceGetSamples(handle, nvml.NVML_GPU_UTILIZATION_SAMPLES, 0)
                 stamps = sorted(int(s.timeStamp) for s in samples)
                 gaps = sorted(b - a for a, b in zip(stamps, stamps[1:]) if b > a)
                 period = gaps[len(gaps) // 2] if gaps else period
             except Exception:  # noqa: BLE001 - not supported on this device: keep the documented period
                 pass
-            return cls(pynvml, handle, pid, min(max(period, 1_000), 1_000_000))
-        except Exception:  # noqa: BLE001 - no NVML (ImportError, no driver, no such device): not watched
-            return None
+            return cls(nvml, handle, pid, min(max(period, 1_000), 1_000_000)), ""
+        except Exception as e:  # noqa: BLE001 - NVML stopped answering: not watched
+            return None, f"NVML not available ({type(e).__name__})"
 
     @staticmethod
     def now_us() -> int:

@@ -173,6 +173,11 @@ def served_on_note(manifest: Manifest, config: EvalConfig) -> str:
 
 def timed_shapes(manifest: Manifest, config: EvalConfig) -> list[dict[str, int]]:
     shapes = _selected(manifest, config.shapes, config.gpu)
+    if config.shapes != "test":
+        for extra in config.extra_timed_shapes:
+            dims = complete_dims(manifest, extra)
+            if dims not in shapes:
+                shapes.append(dims)
     if not shapes:
         tags = sorted({t for s in manifest.shapes for t in s.tags} & {"paper", "decode", "prefill"})
         raise AstraError(f"{manifest.short_name}: no shapes tagged {config.shapes!r} in the manifest (its shapes are "

@@ -15,7 +15,7 @@ from typing import Any
 
 from astra_sglang import platform_info
 from astra_sglang.contract.base import sha256_file
-from astra_sglang.contract.op import load_manifest, manifest_sha256
+from astra_sglang.contract.op import Manifest, load_manifest, manifest_sha256
 from astra_sglang.contract.patch import MANIFEST_NAME, PatchManifest, file_problem
 from astra_sglang.contract.result import EvalResult, ShapeTiming
 from astra_sglang.errors import AstraError
@@ -215,6 +215,21 @@ def slower_shapes(m: PatchManifest, result: EvalResult | None) -> tuple[list[Sha
     return served, [s for s in slower if s not in served]
 
 
+def across_unseen_dims(m: PatchManifest, op: Manifest) -> list[dict[str, int]]:
+    """The patch's check shapes, timed beside the named set where its guard cannot see a dim of the call that
+    the timing varies (decode attention's KV length S lives on the GPU): the guard is then derived from rows at
+    more than one value of it, and a point serves only if it won at each. 2026-12-07, H100: both decode-attention
+    patches served B 128 NK 4 G 8 / B 32 NK 8 G 4 P 16 from wins at S >= 1033 and were 0.96x / 0.93x at S 512
+    (the device check's shapes). Not for a contract whose shapes carry each GPU's served launch configs (fused
+    MoE): its timed shapes are per GPU, and a check shape names no GPU's."""
+    from astra_sglang.harness.shared.suite import served_gpu
+
+    unseen = [d.name for d in op.signature.dims if d.name not in m.guard.dims]
+    if not unseen or served_gpu(op, None) is not None:
+        return []
+    return [dict(d) for d in m.check_shapes]
+
+
 def _harness(entry: PatchEntry, shapes: str) -> tuple[EvalResult | None, str | None]:
     from astra_sglang.patches.kernels import extracted_op_dir
 
@@ -232,7 +247,8 @@ def _harness(entry: PatchEntry, shapes: str) -> tuple[EvalResult | None, str | N
     from astra_sglang.harness import evaluate
     from astra_sglang.patches.retune import kernel_file
 
-    cfg: Any = EvalConfig(shapes=shapes, include_heldout=True)  # type: ignore[arg-type]
+    cfg: Any = EvalConfig(shapes=shapes, include_heldout=True,  # type: ignore[arg-type]
+                          extra_timed_shapes=across_unseen_dims(m, op))
     if m.source.retune:  # SGLang's own source (its imports too) with our launch table: not a candidate's code
         cfg = cfg.model_copy(update={"screen": False})
     return evaluate(op_dir, kernel_file(entry.path, m, op_dir, op), cfg), None
