@@ -16,7 +16,7 @@ from astra_sglang.contract.op import (
     served_baseline,
     states_serving,
 )
-from astra_sglang.harness.judge.session import LAUNCH_REFUSED, JudgeSession, Launcher
+from astra_sglang.harness.judge.session import LAUNCH_REFUSED, JudgeSession, Launcher, collect_launch_error
 from astra_sglang.harness.shared import timing
 from astra_sglang.harness.shared.protocol import (
     CUDA_STICKY,
@@ -50,13 +50,12 @@ class Baselines:
                 probe = ArgSet(s.manifest, dims, dtype, s.device, s.op_inputs)
                 probe.fill("normal", torch.Generator(device=s.device).manual_seed(1))
                 launch(probe.args())
-                # A launch refused for its configuration (FlashInfer's merge_state above 64 heads at D=128: more
-                # than 1024 threads a block) leaves only CUDA's last-error flag set, which no sync reports: the
-                # next torch kernel launch raised it, inside the timing of another shape. A torch launch here
-                # collects it where it belongs.
-                torch.zeros(1, device=s.device).add_(1)
+                if collect_launch_error(s.device) is not None:  # refused with no word but CUDA's flag
+                    continue
                 s.clock.sync()
             except Exception as e:  # noqa: BLE001 - a baseline that refuses a shape is simply not timed there
+                # a refusal it raised (our glue over FlashInfer's returned status) left the flag set as well
+                collect_launch_error(s.device)
                 if any(m in str(e) for m in CUDA_STICKY) and not any(m in str(e) for m in LAUNCH_REFUSED):
                     raise
                 continue
@@ -116,7 +115,8 @@ class Baselines:
             ret = launch(a.args())
             s.clock.sync()
         except Exception as e:  # noqa: BLE001
-            if any(m in str(e) for m in CUDA_STICKY):
+            collect_launch_error(s.device)  # a refused launch leaves CUDA's flag for the next torch launch
+            if any(m in str(e) for m in CUDA_STICKY) and not any(m in str(e) for m in LAUNCH_REFUSED):
                 raise
             return None
         if b.returns is None:

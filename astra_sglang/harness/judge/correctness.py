@@ -20,7 +20,7 @@ from astra_sglang.checker import (
 )
 from astra_sglang.contract.result import CorrectnessReport, FailedCase
 from astra_sglang.errors import AstraError
-from astra_sglang.harness.judge.session import CaseFailure, JudgeSession, Skip
+from astra_sglang.harness.judge.session import CaseFailure, JudgeSession, Skip, collect_launch_error
 from astra_sglang.harness.shared.arena import put, take
 from astra_sglang.harness.shared.protocol import (
     CUDA_STICKY,
@@ -58,6 +58,7 @@ class Correctness:
         except AstraError:
             raise
         except Exception as e:  # noqa: BLE001
+            collect_launch_error(s.device)  # a refusal the launch raised leaves CUDA's flag set too
             if any(m in str(e) for m in CUDA_STICKY):
                 raise
             # served kernels are called as the recipe calls the original: no stand-in for another call form

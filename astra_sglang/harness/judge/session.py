@@ -32,6 +32,7 @@ from astra_sglang.harness.shared import sandbox, timing
 from astra_sglang.harness.shared.arena import Arena
 from astra_sglang.harness.shared.isolation import Child, ChildDied, GpuWatch, crash_lines
 from astra_sglang.harness.shared.protocol import (
+    CUDA_STICKY,
     CaseSpec,
     CheckJob,
     Hello,
@@ -73,6 +74,27 @@ class Skip(Exception):
 
 #: launch errors that leave the context usable: the kernel refused this shape's launch configuration
 LAUNCH_REFUSED = ("invalid argument", "invalid configuration argument", "too many resources requested")
+
+
+def collect_launch_error(device: str) -> str | None:
+    """Read (and so clear) CUDA's last-error flag where a refused launch left it; its text, or None.
+
+    A launch refused for its configuration returns the error and also records it as the runtime's last error,
+    which stays until someone reads it; the next torch kernel launch does, and raises. FlashInfer's MergeState
+    returns the status (above 64 heads at head dim 128 it asks for more than 1024 threads a block), our glue turns
+    it into an exception, and nothing read the flag: merge_state's original then died at 128 heads inside the
+    next eager torch op of its own timing (replay_guard's window copy), on the H100 four times, 2026-12-05..07.
+    A torch launch here reads it where it belongs. An error that poisons the context is raised."""
+    if device != "cuda":
+        return None
+    try:
+        torch.zeros(1, device=device).add_(1)
+        torch.cuda.synchronize()
+        return None
+    except Exception as e:  # noqa: BLE001 - a refusal is returned; anything else poisons the context
+        if any(m in str(e) for m in CUDA_STICKY) and not any(m in str(e) for m in LAUNCH_REFUSED):
+            raise
+        return str(e)
 
 
 class JudgeSession:
