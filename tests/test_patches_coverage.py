@@ -158,3 +158,16 @@ def test_a_retune_standing_aside_leaves_the_rewrite_in_front_its_own_guard_as_th
     assert {r.patch_id: r.serves for r in on_h200} == {"mr-da2-single-r1": True, "sglang-retuned-da": False}
     on_h100, _ = coverage(config, [rewrite, retune], [128], ["decode"], 1024, "bfloat16", gpu="NVIDIA H100 80GB HBM3")
     assert {r.patch_id: r.serves for r in on_h100} == {"mr-da2-single-r1": False, "sglang-retuned-da": True}
+
+
+def test_a_served_call_at_a_kv_length_its_records_never_came_near_is_said() -> None:
+    """The guard cannot see decode attention's KV length; the shipped guards were won at S >= 1033 and both
+    patches lost at S 512 on the H100 (2026-12-07). Coverage names a served call's S that lies more than 10%
+    outside what the records measured at that guard point on that GPU, and stays quiet near it (S 1024 beside
+    records at 1033)."""
+    retune = load_patch_manifest(RETUNE)
+    h100 = "NVIDIA H100 80GB HBM3"
+    short, _ = coverage(model_config("qwen3-30b-a3b"), [retune], [128], ["decode"], 512, "bfloat16", gpu=h100)
+    near, _ = coverage(model_config("qwen3-30b-a3b"), [retune], [128], ["decode"], 1024, "bfloat16", gpu=h100)
+    assert short[0].serves and "S=512 outside the S 1033..32768 its records measured in this box" in short[0].why, short[0].why
+    assert near[0].serves and near[0].why == "serves", near[0].why

@@ -56,6 +56,38 @@ def _outside(spec: GuardSpec, dims: dict[str, int], dtype: str, gpu: str | None 
     return None
 
 
+NEAR = 0.1  # a size within 10% of a measured end counts as measured (a context of 1024 beside records at 1033)
+
+
+def _unmeasured(m: PatchManifest, guard: GuardSpec, dims: dict[str, int], gpu: str | None) -> str:
+    """For a call ``m`` serves under ``guard``: where a size the guard cannot see (``OpAdapter.unseen_sizes``)
+    lies more than ``NEAR`` outside every value its records measured inside the guard's box that takes the call,
+    on this GPU, said. 2026-12-07, H100: both decode-attention patches served boxes won at S 1033..8201 and were
+    0.96x / 0.93x at S 512."""
+    from astra_sglang.patches.adapters import get_adapter
+    from astra_sglang.platform_info import same_gpu
+
+    try:
+        unseen = get_adapter(m.op).unseen_sizes
+    except Exception:  # noqa: BLE001 - no adapter here: nothing to say
+        return ""
+    here = guard.on_gpu(gpu) or guard
+    box = next((b for b in (here.regions or [here.dims])
+                if all(r.accepts(dims[k]) for k, r in b.items() if k in dims)), None)
+    if box is None:
+        return ""
+    rows = [r for r in m.evidence.guard_table
+            if all(k in r.dims and rng.accepts(r.dims[k]) for k, rng in box.items())
+            and (gpu is None or r.gpu is None or same_gpu(r.gpu, gpu))]
+    out = []
+    for name in unseen:
+        vals = sorted({r.dims[name] for r in rows if name in r.dims})
+        if name in dims and vals and not vals[0] * (1 - NEAR) <= dims[name] <= vals[-1] * (1 + NEAR):
+            out.append(f"; {name}={dims[name]} outside the {name} {vals[0]}..{vals[-1]} its records measured in "
+                       "this box (its guard cannot see it)")
+    return "".join(out)
+
+
 def _stand_aside(m: PatchManifest, gpu: str | None) -> str | None:
     """The plugin's GPU gate (``registry.gpu_problem``, the check its first call runs) for a named GPU."""
     from astra_sglang.patches.registry import gpu_problem
@@ -84,8 +116,9 @@ def _op_rows(phase: str, batch: int, op: str, dims: dict[str, int], dtype: str, 
         if why is None:
             taken_by = taken_by or m.patch_id
         shown = {k: v for k, v in dims.items() if k in m.guard.dims}  # what its guard judges, not the byte dims
+        unmeasured = _unmeasured(m, guard, dims, gpu) if why is None else ""
         rows.append(CoverageRow(phase, batch, op, m.patch_id, shown, why is None,
-                                f"serves{front}" if why is None else why + front))
+                                f"serves{front}{unmeasured}" if why is None else why + front))
     return rows
 
 

@@ -36,6 +36,10 @@ class OpAdapter:
     #: set when the function serves several ops, one call form each (``invoke_fused_moe_kernel``: the w1 and w2
     #: GEMMs): adapters naming the same function here take disjoint forms, so their patches may be chained on it
     call_form_of: str | None = None
+    #: dims that size a call's work but that the guard cannot see at call time (decode attention's KV length S
+    #: lives on the GPU, and a decode graph is captured per batch size): a guard point serves every value of them,
+    #: so `patches coverage` says where a call's value lies outside those its records measured at that point
+    unseen_sizes: tuple[str, ...] = ()
 
     def prepare(self, *args: Any, **kwargs: Any) -> Prepared | None:
         raise NotImplementedError

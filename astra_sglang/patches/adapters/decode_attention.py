@@ -44,6 +44,7 @@ class DecodeAttentionAdapter(OpAdapter):
     op = "decode_attention"
     tensor_names = _NAMES
     scalar_names = _SCALARS
+    unseen_sizes = ("S",)  # the KV lengths are on the GPU; reading them would synchronise (and break capture)
 
     def __init__(self) -> None:
         import torch
