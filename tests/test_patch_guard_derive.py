@@ -278,11 +278,12 @@ def test_a_slower_record_is_kept_and_the_guard_serves_only_where_it_won_on_that_
 def test_a_guard_blind_to_the_kv_length_is_derived_across_it() -> None:
     """Decode attention's guard cannot see the KV length S (it lives on the GPU), so a point (B, heads, page) the
     records won at S >= 1033 served every S. 2026-12-07, H100, the device check: mr-da2-single-r1 0.962x at B 128
-    S 512 NK 4 G 8, inside its guard. `patches verify --record` now times the check shapes (S 512) beside the
-    paper set, and a loss there keeps the point out on that GPU only; ops whose guard sees every dim, or whose
-    shapes carry each GPU's served configs (fused MoE), time their named set alone."""
+    S 512 NK 4 G 8, inside its guard. `patches verify --record` now times each guard point of the paper set once
+    more at S 512 (the contract's shortest decode context), in the same served form (the graph's kv_indices buffer
+    kept: KX grows by what the rows give back), and a loss there keeps the point out on that GPU only; ops whose
+    guard sees every size, or whose shapes carry each GPU's served configs (fused MoE), time their set alone."""
     from astra_sglang.contract.eval_config import EvalConfig
-    from astra_sglang.contract.op import complete_dims, load_manifest
+    from astra_sglang.contract.op import load_manifest
     from astra_sglang.harness.shared.suite import timed_shapes
     from astra_sglang.patches.kernels import extracted_op_dir
     from astra_sglang.patches.tooling.add import default_guard
@@ -291,26 +292,27 @@ def test_a_guard_blind_to_the_kv_length_is_derived_across_it() -> None:
 
     m = load_patch_manifest(REPO / "patches" / "decode_attention" / "mr-da2-single-r1")
     op = load_manifest(extracted_op_dir(m))
-    extra = across_unseen_dims(m, op)
-    assert extra == m.check_shapes and {d["S"] for d in extra} == {512}
     paper = timed_shapes(op, EvalConfig(shapes="paper"))
-    timed = timed_shapes(op, EvalConfig(shapes="paper", extra_timed_shapes=extra + extra[:1]))
-    assert timed == paper + [complete_dims(op, d) for d in extra]  # once each, completed to the contract's dims
-    assert timed_shapes(op, EvalConfig(shapes="test", extra_timed_shapes=extra)) == timed_shapes(
-        op, EvalConfig(shapes="test"))
+    twins = across_unseen_dims(m, op, "paper")
+    points = {tuple(d[k] for k in m.guard.dims) for d in paper}
+    assert {d["S"] for d in twins} == {512} and len(twins) == len(points)  # every guard point of the set, once
+    qwen3 = next(d for d in paper if d["B"] == 128 and d["NK"] == 4 and d["S"] == 1033)
+    short = next(d for d in twins if d["B"] == 128 and d["NK"] == 4)
+    assert short == {**qwen3, "S": 512, "KX": qwen3["KX"] + 128 * (1033 - 512)}  # same buffer, same q layout
+    timed = timed_shapes(op, EvalConfig(shapes="paper", extra_timed_shapes=twins + twins[:1]))
+    assert timed == paper + twins  # once each, after the named set
+    assert across_unseen_dims(m, op, "test") == []
     for other in ("fused_add_rmsnorm/fused-add-rmsnorm-mr-k4", "fused_moe_kernel/sglang-retuned-moe-w1"):
         o = load_patch_manifest(REPO / "patches" / other)
-        assert across_unseen_dims(o, load_manifest(extracted_op_dir(o))) == [], other
+        assert across_unseen_dims(o, load_manifest(extracted_op_dir(o)), "paper") == [], other
 
     h100, h200 = "NVIDIA H100 80GB HBM3", "NVIDIA H200"
-    qwen3 = next(s.dims for s in op.shapes if s.dims["B"] == 128 and s.dims["NK"] == 4 and s.dims["S"] == 1033)
     rows = measured_rows(m.evidence.results)
     guard, _ = derive_guard(default_guard(m.op), rows)
     assert guard.takes(qwen3, "bfloat16", h100)
-    short = complete_dims(op, next(d for d in extra if d["B"] == 128 and d["NK"] == 4))
     lost = GuardRow(dims=short, dtype="bfloat16", speedup=0.962, spread_pct=1.0, wins=False, gpu=h100)
     guard, table = derive_guard(default_guard(m.op), rows + [lost])
     assert not guard.takes(qwen3, "bfloat16", h100) and not guard.takes(short, "bfloat16", h100)
-    llama = next(s.dims for s in op.shapes if s.dims["B"] == 128 and s.dims["NK"] == 8 and s.dims["S"] == 1033)
+    llama = next(d for d in paper if d["B"] == 128 and d["NK"] == 8 and d["S"] == 1033)
     assert guard.takes(llama, "bfloat16", h100) and guard.takes(llama, "bfloat16", h200)  # the rest still serves
     assert not next(r for r in table if r.dims == qwen3 and r.gpu == h100).served

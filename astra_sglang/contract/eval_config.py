@@ -40,8 +40,8 @@ class EvalConfig(Model):
     extra_cases: list[ExtraCase] = Field(default_factory=list, description="additional visible cases")
     extra_timed_shapes: list[dict[str, int]] = Field(
         default_factory=list, description="shapes timed (and checked) besides the named set: `patches verify "
-        "--record` adds the patch's check shapes, since a guard cannot see every dim of a call (decode attention's "
-        "KV length lives on the GPU) and must be derived from measurements across it")
+        "--record` adds twins of the named set at a short KV length (verify.across_unseen_dims), since a guard cannot "
+        "see every size of a call (decode attention's KV length lives on the GPU) and must be derived across it")
     include_heldout: bool = Field(False, description="add held-out shapes/seeds derived from a private secret "
                                   "(final verdict only; never shown to agents)")
     heldout_shapes: int = 4

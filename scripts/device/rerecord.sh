@@ -3,11 +3,12 @@
 # paper` for each ID in ONE call (SGLang's site set up once), each record re-deriving that patch's guard per GPU
 # from all its records; with FRONT=REWRITE_ID BEHIND=RETUNE_ID after them, `patches guard REWRITE_ID --behind
 # RETUNE_ID --write` (the rewrite's in-front guard from both new records). For a guard that cannot see a timed dim
-# (decode attention's S) the record also times the patch's check shapes (S 512): both decode-attention patches were
-# 0.96x / 0.93x there inside their H100 guards (2026-12-07), so re-record both on each GPU model.
+# (decode attention's S) the record also times each guard point of the paper set at S 512 (verify.across_unseen_dims):
+# both decode-attention patches were 0.96x / 0.93x there inside their H100 guards (2026-12-07), so re-record both
+# on each GPU model.
 # Back: $OUT/ID.manifest.json per ID (copy to patches/<op>/ID/manifest.json), $OUT/front.manifest.json, the
-# verify logs packed (out_limit.sh). RECORD_S (default 200): each record's limit; 22 decode-attention shapes ~130 s.
-# Usage: [RECORD_S=200] [FRONT=mr-da2-single-r1 BEHIND=sglang-retuned-da] rerecord.sh ID [ID...]
+# verify logs packed (out_limit.sh). RECORD_S (default 260): each record's limit (decode attention: 16 + 13 shapes).
+# Usage: [RECORD_S=260] [FRONT=mr-da2-single-r1 BEHIND=sglang-retuned-da] rerecord.sh ID [ID...]
 set -uo pipefail
 [ $# -ge 1 ] || { echo "usage: rerecord.sh ID [ID...]"; exit 2; }
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -21,7 +22,7 @@ for ID in "$@"; do
   MANIFEST=$(ls patches/*/"$ID"/manifest.json 2>/dev/null | head -1)
   [ -n "$MANIFEST" ] || { echo "rerecord: no patches/*/$ID/manifest.json"; continue; }
   T0=$(date +%s)
-  timeout "${RECORD_S:-200}" python3 -m astra_sglang patches verify "$ID" --record --shapes paper \
+  timeout "${RECORD_S:-260}" python3 -m astra_sglang patches verify "$ID" --record --shapes paper \
     > "$OUT/verify_$ID.log" 2>&1
   echo "$ID: verify exit $? in $(( $(date +%s) - T0 )) s"; grep -v "^\[" "$OUT/verify_$ID.log" | tail -30
   cp "$MANIFEST" "$OUT/$ID.manifest.json"

@@ -41,6 +41,11 @@ class OpAdapter:
     #: so `patches coverage` says where a call's value lies outside those its records measured at that point
     unseen_sizes: tuple[str, ...] = ()
 
+    def resized(self, dims: dict[str, int], name: str, value: int) -> dict[str, int]:
+        """A contract shape with the unseen size ``name`` set to ``value``, the dims that follow from it moved
+        with it (the same server at another context: ``patches verify --record`` times these twins)."""
+        return {**dims, name: value}
+
     def prepare(self, *args: Any, **kwargs: Any) -> Prepared | None:
         raise NotImplementedError
 

@@ -172,6 +172,14 @@ class DecodeAttentionAdapter(OpAdapter):
     def outputs(self, args: tuple[Any, ...], kwargs: dict[str, Any], ret: Any) -> dict[str, Any]:
         return {"o": args[3]}  # attn_logits/attn_lse are workspace: the contract never compares them
 
+    def resized(self, dims: dict[str, int], name: str, value: int) -> dict[str, int]:
+        """At another mean KV length S the same server keeps its CUDA-graph kv_indices buffer (B*S + KX entries,
+        KX > 0: the graph form), so KX takes up what the batch's rows give back."""
+        out = {**dims, name: value}
+        if name == "S" and dims.get("KX", 0) > 0:
+            out["KX"] = max(1, dims["B"] * (dims["S"] - value) + dims["KX"])
+        return out
+
     def default_guard(self) -> GuardSpec:
         return GuardSpec(dtypes=["bfloat16", "float16"],
                          dims=dim_ranges(B=(1, 4096, 1), NK=(1, 128, 1), G=(1, 16, 1), D=(64, 256, 16),

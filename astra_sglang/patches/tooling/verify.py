@@ -215,19 +215,41 @@ def slower_shapes(m: PatchManifest, result: EvalResult | None) -> tuple[list[Sha
     return served, [s for s in slower if s not in served]
 
 
-def across_unseen_dims(m: PatchManifest, op: Manifest) -> list[dict[str, int]]:
-    """The patch's check shapes, timed beside the named set where its guard cannot see a dim of the call that
-    the timing varies (decode attention's KV length S lives on the GPU): the guard is then derived from rows at
-    more than one value of it, and a point serves only if it won at each. 2026-12-07, H100: both decode-attention
-    patches served B 128 NK 4 G 8 / B 32 NK 8 G 4 P 16 from wins at S >= 1033 and were 0.96x / 0.93x at S 512
-    (the device check's shapes). Not for a contract whose shapes carry each GPU's served launch configs (fused
-    MoE): its timed shapes are per GPU, and a check shape names no GPU's."""
-    from astra_sglang.harness.shared.suite import served_gpu
+def across_unseen_dims(m: PatchManifest, op: Manifest, shapes: str = "paper") -> list[dict[str, int]]:
+    """Twins of the named shape set, timed beside it where the patch's guard cannot see a size of the call that
+    the timing varies (``OpAdapter.unseen_sizes``: decode attention's mean KV length S lives on the GPU, and a
+    decode graph is captured per batch size): each guard point of the set once more at the shortest value the
+    contract's decode shapes name, in the same served form (``OpAdapter.resized``). The guard is then derived
+    from rows at both ends, and a point serves only where it won at each. 2026-12-07, H100: both decode-attention
+    patches served points won at S >= 1033 and were 0.96x / 0.93x at S 512 (the device check). Not for a contract
+    whose shapes carry each GPU's served launch configs (fused MoE): those are per GPU."""
+    from astra_sglang.contract.eval_config import EvalConfig
+    from astra_sglang.harness.shared.suite import served_gpu, timed_shapes
+    from astra_sglang.patches.adapters import get_adapter
 
-    unseen = [d.name for d in op.signature.dims if d.name not in m.guard.dims]
-    if not unseen or served_gpu(op, None) is not None:
+    if shapes == "test" or served_gpu(op, None) is not None:
         return []
-    return [dict(d) for d in m.check_shapes]
+    try:
+        adapter = get_adapter(m.op)
+    except AstraError:
+        return []
+    named = [s.dims for s in op.shapes]
+    out: list[dict[str, int]] = []
+    for name in adapter.unseen_sizes:
+        values = [s.dims[name] for s in op.shapes
+                  if name in s.dims and "decode" in s.tags and not {"edge", "test"} & set(s.tags)]
+        if not values:
+            continue
+        short, points = min(values), set()
+        for dims in timed_shapes(op, EvalConfig(shapes=shapes)):  # type: ignore[arg-type]
+            point = tuple(dims.get(k) for k in m.guard.dims)
+            if point in points or dims.get(name, short) <= short:
+                continue
+            points.add(point)
+            twin = adapter.resized(dims, name, short)
+            if twin not in named and twin not in out:
+                out.append(twin)
+    return out
 
 
 def _harness(entry: PatchEntry, shapes: str) -> tuple[EvalResult | None, str | None]:
@@ -248,7 +270,7 @@ def _harness(entry: PatchEntry, shapes: str) -> tuple[EvalResult | None, str | N
     from astra_sglang.patches.retune import kernel_file
 
     cfg: Any = EvalConfig(shapes=shapes, include_heldout=True,  # type: ignore[arg-type]
-                          extra_timed_shapes=across_unseen_dims(m, op))
+                          extra_timed_shapes=across_unseen_dims(m, op, shapes))
     if m.source.retune:  # SGLang's own source (its imports too) with our launch table: not a candidate's code
         cfg = cfg.model_copy(update={"screen": False})
     return evaluate(op_dir, kernel_file(entry.path, m, op_dir, op), cfg), None
