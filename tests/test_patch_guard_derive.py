@@ -316,3 +316,22 @@ def test_a_guard_blind_to_the_kv_length_is_derived_across_it() -> None:
     llama = next(d for d in paper if d["B"] == 128 and d["NK"] == 8 and d["S"] == 1033)
     assert guard.takes(llama, "bfloat16", h100) and guard.takes(llama, "bfloat16", h200)  # the rest still serves
     assert not next(r for r in table if r.dims == qwen3 and r.gpu == h100).served
+
+
+def test_the_device_check_looks_inside_every_box_the_patch_serves_on_that_gpu() -> None:
+    """Check shapes are picked per union box; on a GPU with its own boxes one can fall outside them (the hook then
+    hands it to SGLang's kernel, and the check tests nothing of the patch there), and a box of that GPU can have no
+    check shape at all: the shipped rewrite's H100 box B 128..256 / NK 8 / G 4, and its H200 box B 128 / NK 2 / G 8.
+    The device check adds a shape inside each such box, so its not-slower verdict looks where the patch serves."""
+    from astra_sglang.patches.tooling.devcheck import shapes_here
+
+    m = load_patch_manifest(REPO / "patches" / "decode_attention" / "mr-da2-single-r1")
+    for gpu in ("NVIDIA H100 80GB HBM3", "NVIDIA H200"):
+        here = m.guard.on_gpu(gpu)
+        assert here is not None
+        shapes = shapes_here(m, gpu)
+        assert shapes[:len(m.check_shapes)] == m.check_shapes
+        for box in here.regions:  # every box of this GPU holds a checked shape
+            assert any(all(r.accepts(d[k]) for k, r in box.items()) for d in shapes), (gpu, box)
+    lone = load_patch_manifest(REPO / "patches" / "fused_add_rmsnorm" / "fused-add-rmsnorm-mr-k4")
+    assert shapes_here(lone, "NVIDIA H100 80GB HBM3") == lone.check_shapes  # one GPU's guard: as shipped

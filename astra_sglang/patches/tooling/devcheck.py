@@ -134,7 +134,7 @@ def check_on_device(entry: PatchEntry, *, time_it: bool = True, reps: int = 100)
     for dtype_name in m.guard.dtypes:
         tol = rt.op.tolerances[dtype_name]  # the harness's checker and tolerances, as the plugin's own gate
         dtype = getattr(torch, dtype_name)
-        for i, dims in enumerate(m.check_shapes):
+        for i, dims in enumerate(shapes_here(m, gpu)):
             sr = ShapeResult(dims=dims, dtype=dtype_name)
             rep.shapes.append(sr)
             # eager, through the installed hook
@@ -157,6 +157,22 @@ def check_on_device(entry: PatchEntry, *, time_it: bool = True, reps: int = 100)
     rep.ok = rep.ok and all(v == "original" for v in rep.outside_guard.values())
     rep.counters = status.counters()[m.patch_id]
     return rep
+
+
+def shapes_here(m: Any, gpu: str | None) -> list[dict[str, int]]:
+    """The manifest's check shapes, then the adapter's moved into each of this GPU's own boxes (``GuardSpec.on_gpu``)
+    where they are new. Check shapes are picked per union box, so one can lie outside a GPU's boxes, where the hook
+    hands it to SGLang's kernel and the check there tests nothing of the patch (noticed 2026-12-07); and the
+    not-slower verdict must look where the patch serves on this GPU."""
+    from astra_sglang.patches.adapters import get_adapter
+    from astra_sglang.patches.tooling.add import covered_check_shapes
+
+    shapes = [dict(d) for d in m.check_shapes]
+    here = m.guard.on_gpu(gpu) if gpu and m.guard.gpu_regions else None
+    if here is None or not here.regions:
+        return shapes
+    return shapes + [d for d in covered_check_shapes(get_adapter(m.op).default_check_shapes(), here)
+                     if d not in shapes]
 
 
 def _first_bad(got: dict, orig: dict, ref: dict, tol: Any) -> str | None:
