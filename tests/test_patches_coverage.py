@@ -73,9 +73,11 @@ def test_a_rewrite_in_front_of_its_retune_takes_its_front_guard_and_the_retune_w
 def test_a_patch_measured_on_another_gpu_stands_aside_there_as_the_plugin_does() -> None:
     rewrite = _patch(REWRITE, _guard(LLAMA_SMALL_B), gpus=["NVIDIA H100 80GB HBM3"])
     config = model_config("llama3-8b")
-    rows, _ = coverage(config, [rewrite], [1], ["decode"], 1024, "bfloat16", gpu="NVIDIA H200")
+    rows, _ = coverage(config, [rewrite], [1], ["decode"], 1024, "bfloat16", gpu="NVIDIA H200",
+                       attention_backend="triton")
     assert not rows[0].serves and rows[0].why.startswith("stands aside on NVIDIA H200")
-    rows, _ = coverage(config, [rewrite], [1], ["decode"], 1024, "bfloat16", gpu="NVIDIA H100 80GB HBM3")
+    rows, _ = coverage(config, [rewrite], [1], ["decode"], 1024, "bfloat16", gpu="NVIDIA H100 80GB HBM3",
+                       attention_backend="triton")
     assert rows[0].serves
     rows, _ = coverage(config, [rewrite], [1], ["decode"], 1024, "float16")
     assert not rows[0].serves and "dtype float16" in rows[0].why
@@ -154,9 +156,11 @@ def test_a_retune_standing_aside_leaves_the_rewrite_in_front_its_own_guard_as_th
     retune = _patch(RETUNE, _guard(_box(B=(1, 256), NK=(8, 8), G=(4, 4), D=(128, 128), MS=(8, 8), P=(1, 1))),
                     gpus=["NVIDIA H100 80GB HBM3"])
     config = model_config("llama3-8b")
-    on_h200, _ = coverage(config, [rewrite, retune], [128], ["decode"], 1024, "bfloat16", gpu="NVIDIA H200")
+    on_h200, _ = coverage(config, [rewrite, retune], [128], ["decode"], 1024, "bfloat16", gpu="NVIDIA H200",
+                          attention_backend="triton")
     assert {r.patch_id: r.serves for r in on_h200} == {"mr-da2-single-r1": True, "sglang-retuned-da": False}
-    on_h100, _ = coverage(config, [rewrite, retune], [128], ["decode"], 1024, "bfloat16", gpu="NVIDIA H100 80GB HBM3")
+    on_h100, _ = coverage(config, [rewrite, retune], [128], ["decode"], 1024, "bfloat16",
+                          gpu="NVIDIA H100 80GB HBM3", attention_backend="triton")
     assert {r.patch_id: r.serves for r in on_h100} == {"mr-da2-single-r1": False, "sglang-retuned-da": True}
 
 
@@ -167,7 +171,38 @@ def test_a_served_call_at_a_kv_length_its_records_never_came_near_is_said() -> N
     records at 1033)."""
     retune = load_patch_manifest(RETUNE)
     h100 = "NVIDIA H100 80GB HBM3"
-    short, _ = coverage(model_config("qwen3-30b-a3b"), [retune], [128], ["decode"], 512, "bfloat16", gpu=h100)
-    near, _ = coverage(model_config("qwen3-30b-a3b"), [retune], [128], ["decode"], 1024, "bfloat16", gpu=h100)
+    short, _ = coverage(model_config("qwen3-30b-a3b"), [retune], [128], ["decode"], 512, "bfloat16", gpu=h100,
+                        attention_backend="triton")
+    near, _ = coverage(model_config("qwen3-30b-a3b"), [retune], [128], ["decode"], 1024, "bfloat16", gpu=h100,
+                       attention_backend="triton")
     assert short[0].serves and "S=512 outside the S 1033..32768 its records measured in this box" in short[0].why, short[0].why
     assert near[0].serves and near[0].why == "serves", near[0].why
+
+
+def test_a_default_server_on_an_h100_or_h200_never_reaches_the_decode_attention_patches(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """SGLang 0.5.23 picks fa3 for LLaMA/Qwen3 on Hopper when --attention-backend is not given
+    (get_default_attn_backend); decode_attention_fwd is the triton backend's, so a default server reaches neither
+    decode-attention patch there. The fused-MoE GEMMs and the norm are reached under any attention backend."""
+    from astra_sglang.profile.coverage import default_attention_backend
+
+    llama, qwen3 = model_config("llama3-8b"), model_config("qwen3-30b-a3b")
+    assert [default_attention_backend(llama, g) for g in ("NVIDIA H100 80GB HBM3", "NVIDIA H200", "NVIDIA H20",
+                                                           "NVIDIA A100-SXM4-80GB", "NVIDIA B200", None)] == [
+        "fa3", "fa3", "fa3", "flashinfer", "trtllm_mha", None]
+    rewrite, w1 = load_patch_manifest(REWRITE), load_patch_manifest(W1)
+    rows, _ = coverage(llama, [rewrite], [1], ["decode"], 1024, "bfloat16", gpu="NVIDIA H200")
+    assert not rows[0].serves and "called only by the triton attention backend" in rows[0].why
+    assert "fa3" in rows[0].why and "get_default_attn_backend" in rows[0].why
+    rows, _ = coverage(llama, [rewrite], [1], ["decode"], 1024, "bfloat16", gpu="NVIDIA H200",
+                       attention_backend="flashinfer")
+    assert not rows[0].serves and "--attention-backend flashinfer" in rows[0].why
+    rows, _ = coverage(llama, [rewrite], [1], ["decode"], 1024, "bfloat16", gpu="NVIDIA H200",
+                       attention_backend="triton")
+    assert rows[0].serves
+    rows, _ = coverage(qwen3, [w1], [32], ["decode"], 1024, "bfloat16", gpu="NVIDIA H200")
+    assert rows[0].serves  # the MoE GEMMs: any attention backend
+    assert main(["patches", "coverage", "--config", "llama3-8b", "--batch-size", "1", "--patches",
+                 "mr-da2-single-r1", "--gpu", "NVIDIA H200"]) == 0
+    text = capsys.readouterr().out
+    assert "serving none of these calls: mr-da2-single-r1" in text and "SGLang default" in text

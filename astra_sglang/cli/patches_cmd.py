@@ -127,6 +127,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                                  "H200'): a patch measured on other GPUs only stands aside there")
     c.add_argument("--patches", default="all", metavar="IDS",
                    help="comma-separated patch ids, as ASTRA_SGLANG_PATCHES takes them (default: all)")
+    c.add_argument("--attention-backend", metavar="NAME",
+                   help="SGLang's --attention-backend (default: the one SGLang 0.5.23 picks for this model on --gpu: "
+                        "fa3 on an H100/H200, so no decode-attention patch serves there unless this says triton)")
     c.add_argument("--json", action="store_true", help="print the rows as JSON")
     c.set_defaults(handler=cmd_coverage)
     p.set_defaults(handler=lambda args: (p.print_help(), 2)[1])
@@ -508,7 +511,7 @@ def cmd_coverage(args: argparse.Namespace) -> int:
     phases = ["decode", "prefill"] if args.phase == "both" else [args.phase]
     dtype = model_dtype(config, args.dtype)
     rows, notes = coverage(config, manifests, args.batch_size or [1, 32, 128], phases, args.input_len, dtype, gpu=args.gpu,
-                           page_size=args.page_size)
+                           page_size=args.page_size, attention_backend=args.attention_backend)
     if args.json:
         print(json.dumps({"rows": as_json(rows), "notes": notes}, indent=2))
         return 0
@@ -516,7 +519,8 @@ def cmd_coverage(args: argparse.Namespace) -> int:
 
     name = args.config or str(args.model_config)
     t = Table(title=f"which patch serves {name}'s calls ({dtype}, input {args.input_len}, page {args.page_size}, "
-                    f"GPU {args.gpu or 'not named: no GPU gate'}; patches {args.patches})")
+                    f"GPU {args.gpu or 'not named: no GPU gate'}; attention backend "
+                    f"{args.attention_backend or 'SGLang default'}; patches {args.patches})")
     for col in ("phase", "batch", "op", "dims", "patch", "serves"):
         t.add_column(col)
     for r in rows:

@@ -16,6 +16,7 @@ whose own guard decides; what neither takes goes to SGLang's kernel. Runtime-onl
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -88,6 +89,41 @@ def _unmeasured(m: PatchManifest, guard: GuardSpec, dims: dict[str, int], gpu: s
     return "".join(out)
 
 
+HOPPER = re.compile(r"\bG?H(100|200|800|20)\b")  # sm_90 data-center parts, as torch names them
+BLACKWELL = re.compile(r"\bG?B(200|300)\b")  # sm_100/103: trtllm_mha (SM120 parts are not these)
+
+
+def default_attention_backend(config: dict[str, Any], gpu: str | None) -> str | None:
+    """The attention backend SGLang 0.5.23 picks when ``--attention-backend`` is not given, for the cases this can
+    judge from a config and a GPU name (``get_default_attn_backend``, sglang/srt/arg_groups/model_override_base.py,
+    read 2026-12-07): on Hopper (CUDA 12.3+ assumed) fa3 for MHA and MLA models alike; on a B200-class GPU
+    trtllm_mha for MHA; elsewhere FlashInfer where installed (assumed). Speculative decoding with top-k above 1 is
+    not judged. None without a GPU name."""
+    if not gpu:
+        return None
+    name = gpu.upper()
+    if HOPPER.search(name):
+        return "fa3"
+    if not config.get("kv_lora_rank") and BLACKWELL.search(name):  # MLA (kv_lora_rank) takes FlashInfer there
+        return "trtllm_mha"
+    return "flashinfer"
+
+
+def _backend_problem(m: PatchManifest, backend: str | None, chosen: bool) -> str | None:
+    """Why a server on ``backend`` never reaches ``m`` (its op is called from other backends only), else None."""
+    from astra_sglang.patches.adapters import get_adapter
+
+    try:
+        wanted = get_adapter(m.op).backends
+    except Exception:  # noqa: BLE001 - no adapter here: no backend rule
+        return None
+    if not wanted or backend is None or backend in wanted:
+        return None
+    how = (f"--attention-backend {backend}" if chosen else
+           f"SGLang's default attention backend for this model on this GPU, {backend} (get_default_attn_backend)")
+    return f"called only by the {'/'.join(wanted)} attention backend; this server runs {how}"
+
+
 def _stand_aside(m: PatchManifest, gpu: str | None) -> str | None:
     """The plugin's GPU gate (``registry.gpu_problem``, the check its first call runs) for a named GPU."""
     from astra_sglang.patches.registry import gpu_problem
@@ -97,7 +133,7 @@ def _stand_aside(m: PatchManifest, gpu: str | None) -> str | None:
 
 
 def _op_rows(phase: str, batch: int, op: str, dims: dict[str, int], dtype: str, patches: list[PatchManifest],
-             gpu: str | None) -> list[CoverageRow]:
+             gpu: str | None, backend: tuple[str | None, bool] = (None, False)) -> list[CoverageRow]:
     """The patches of one op at one call, the rewrite first (it stands in front), then the retune."""
     retunes = [m for m in patches if m.source.retune]
     rewrites = [m for m in patches if not m.source.retune]
@@ -110,7 +146,7 @@ def _op_rows(phase: str, batch: int, op: str, dims: dict[str, int], dtype: str, 
         guard, front = m.guard, ""
         if not m.source.retune and behind and behind in m.guard_in_front:
             guard, front = m.guard_in_front[behind], f" (its guard in front of {behind})"
-        why = _stand_aside(m, gpu) or _outside(guard, dims, dtype, gpu)
+        why = _backend_problem(m, *backend) or _stand_aside(m, gpu) or _outside(guard, dims, dtype, gpu)
         if why is None and taken_by:
             why = f"{taken_by} serves it, standing in front"
         if why is None:
@@ -124,9 +160,13 @@ def _op_rows(phase: str, batch: int, op: str, dims: dict[str, int], dtype: str, 
 
 def coverage(config: dict[str, Any], patches: list[PatchManifest], batch_sizes: list[int], phases: list[str],
              input_len: int, dtype: str, gpu: str | None = None, page_size: int = 1,
-             max_kv_splits: int = DEFAULT_KV_SPLITS, tp_size: int = 1) -> tuple[list[CoverageRow], list[str]]:
+             max_kv_splits: int = DEFAULT_KV_SPLITS, tp_size: int = 1,
+             attention_backend: str | None = None) -> tuple[list[CoverageRow], list[str]]:
     """A row per patch and call of the forward (phase x batch size) whose dims follow from the config, and a note
-    for each patch whose op's dims do not (merge_state: FlashInfer's cascade, not this forward's shape)."""
+    for each patch whose op's dims do not (merge_state: FlashInfer's cascade, not this forward's shape).
+    ``attention_backend``: SGLang's ``--attention-backend``; None: the one SGLang picks for this model on ``gpu``
+    (``default_attention_backend``; not judged without a GPU)."""
+    backend = (attention_backend, True) if attention_backend else (default_attention_backend(config, gpu), False)
     if not patches:
         raise AstraError("no patches to check: the registry is empty, or none of the ids named is in it")
     rows: list[CoverageRow] = []
@@ -148,7 +188,7 @@ def coverage(config: dict[str, Any], patches: list[PatchManifest], batch_sizes: 
                 d = dict(dims[op])
                 if "P" in d:
                     d["P"] = page_size
-                rows.extend(_op_rows(phase, batch, op, d, dtype, ms, gpu))
+                rows.extend(_op_rows(phase, batch, op, d, dtype, ms, gpu, backend))
     return rows, sorted(notes)
 
 
@@ -214,7 +254,7 @@ def idle_patch_lines(one_batch_args: list[str], patches_value: str) -> list[str]
     gpu = _gpu_name()
     rows, _ = coverage(config, chosen, batches, ["decode"], input_len,
                        model_dtype(config, flag_value(one_batch_args, "--dtype")), gpu=gpu, page_size=page,
-                       tp_size=tp)
+                       tp_size=tp, attention_backend=flag_value(one_batch_args, "--attention-backend"))
     lines = []
     for pid in sorted({r.patch_id for r in rows}):
         mine = [r for r in rows if r.patch_id == pid]

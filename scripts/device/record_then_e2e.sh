@@ -48,7 +48,7 @@ fi
 if [ -n "${COVERAGE:-}" ]; then  # which of PATCHES would serve this forward's calls, said before the e2e (no GPU)
   ( export PYTHONPATH=/tmp/srv-site/astra:/tmp/srv-site
     python3 -m astra_sglang patches coverage --config "${CONFIG:-llama3-8b}" --batch-size ${BS:-1 32 128} \
-      --input-len "${IN:-1024}" --patches "$PATCHES" --gpu "$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)" \
+      --input-len "${IN:-1024}" --patches "$PATCHES" --attention-backend triton --gpu "$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)" \
       > "$OUT/coverage.txt" 2>&1; cat "$OUT/coverage.txt" )
 fi
 BS=${BS:-1 32 128}

@@ -40,6 +40,9 @@ class OpAdapter:
     #: lives on the GPU, and a decode graph is captured per batch size): a guard point serves every value of them,
     #: so `patches coverage` says where a call's value lies outside those its records measured at that point
     unseen_sizes: tuple[str, ...] = ()
+    #: the attention backends whose forward calls this op (empty: any backend): a server on another backend never
+    #: reaches the patch (decode_attention_fwd is the triton backend's; a default H100/H200 server runs fa3)
+    backends: tuple[str, ...] = ()
 
     def resized(self, dims: dict[str, int], name: str, value: int) -> dict[str, int]:
         """A contract shape with the unseen size ``name`` set to ``value``, the dims that follow from it moved

@@ -45,6 +45,7 @@ class DecodeAttentionAdapter(OpAdapter):
     tensor_names = _NAMES
     scalar_names = _SCALARS
     unseen_sizes = ("S",)  # the KV lengths are on the GPU; reading them would synchronise (and break capture)
+    backends = ("triton",)  # TritonAttnBackend's decode; SGLang 0.5.23 defaults to fa3 on an H100/H200 (MHA)
 
     def __init__(self) -> None:
         import torch
