@@ -24,7 +24,13 @@ from astra_sglang.checker import (
     segments_key,
 )
 from astra_sglang.contract.result import ShapeTiming
-from astra_sglang.harness.judge.session import JudgeSession, Launcher, Skip, collect_launch_error
+from astra_sglang.harness.judge.session import (
+    LAUNCH_REFUSED,
+    JudgeSession,
+    Launcher,
+    Skip,
+    collect_launch_error,
+)
 from astra_sglang.harness.shared import timing
 from astra_sglang.harness.shared.arena import put, take
 from astra_sglang.harness.shared.isolation import STOP_WAIT_S
@@ -458,7 +464,7 @@ class ShapeTimer:
                 s.clock.sync()
             except Exception as e:  # noqa: BLE001
                 collect_launch_error(s.device)
-                if any(m in str(e) for m in CUDA_STICKY):
+                if any(m in str(e) for m in CUDA_STICKY) and not any(m in str(e) for m in LAUNCH_REFUSED):
                     raise
                 raise Skip(f"neither the original nor {served[0].name} runs {case.dims} {case.dtype}") from None
             return served[1], served[0].name

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from functools import partial
 from typing import Any
 
+from astra_sglang.contract.patch import PatchManifest
 from astra_sglang.patches import status
 from astra_sglang.patches.registry import PatchEntry
 
@@ -159,7 +160,7 @@ def check_on_device(entry: PatchEntry, *, time_it: bool = True, reps: int = 100)
     return rep
 
 
-def shapes_here(m: Any, gpu: str | None) -> list[dict[str, int]]:
+def shapes_here(m: PatchManifest, gpu: str | None) -> list[dict[str, int]]:
     """The manifest's check shapes, then the adapter's moved into each of this GPU's own boxes (``GuardSpec.on_gpu``)
     where they are new. Check shapes are picked per union box, so one can lie outside a GPU's boxes, where the hook
     hands it to SGLang's kernel and the check there tests nothing of the patch (noticed 2026-12-07); and the
