@@ -301,6 +301,7 @@ def test_a_guard_blind_to_the_kv_length_is_derived_across_it() -> None:
     assert short == {**qwen3, "S": 512, "KX": qwen3["KX"] + 128 * (1033 - 512)}  # same buffer, same q layout
     timed = timed_shapes(op, EvalConfig(shapes="paper", extra_timed_shapes=twins + twins[:1]))
     assert timed == paper + twins  # once each, after the named set
+    assert timed_shapes(op, EvalConfig(shapes="paper", extra_timed_shapes=twins, only_extra_timed=True)) == twins
     assert across_unseen_dims(m, op, "test") == []
     for other in ("fused_add_rmsnorm/fused-add-rmsnorm-mr-k4", "fused_moe_kernel/sglang-retuned-moe-w1"):
         o = load_patch_manifest(REPO / "patches" / other)
@@ -335,3 +336,13 @@ def test_the_device_check_looks_inside_every_box_the_patch_serves_on_that_gpu() 
             assert any(all(r.accepts(d[k]) for k, r in box.items()) for d in shapes), (gpu, box)
     lone = load_patch_manifest(REPO / "patches" / "fused_add_rmsnorm" / "fused-add-rmsnorm-mr-k4")
     assert shapes_here(lone, "NVIDIA H100 80GB HBM3") == lone.check_shapes  # one GPU's guard: as shipped
+
+
+def test_verify_twins_only_is_refused_in_one_line_where_the_guard_sees_every_size(capsys) -> None:
+    """`patches verify ID --twins-only` times only the short-context twins (half a decode-attention record); for a
+    patch whose guard sees every size of its op there are none, and the harness says so instead of timing nothing."""
+    from astra_sglang.patches.registry import find
+    from astra_sglang.patches.tooling.verify import _harness
+
+    result, note = _harness(find("fused-add-rmsnorm-mr-k4"), "paper", twins_only=True)
+    assert result is None and note is not None and "--twins-only" in note and "sees every size" in note

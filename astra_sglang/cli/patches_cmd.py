@@ -32,6 +32,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="on success, add this SGLang version, arch and GPU model to the manifest's validated_on "
                         "and the harness result to its evidence; where it was slower inside its guard, or the GPU "
                         "is new to it, its guard is derived again from every record, per GPU (default: off)")
+    v.add_argument("--twins-only", action="store_true",
+                   help="time only the short-context twins of --shapes (decode attention at S 512; the contract's other "
+                        "shapes checked as in any run): for a patch whose records already time that set on this GPU")
     v.set_defaults(handler=cmd_verify)
     st = sub.add_parser("status", help="what a running server's processes patched: states, calls, fallbacks")
     st.add_argument("--dir", type=Path, help="a status folder (default: $ASTRA_SGLANG_STATUS_DIR or the cache's); "
@@ -288,7 +291,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
         raise AstraError("no patches to verify")
     failed = 0
     for e in entries:
-        out = verify_entry(e, shapes=args.shapes, harness=not args.no_harness, record=args.record, progress=progress)
+        out = verify_entry(e, shapes=args.shapes, harness=not args.no_harness, record=args.record, progress=progress,
+                           twins_only=args.twins_only)
         verdict = "OK" if out.ok else "FAILED" if out.here else "NOT VERIFIED"
         print(f"{e.patch_id}: {verdict} on {out.arch or 'no device'}: {out.detail}")
         for n in out.notes:

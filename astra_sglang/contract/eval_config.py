@@ -42,6 +42,10 @@ class EvalConfig(Model):
         default_factory=list, description="shapes timed (and checked) besides the named set: `patches verify "
         "--record` adds twins of the named set at a short KV length (verify.across_unseen_dims), since a guard cannot "
         "see every size of a call (decode attention's KV length lives on the GPU) and must be derived across it")
+    only_extra_timed: bool = Field(False, description="time only extra_timed_shapes (the named set's shapes are "
+                                   "checked as the contract's other shapes are): `patches verify --record "
+                                   "--twins-only` adds the short-context rows to records that already hold the named "
+                                   "set's times")
     include_heldout: bool = Field(False, description="add held-out shapes/seeds derived from a private secret "
                                   "(final verdict only; never shown to agents)")
     heldout_shapes: int = 4

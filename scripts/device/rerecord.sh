@@ -8,7 +8,10 @@
 # on each GPU model.
 # Back: $OUT/ID.manifest.json per ID (copy to patches/<op>/ID/manifest.json), $OUT/front.manifest.json, the
 # verify logs packed (out_limit.sh). RECORD_S (default 260): each record's limit (decode attention: 16 + 13 shapes).
-# Usage: [RECORD_S=260] [FRONT=mr-da2-single-r1 BEHIND=sglang-retuned-da] rerecord.sh ID [ID...]
+# ID:twins (`verify --twins-only`): time only the S 512 twins, for a patch whose records already time the paper set on
+# this GPU model (half the time: on the H100 both decode-attention patches; on the H200 neither has a record of
+# the revised paper set yet).
+# Usage: [RECORD_S=260] [FRONT=mr-da2-single-r1 BEHIND=sglang-retuned-da] rerecord.sh ID[:twins] [ID[:twins]...]
 set -uo pipefail
 [ $# -ge 1 ] || { echo "usage: rerecord.sh ID [ID...]"; exit 2; }
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -18,11 +21,12 @@ SMOKE=0 bash scripts/h200_server/device.sh site > "$OUT/site.log" 2>&1 || { tail
 export PYTHONPATH=/tmp/srv-site/astra:/tmp/srv-site CUDA_HOME=/usr/local/cuda PYTHONUNBUFFERED=1
 fallback=$(python3 scripts/device/sandbox_probe.py) || echo "rerecord: CUDA started in no worker sandbox"
 eval "$fallback"
-for ID in "$@"; do
+for ARG in "$@"; do
+  ID=${ARG%:twins}; TWINS=(); [ "$ARG" != "$ID" ] && TWINS=(--twins-only)
   MANIFEST=$(ls patches/*/"$ID"/manifest.json 2>/dev/null | head -1)
   [ -n "$MANIFEST" ] || { echo "rerecord: no patches/*/$ID/manifest.json"; continue; }
   T0=$(date +%s)
-  timeout "${RECORD_S:-260}" python3 -m astra_sglang patches verify "$ID" --record --shapes paper \
+  timeout "${RECORD_S:-260}" python3 -m astra_sglang patches verify "$ID" --record --shapes paper ${TWINS[@]+"${TWINS[@]}"} \
     > "$OUT/verify_$ID.log" 2>&1
   echo "$ID: verify exit $? in $(( $(date +%s) - T0 )) s"; grep -v "^\[" "$OUT/verify_$ID.log" | tail -30
   cp "$MANIFEST" "$OUT/$ID.manifest.json"

@@ -172,7 +172,8 @@ def served_on_note(manifest: Manifest, config: EvalConfig) -> str:
 
 
 def timed_shapes(manifest: Manifest, config: EvalConfig) -> list[dict[str, int]]:
-    shapes = _selected(manifest, config.shapes, config.gpu)
+    shapes = [] if config.only_extra_timed and config.extra_timed_shapes else _selected(manifest, config.shapes,
+                                                                                        config.gpu)
     if config.shapes != "test":
         for extra in config.extra_timed_shapes:
             dims = complete_dims(manifest, extra)

@@ -131,10 +131,13 @@ def _announced(original: Any, say: Callable[[str], None]) -> Any:
 
 
 def verify_entry(entry: PatchEntry, *, shapes: str = "all", harness: bool = True, record: bool = False,
-                 progress: Callable[[str], None] | None = None) -> VerifyOutcome:
+                 progress: Callable[[str], None] | None = None, twins_only: bool = False) -> VerifyOutcome:
     """Check the patch on this host; only ``record`` writes the outcome (pass or fail) to the state file.
     ``progress`` gets a line per step and per check case. Under the Triton interpreter the check runs on
-    small shapes (``interpreter_check``) and the harness on the test shapes, labelled, and is not recorded."""
+    small shapes (``interpreter_check``) and the harness on the test shapes, labelled, and is not recorded.
+    ``twins_only``: the harness times only the named set's short-context twins (``across_unseen_dims``), for a
+    patch whose records already time the set on this GPU (the set's shapes are then checked as any other shape
+    of the contract is, up to ``check_max_elems``)."""
     from astra_sglang.patches.install import resolve_target
     from astra_sglang.patches.runtime import PatchRuntime
 
@@ -188,7 +191,7 @@ def verify_entry(entry: PatchEntry, *, shapes: str = "all", harness: bool = True
     if ok and harness:
         say(f"{m.patch_id}: harness on the {shapes} shapes" + (" (Triton interpreter, correctness only)"
                                                               if interpreted else ""))
-        out.harness, note = _harness(entry, shapes)
+        out.harness, note = _harness(entry, shapes, twins_only)
         if note:
             out.notes.append(note)
         if out.harness is not None and not out.harness.ok:
@@ -252,7 +255,7 @@ def across_unseen_dims(m: PatchManifest, op: Manifest, shapes: str = "paper") ->
     return out
 
 
-def _harness(entry: PatchEntry, shapes: str) -> tuple[EvalResult | None, str | None]:
+def _harness(entry: PatchEntry, shapes: str, twins_only: bool = False) -> tuple[EvalResult | None, str | None]:
     from astra_sglang.patches.kernels import extracted_op_dir
 
     m = entry.manifest
@@ -269,8 +272,12 @@ def _harness(entry: PatchEntry, shapes: str) -> tuple[EvalResult | None, str | N
     from astra_sglang.harness import evaluate
     from astra_sglang.patches.retune import kernel_file
 
+    twins = across_unseen_dims(m, op, shapes)
+    twins_only = twins_only and shapes != "test"  # the interpreter's run times nothing: it checks the test shapes
+    if twins_only and not twins:
+        return None, f"harness skipped: --twins-only, but {m.patch_id}'s guard sees every size its op's timing varies"
     cfg: Any = EvalConfig(shapes=shapes, include_heldout=True,  # type: ignore[arg-type]
-                          extra_timed_shapes=across_unseen_dims(m, op, shapes))
+                          extra_timed_shapes=twins, only_extra_timed=twins_only)
     if m.source.retune:  # SGLang's own source (its imports too) with our launch table: not a candidate's code
         cfg = cfg.model_copy(update={"screen": False})
     return evaluate(op_dir, kernel_file(entry.path, m, op_dir, op), cfg), None
