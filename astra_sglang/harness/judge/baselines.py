@@ -16,10 +16,9 @@ from astra_sglang.contract.op import (
     served_baseline,
     states_serving,
 )
-from astra_sglang.harness.judge.session import LAUNCH_REFUSED, JudgeSession, Launcher, collect_launch_error
+from astra_sglang.harness.judge.session import JudgeSession, Launcher, collect_launch_error, poisons_context
 from astra_sglang.harness.shared import timing
 from astra_sglang.harness.shared.protocol import (
-    CUDA_STICKY,
     CaseSpec,
 )
 from astra_sglang.harness.shared.tensors import ArgSet
@@ -56,7 +55,7 @@ class Baselines:
             except Exception as e:  # noqa: BLE001 - a baseline that refuses a shape is simply not timed there
                 # a refusal it raised (our glue over FlashInfer's returned status) left the flag set as well
                 collect_launch_error(s.device)
-                if any(m in str(e) for m in CUDA_STICKY) and not any(m in str(e) for m in LAUNCH_REFUSED):
+                if poisons_context(e):
                     raise
                 continue
             return b.name, launch
@@ -116,7 +115,7 @@ class Baselines:
             s.clock.sync()
         except Exception as e:  # noqa: BLE001
             collect_launch_error(s.device)  # a refused launch leaves CUDA's flag for the next torch launch
-            if any(m in str(e) for m in CUDA_STICKY) and not any(m in str(e) for m in LAUNCH_REFUSED):
+            if poisons_context(e):
                 raise
             return None
         if b.returns is None:

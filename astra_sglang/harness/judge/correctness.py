@@ -20,10 +20,15 @@ from astra_sglang.checker import (
 )
 from astra_sglang.contract.result import CorrectnessReport, FailedCase
 from astra_sglang.errors import AstraError
-from astra_sglang.harness.judge.session import LAUNCH_REFUSED, CaseFailure, JudgeSession, Skip, collect_launch_error
+from astra_sglang.harness.judge.session import (
+    CaseFailure,
+    JudgeSession,
+    Skip,
+    collect_launch_error,
+    poisons_context,
+)
 from astra_sglang.harness.shared.arena import put, take
 from astra_sglang.harness.shared.protocol import (
-    CUDA_STICKY,
     CaseSpec,
     Load,
     Progress,
@@ -59,7 +64,7 @@ class Correctness:
             raise
         except Exception as e:  # noqa: BLE001
             collect_launch_error(s.device)  # a refusal the launch raised leaves CUDA's flag set too
-            if any(m in str(e) for m in CUDA_STICKY) and not any(m in str(e) for m in LAUNCH_REFUSED):
+            if poisons_context(e):
                 raise
             # served kernels are called as the recipe calls the original: no stand-in for another call form
             served_fallback = served_fallback and case.call is None

@@ -76,6 +76,13 @@ class Skip(Exception):
 LAUNCH_REFUSED = ("invalid argument", "invalid configuration argument", "too many resources requested")
 
 
+def poisons_context(error: BaseException | str) -> bool:
+    """Whether a launch error leaves the CUDA context unusable (an illegal address, a device assert), as against a
+    launch the kernel refused for this shape's configuration (``LAUNCH_REFUSED``), after which work goes on."""
+    text = str(error)
+    return any(m in text for m in CUDA_STICKY) and not any(m in text for m in LAUNCH_REFUSED)
+
+
 def collect_launch_error(device: str) -> str | None:
     """Read (and so clear) CUDA's last-error flag where a refused launch left it; its text, or None.
 
@@ -92,7 +99,7 @@ def collect_launch_error(device: str) -> str | None:
         torch.cuda.synchronize()
         return None
     except Exception as e:  # noqa: BLE001 - a refusal is returned; anything else poisons the context
-        if any(m in str(e) for m in CUDA_STICKY) and not any(m in str(e) for m in LAUNCH_REFUSED):
+        if poisons_context(e):
             raise
         return str(e)
 

@@ -25,17 +25,19 @@ from astra_sglang.checker import (
 )
 from astra_sglang.contract.result import ShapeTiming
 from astra_sglang.harness.judge.session import (
-    LAUNCH_REFUSED,
     JudgeSession,
     Launcher,
     Skip,
     collect_launch_error,
+    poisons_context,
 )
 from astra_sglang.harness.shared import timing
 from astra_sglang.harness.shared.arena import put, take
 from astra_sglang.harness.shared.isolation import STOP_WAIT_S
 from astra_sglang.harness.shared.protocol import (
-    CUDA_STICKY,
+    TIMING_BATCH as BATCH,
+)
+from astra_sglang.harness.shared.protocol import (
     CaseSpec,
     Collect,
     Prepare,
@@ -45,9 +47,6 @@ from astra_sglang.harness.shared.protocol import (
     Time,
     TimedShape,
     Verify,
-)
-from astra_sglang.harness.shared.protocol import (
-    TIMING_BATCH as BATCH,
 )
 from astra_sglang.harness.shared.replay_guard import ReplayGuard, perturb, perturbable
 from astra_sglang.harness.shared.tensors import ArgSet
@@ -464,7 +463,7 @@ class ShapeTimer:
                 s.clock.sync()
             except Exception as e:  # noqa: BLE001
                 collect_launch_error(s.device)
-                if any(m in str(e) for m in CUDA_STICKY) and not any(m in str(e) for m in LAUNCH_REFUSED):
+                if poisons_context(e):
                     raise
                 raise Skip(f"neither the original nor {served[0].name} runs {case.dims} {case.dtype}") from None
             return served[1], served[0].name
