@@ -81,6 +81,11 @@ class DimRange(Model):
         return value >= self.min and (self.max is None or value <= self.max) and value % self.multiple_of == 0
 
 
+def box_takes(box: dict[str, DimRange], dims: dict[str, int]) -> bool:
+    """Whether ``dims`` name every dim of one guard box, each inside its range."""
+    return all(name in dims and r.accepts(dims[name]) for name, r in box.items())
+
+
 class GuardSpec(Model):
     """The calls the patch was validated on; every other call goes to SGLang's original."""
 
@@ -109,10 +114,11 @@ class GuardSpec(Model):
 
     def accepts_dims(self, dims: dict[str, int]) -> bool:
         """The guard's dims rule alone (dtype, alignment and layout are the runtime's): a check-shape filter."""
-        def inside(ranges: dict[str, DimRange]) -> bool:
-            return all(name in dims and r.accepts(dims[name]) for name, r in ranges.items())
+        return box_takes(self.dims, dims) and (not self.regions or any(box_takes(box, dims) for box in self.regions))
 
-        return inside(self.dims) and (not self.regions or any(inside(box) for box in self.regions))
+    def region_of(self, dims: dict[str, int]) -> dict[str, DimRange] | None:
+        """The first of its boxes that takes ``dims`` (its ``dims`` where it has no regions); None: none does."""
+        return next((box for box in (self.regions or [self.dims]) if box_takes(box, dims)), None)
 
     def on_gpu(self, gpu: str | None) -> GuardSpec | None:
         """The guard as it serves on the GPU model ``gpu``: its own boxes where it was measured per GPU; None where

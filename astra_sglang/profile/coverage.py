@@ -19,11 +19,14 @@ from __future__ import annotations
 import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from astra_sglang.contract.patch import GuardSpec, PatchManifest
+from astra_sglang.contract.patch import GuardSpec, PatchManifest, box_takes
 from astra_sglang.errors import AstraError
 from astra_sglang.profile.traffic import DEFAULT_KV_SPLITS, forward_dims
+
+if TYPE_CHECKING:
+    from astra_sglang.patches.adapters.base import OpAdapter
 
 
 @dataclass(frozen=True)
@@ -60,26 +63,19 @@ def _outside(spec: GuardSpec, dims: dict[str, int], dtype: str, gpu: str | None 
 NEAR = 0.1  # a size within 10% of a measured end counts as measured (a context of 1024 beside records at 1033)
 
 
-def _unmeasured(m: PatchManifest, guard: GuardSpec, dims: dict[str, int], gpu: str | None) -> str:
-    """For a call ``m`` serves under ``guard``: where a size the guard cannot see (``OpAdapter.unseen_sizes``)
-    lies more than ``NEAR`` outside every value its records measured inside the guard's box that takes the call,
-    on this GPU, said. 2026-12-07, H100: both decode-attention patches served boxes won at S 1033..8201 and were
-    0.96x / 0.93x at S 512."""
-    from astra_sglang.patches.adapters import get_adapter
+def _unmeasured(m: PatchManifest, guard: GuardSpec, dims: dict[str, int], gpu: str | None,
+                unseen: tuple[str, ...]) -> str:
+    """For a call ``m`` serves under ``guard``: where a size the guard cannot see (``unseen``: the adapter's
+    ``unseen_sizes``) lies more than ``NEAR`` outside every value its records measured inside the guard's box that
+    takes the call, on this GPU, said. 2026-12-07, H100: both decode-attention patches served boxes won at S
+    1033..8201 and were 0.96x / 0.93x at S 512."""
     from astra_sglang.platform_info import same_gpu
 
-    try:
-        unseen = get_adapter(m.op).unseen_sizes
-    except Exception:  # noqa: BLE001 - no adapter here: nothing to say
-        return ""
-    here = guard.on_gpu(gpu) or guard
-    box = next((b for b in (here.regions or [here.dims])
-                if all(r.accepts(dims[k]) for k, r in b.items() if k in dims)), None)
+    box = (guard.on_gpu(gpu) or guard).region_of(dims) if unseen else None
     if box is None:
         return ""
     rows = [r for r in m.evidence.guard_table
-            if all(k in r.dims and rng.accepts(r.dims[k]) for k, rng in box.items())
-            and (gpu is None or r.gpu is None or same_gpu(r.gpu, gpu))]
+            if box_takes(box, r.dims) and (gpu is None or r.gpu is None or same_gpu(r.gpu, gpu))]
     out = []
     for name in unseen:
         vals = sorted({r.dims[name] for r in rows if name in r.dims})
@@ -109,19 +105,23 @@ def default_attention_backend(config: dict[str, Any], gpu: str | None) -> str | 
     return "flashinfer"
 
 
-def _backend_problem(m: PatchManifest, backend: str | None, chosen: bool) -> str | None:
-    """Why a server on ``backend`` never reaches ``m`` (its op is called from other backends only), else None."""
-    from astra_sglang.patches.adapters import get_adapter
-
-    try:
-        wanted = get_adapter(m.op).backends
-    except Exception:  # noqa: BLE001 - no adapter here: no backend rule
-        return None
+def _backend_problem(wanted: tuple[str, ...], backend: str | None, chosen: bool) -> str | None:
+    """Why a server on ``backend`` never reaches a patch whose op only the ``wanted`` backends call, else None."""
     if not wanted or backend is None or backend in wanted:
         return None
     how = (f"--attention-backend {backend}" if chosen else
            f"SGLang's default attention backend for this model on this GPU, {backend} (get_default_attn_backend)")
     return f"called only by the {'/'.join(wanted)} attention backend; this server runs {how}"
+
+
+def _adapter(op: str) -> OpAdapter | None:
+    """The op's patch adapter (its backends and unseen sizes), once per op; None where it has none."""
+    from astra_sglang.patches.adapters import get_adapter
+
+    try:
+        return get_adapter(op)
+    except Exception:  # noqa: BLE001 - no adapter (or it cannot load here): no backend rule, no unseen sizes
+        return None
 
 
 def _stand_aside(m: PatchManifest, gpu: str | None) -> str | None:
@@ -133,7 +133,8 @@ def _stand_aside(m: PatchManifest, gpu: str | None) -> str | None:
 
 
 def _op_rows(phase: str, batch: int, op: str, dims: dict[str, int], dtype: str, patches: list[PatchManifest],
-             gpu: str | None, backend: tuple[str | None, bool] = (None, False)) -> list[CoverageRow]:
+             gpu: str | None, backend: tuple[str | None, bool] = (None, False),
+             adapter: OpAdapter | None = None) -> list[CoverageRow]:
     """The patches of one op at one call, the rewrite first (it stands in front), then the retune."""
     retunes = [m for m in patches if m.source.retune]
     rewrites = [m for m in patches if not m.source.retune]
@@ -146,13 +147,15 @@ def _op_rows(phase: str, batch: int, op: str, dims: dict[str, int], dtype: str, 
         guard, front = m.guard, ""
         if not m.source.retune and behind and behind in m.guard_in_front:
             guard, front = m.guard_in_front[behind], f" (its guard in front of {behind})"
-        why = _backend_problem(m, *backend) or _stand_aside(m, gpu) or _outside(guard, dims, dtype, gpu)
+        wanted = adapter.backends if adapter is not None else ()
+        why = _backend_problem(wanted, *backend) or _stand_aside(m, gpu) or _outside(guard, dims, dtype, gpu)
         if why is None and taken_by:
             why = f"{taken_by} serves it, standing in front"
         if why is None:
             taken_by = taken_by or m.patch_id
         shown = {k: v for k, v in dims.items() if k in m.guard.dims}  # what its guard judges, not the byte dims
-        unmeasured = _unmeasured(m, guard, dims, gpu) if why is None else ""
+        unseen = adapter.unseen_sizes if adapter is not None else ()
+        unmeasured = _unmeasured(m, guard, dims, gpu, unseen) if why is None else ""
         rows.append(CoverageRow(phase, batch, op, m.patch_id, shown, why is None,
                                 f"serves{front}{unmeasured}" if why is None else why + front))
     return rows
@@ -174,6 +177,7 @@ def coverage(config: dict[str, Any], patches: list[PatchManifest], batch_sizes: 
     by_op: dict[str, list[PatchManifest]] = {}
     for m in patches:
         by_op.setdefault(m.op, []).append(m)
+    adapters = {op: _adapter(op) for op in by_op}
     for phase in phases:
         for batch in batch_sizes:
             # the decode step's KV length does not enter any guard; the prompt length stands for it
@@ -188,7 +192,7 @@ def coverage(config: dict[str, Any], patches: list[PatchManifest], batch_sizes: 
                 d = dict(dims[op])
                 if "P" in d:
                     d["P"] = page_size
-                rows.extend(_op_rows(phase, batch, op, d, dtype, ms, gpu, backend))
+                rows.extend(_op_rows(phase, batch, op, d, dtype, ms, gpu, backend, adapters[op]))
     return rows, sorted(notes)
 
 
