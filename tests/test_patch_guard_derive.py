@@ -212,9 +212,9 @@ def test_the_guard_in_front_of_a_retune_leaves_it_the_shapes_where_it_beat_the_r
     front = after.guard_in_front["sglang-retuned-da"].on_gpu("NVIDIA H100 80GB HBM3")
     b = {"NK": 8, "G": 4, "D": 128, "MS": 8, "P": 1}
     assert front is not None and front.accepts_dims({"B": 1, **b}) and not front.accepts_dims({"B": 128, **b})
-    # the retune has no H200 record: on an H200 nothing was left to it, and the rewrite's own H200 win holds
-    h200 = after.guard_in_front["sglang-retuned-da"].on_gpu("NVIDIA H200")
-    assert h200 is not None and h200.accepts_dims({"B": 128, **b})
+    # the rewrite's H200 record never timed S 512 (its twins): in front or alone, it serves nothing on an H200
+    assert after.guard_in_front["sglang-retuned-da"].on_gpu("NVIDIA H200") is None
+    assert after.guard.on_gpu("NVIDIA H200") is None
     assert after.guard == shipped.guard and after.guard.accepts_dims({"B": 128, **b})
     assert after.files == shipped.files and after.op_manifest_sha256 == shipped.op_manifest_sha256
     assert "sglang-retuned-da serves" in proc.stdout
@@ -308,15 +308,16 @@ def test_a_guard_blind_to_the_kv_length_is_derived_across_it() -> None:
         assert across_unseen_dims(o, load_manifest(extracted_op_dir(o)), "paper") == [], other
 
     h100, h200 = "NVIDIA H100 80GB HBM3", "NVIDIA H200"
-    rows = measured_rows(m.evidence.results)
-    guard, _ = derive_guard(default_guard(m.op), rows)
-    assert guard.takes(qwen3, "bfloat16", h100)
-    lost = GuardRow(dims=short, dtype="bfloat16", speedup=0.962, spread_pct=1.0, wins=False, gpu=h100)
-    guard, table = derive_guard(default_guard(m.op), rows + [lost])
+    from astra_sglang.patches.tooling.add import unseen_sizes
+
+    # the shipped records: the H100's twins (2026-12-07) lost at B 128 NK 4 G 8 S 512 (0.963x) where S 1033 won
+    guard, table = derive_guard(default_guard(m.op), measured_rows(m.evidence.results), unseen_sizes(m.op))
     assert not guard.takes(qwen3, "bfloat16", h100) and not guard.takes(short, "bfloat16", h100)
     llama = next(d for d in paper if d["B"] == 128 and d["NK"] == 8 and d["S"] == 1033)
-    assert guard.takes(llama, "bfloat16", h100) and guard.takes(llama, "bfloat16", h200)  # the rest still serves
+    assert guard.takes(llama, "bfloat16", h100)  # won at both ends: still serves
+    assert guard.on_gpu(h200) is None  # its H200 record predates the twins
     assert not next(r for r in table if r.dims == qwen3 and r.gpu == h100).served
+    assert guard == m.guard  # what ships is what its records derive
 
 
 def test_the_device_check_looks_inside_every_box_the_patch_serves_on_that_gpu() -> None:
@@ -327,7 +328,8 @@ def test_the_device_check_looks_inside_every_box_the_patch_serves_on_that_gpu() 
     from astra_sglang.patches.tooling.devcheck import shapes_here
 
     m = load_patch_manifest(REPO / "patches" / "decode_attention" / "mr-da2-single-r1")
-    for gpu in ("NVIDIA H100 80GB HBM3", "NVIDIA H200"):
+    assert m.guard.on_gpu("NVIDIA H200") is None  # no S 512 twins timed there: nothing serves, nothing to check
+    for gpu in ("NVIDIA H100 80GB HBM3",):
         here = m.guard.on_gpu(gpu)
         assert here is not None
         shapes = shapes_here(m, gpu)
@@ -346,3 +348,30 @@ def test_verify_twins_only_is_refused_in_one_line_where_the_guard_sees_every_siz
 
     result, note = _harness(find("fused-add-rmsnorm-mr-k4"), "paper", twins_only=True)
     assert result is None and note is not None and "--twins-only" in note and "sees every size" in note
+
+
+def test_a_gpu_that_never_timed_the_short_kv_end_serves_nothing_there() -> None:
+    """The guard cannot see decode attention's KV length S, so a point serves on a GPU only where that GPU timed it
+    at the shortest S its rows name as well. The shipped rewrite's H200 record (S >= 1024 only, before the S 512
+    twins existed) kept it serving every H200 box while the H100's twins showed losses at S 512 (2026-12-07:
+    0.963x at B 128 NK 4 G 8). SYNTHETIC rows."""
+    from astra_sglang.patches.tooling.add import default_guard, unseen_sizes
+
+    h100, h200 = "NVIDIA H100 80GB HBM3", "NVIDIA H200"
+    base = default_guard("decode_attention")
+    point = {"NK": 8, "G": 4, "D": 128, "MS": 8, "P": 1, "R": 1, "X": 1, "QS": 1}
+
+    def row(gpu: str, b: int, s: int, speedup: float) -> GuardRow:
+        return GuardRow(dims={"B": b, "S": s, **point, "KX": 0}, dtype="bfloat16", speedup=speedup, spread_pct=1.0,
+                        wins=speedup > 1.01, gpu=gpu)
+
+    rows = [row(h100, 1, 1033, 2.0), row(h100, 1, 512, 1.38), row(h100, 128, 1033, 1.2), row(h100, 128, 512, 0.96),
+            row(h200, 1, 1024, 2.1), row(h200, 128, 1024, 1.27)]
+    assert unseen_sizes("decode_attention") == ("S",) and unseen_sizes("fused_add_rmsnorm") == ()
+    guard, table = derive_guard(base, rows, unseen_sizes("decode_attention"))
+    call = {"B": 1, **point}
+    assert guard.takes(call, "bfloat16", h100) and not guard.takes({**call, "B": 128}, "bfloat16", h100)
+    assert guard.on_gpu(h200) is None  # won at S 1024, never timed at S 512 there
+    assert [(r.gpu, r.dims["B"], r.dims["S"]) for r in table if r.served] == [(h100, 1, 1033), (h100, 1, 512)]
+    blind, _ = derive_guard(base, rows)  # without the rule: the H200 serves both points
+    assert blind.takes({**call, "B": 128}, "bfloat16", h200)

@@ -165,18 +165,23 @@ def test_a_retune_standing_aside_leaves_the_rewrite_in_front_its_own_guard_as_th
 
 
 def test_a_served_call_at_a_kv_length_its_records_never_came_near_is_said() -> None:
-    """The guard cannot see decode attention's KV length; the shipped guards were won at S >= 1033 and both
-    patches lost at S 512 on the H100 (2026-12-07). Coverage names a served call's S that lies more than 10%
-    outside what the records measured at that guard point on that GPU, and stays quiet near it (S 1024 beside
-    records at 1033)."""
+    """The guard cannot see decode attention's KV length; the first shipped guards were won at S >= 1033 and both
+    patches lost at S 512 on the H100 (2026-12-07). Since then each H100 record also times S 512 (the contract's
+    shortest decode context). Coverage names a served call's S that lies more than 10% outside what the records
+    measured at that guard point on that GPU, and stays quiet near it (S 1024 beside records at 1033)."""
     retune = load_patch_manifest(RETUNE)
     h100 = "NVIDIA H100 80GB HBM3"
-    short, _ = coverage(model_config("qwen3-30b-a3b"), [retune], [128], ["decode"], 512, "bfloat16", gpu=h100,
-                        attention_backend="triton")
-    near, _ = coverage(model_config("qwen3-30b-a3b"), [retune], [128], ["decode"], 1024, "bfloat16", gpu=h100,
-                       attention_backend="triton")
-    assert short[0].serves and "S=512 outside the S 1033..32768 its records measured in this box" in short[0].why, short[0].why
-    assert near[0].serves and near[0].why == "serves", near[0].why
+
+    def row(s: int):
+        rows, _ = coverage(model_config("qwen3-30b-a3b"), [retune], [128], ["decode"], s, "bfloat16", gpu=h100,
+                           attention_backend="triton")
+        return rows[0]
+
+    short, near, long = row(256), row(1024), row(65536)
+    assert short.serves and "S=256 outside the S 512..32768 its records measured in this box" in short.why, short.why
+    assert long.serves and "S=65536 outside the S 512..32768" in long.why, long.why
+    assert near.serves and near.why == "serves", near.why
+    assert row(512).why == "serves"  # the twin timed there
 
 
 def test_a_default_server_on_an_h100_or_h200_never_reaches_the_decode_attention_patches(
@@ -197,9 +202,12 @@ def test_a_default_server_on_an_h100_or_h200_never_reaches_the_decode_attention_
     rows, _ = coverage(llama, [rewrite], [1], ["decode"], 1024, "bfloat16", gpu="NVIDIA H200",
                        attention_backend="flashinfer")
     assert not rows[0].serves and "--attention-backend flashinfer" in rows[0].why
-    rows, _ = coverage(llama, [rewrite], [1], ["decode"], 1024, "bfloat16", gpu="NVIDIA H200",
+    rows, _ = coverage(llama, [rewrite], [1], ["decode"], 1024, "bfloat16", gpu="NVIDIA H100 80GB HBM3",
                        attention_backend="triton")
     assert rows[0].serves
+    rows, _ = coverage(llama, [rewrite], [1], ["decode"], 1024, "bfloat16", gpu="NVIDIA H200",
+                       attention_backend="triton")
+    assert not rows[0].serves and "serves nothing on NVIDIA H200" in rows[0].why  # no S 512 twins timed there
     rows, _ = coverage(qwen3, [w1], [32], ["decode"], 1024, "bfloat16", gpu="NVIDIA H200")
     assert rows[0].serves  # the MoE GEMMs: any attention backend
     assert main(["patches", "coverage", "--config", "llama3-8b", "--batch-size", "1", "--patches",

@@ -47,7 +47,8 @@ def _outside(spec: GuardSpec, dims: dict[str, int], dtype: str, gpu: str | None 
     measured on among others, its boxes there (``GuardSpec.on_gpu``), as the plugin narrows it at activation."""
     guard = spec.on_gpu(gpu)
     if guard is None:
-        return f"won on none of its measured shapes on {gpu}"
+        return (f"serves nothing on {gpu}: no shape timed there won (at both ends of any size its guard cannot see: "
+                "decode attention's KV length S; `patches verify ID --record` on this GPU times the S 512 twins)")
     on = f" on {gpu}" if gpu and spec.gpu_regions else ""
     if dtype not in guard.dtypes:
         return f"dtype {dtype} not in its guard ({', '.join(guard.dtypes)})"

@@ -232,6 +232,13 @@ def default_guard(op: str) -> GuardSpec:
     return guard_default(get_adapter(op), load_manifest(op_folder(op)))
 
 
+def unseen_sizes(op: str) -> tuple[str, ...]:
+    """The sizes of ``op``'s calls its guard cannot see (``OpAdapter.unseen_sizes``), for ``derive_guard``."""
+    from astra_sglang.patches.adapters import get_adapter
+
+    return get_adapter(op).unseen_sizes
+
+
 def guard_default(adapter: OpAdapter, manifest: Manifest) -> GuardSpec:
     return within_shapes(within_contract(adapter.default_guard(), manifest), manifest)
 
@@ -247,7 +254,7 @@ def guard_from_evidence(op: str, results: list[EvalResult]) -> tuple[GuardSpec |
     if not rows:
         return None, [], ("guard: the op adapter's default; the evidence times no shape of this op's dims (measure "
                           "it with `bench OP --candidate F --shapes all --heldout --json` and run `patches guard`)")
-    guard, table = derive_guard(base, rows)
+    guard, table = derive_guard(base, rows, unseen_sizes(op))
     return guard, table, f"guard derived from {len(table)} measured shape(s): {describe(guard)}"
 
 
@@ -386,7 +393,7 @@ def guard_from_records(m: PatchManifest, results: list[EvalResult]) -> tuple[Pat
     inside it; AstraError where it won nowhere. ``patches guard`` and ``patches verify --record`` share it."""
     from astra_sglang.patches.adapters import get_adapter
 
-    guard, table = derive_guard(default_guard(m.op), measured_rows(results))
+    guard, table = derive_guard(default_guard(m.op), measured_rows(results), unseen_sizes(m.op))
     note = f"guard derived from {len(table)} measured shape(s) (`patches guard`): {describe(guard)}"
     notes = [n for n in m.evidence.notes if not n.startswith("guard derived from")] + [note]
     return m.model_copy(update={
@@ -415,7 +422,8 @@ def _guard_in_front(path: Path, m: PatchManifest, results: list[EvalResult], beh
     # a shape outside the patch's own guard (on the GPU the row was timed on) is a loss here too, so no run of wins
     # is joined across it
     guard, table = derive_guard(m.guard, [r if m.guard.takes(r.dims, r.dtype, r.gpu)
-                                          else r.model_copy(update={"wins": False}) for r in rows])
+                                          else r.model_copy(update={"wins": False}) for r in rows],
+                                unseen_sizes(m.op))
     lost = [r for r in table if r.served_by == behind and not r.wins]
     note = (f"guard in front of {behind} derived from {len(table)} measured shape(s) (`patches guard --behind`): "
             f"{describe(guard)}; left to {behind}: "

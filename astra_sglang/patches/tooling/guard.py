@@ -119,12 +119,16 @@ def rows_behind(results: Iterable[EvalResult], inner: Iterable[EvalResult], inne
     return rows
 
 
-def derive_guard(base: GuardSpec, rows: list[GuardRow]) -> tuple[GuardSpec, list[GuardRow]]:
+def derive_guard(base: GuardSpec, rows: list[GuardRow], unseen: Iterable[str] = ()) -> tuple[GuardSpec, list[GuardRow]]:
     """``base`` (the adapter's widest guard) narrowed to the winning regions of ``rows``; the rows marked served.
 
     Rows timed on more than one GPU model are judged per GPU (``gpu_regions``): a shape serves on a GPU where it
     won there, and ``regions`` is the union. AstraError when nothing won anywhere: a patch that beats SGLang nowhere
-    it was measured must not be registered."""
+    it was measured must not be registered. ``unseen``: the sizes the guard cannot see at call time
+    (``OpAdapter.unseen_sizes``); a point serves on a GPU only where that GPU also timed it at the shortest value
+    of each the rows name (``verify.across_unseen_dims``' twins). Wins at long KV lengths alone said nothing of
+    S 512, where both decode-attention patches lost on the H100 (2026-12-07); an H200 record without its twins
+    serves nothing until they are timed there."""
     names = list(base.dims)
     dtypes = [d for d in base.dtypes if any(r.dtype == d for r in rows)]
     inside = [r for r in rows if r.dtype in dtypes and set(names) <= set(r.dims)
@@ -134,6 +138,12 @@ def derive_guard(base: GuardSpec, rows: list[GuardRow]) -> tuple[GuardSpec, list
         p = tuple(r.dims[n] for n in names)
         wins = per_gpu.setdefault(r.gpu, {})
         wins[p] = wins.get(p, True) and r.wins
+    for name in unseen:
+        short = min((r.dims[name] for r in inside if name in r.dims), default=None)
+        at_short = {(r.gpu, tuple(r.dims[n] for n in names)) for r in inside if r.dims.get(name) == short}
+        for gpu, wins in per_gpu.items():
+            for p in wins:
+                wins[p] = wins[p] and (gpu, p) in at_short
     gpus = sorted(g for g in per_gpu if g is not None)
     # one GPU (or none named): every row is judged together, as before per-GPU guards; several: a shape may serve
     # wherever some GPU won it, and each GPU serves only its own wins (GuardSpec.on_gpu)

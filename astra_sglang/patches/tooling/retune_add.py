@@ -144,7 +144,7 @@ def add_retune(op: str, sweep_path: Path, *, patch_id: str, root: Path | None = 
     full = materialize(folder, user_cache())
     text = retuned_text(full, op_manifest, recipe)  # refuses a recipe SGLang's launch no longer matches
     ad = get_adapter(op)
-    guard, marked = derive_guard(guard_default(ad, op_manifest), guard_rows)
+    guard, marked = derive_guard(guard_default(ad, op_manifest), guard_rows, ad.unseen_sizes)
     # this process's own file: two `add-retune`s of one id (parallel tests, two shells) shared one name, and the
     # first to finish deleted the file the other was importing ("add-rt-merge.py does not exist", 2026-12-07)
     probe = user_cache() / "retuned" / f"add-{patch_id}-{os.getpid()}.py"
