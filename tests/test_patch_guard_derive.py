@@ -247,8 +247,10 @@ def test_a_slower_record_is_kept_and_the_guard_serves_only_where_it_won_on_that_
     assert e.manifest is not None
     shipped = e.manifest
     h100_guard = shipped.guard
-    rec = shipped.evidence.results[-1]
-    assert rec.timing is not None
+    rec = shipped.evidence.results[-1]  # the S 512 twins; the named set's record before it: a record times both
+    named = next(r for r in reversed(shipped.evidence.results)
+                 if r.timing is not None and any(s.dims["S"] > 512 for s in r.timing.shapes))
+    assert rec.timing is not None and named.timing is not None
     b = {"NK": 8, "G": 4, "D": 128, "MS": 8, "P": 1}
     assert h100_guard.accepts_dims({"B": 128, **b}) and h100_guard.accepts_dims({"B": 1, **b})
 
@@ -258,7 +260,7 @@ def test_a_slower_record_is_kept_and_the_guard_serves_only_where_it_won_on_that_
                                     "verdict": "faster" if sp > 1 else "slower"})
 
     h = rec.model_copy(update={"device": f"{gpu} (sm_90)", "timing": rec.timing.model_copy(update={
-        "shapes": [slower_at_128(s) for s in rec.timing.shapes]})})
+        "shapes": [slower_at_128(s) for s in named.timing.shapes + rec.timing.shapes]})})
     split = slower_shapes(shipped, h)
     assert split is not None and split[0]  # slower inside the guard it has: the old rule refused the record
     monkeypatch.setattr(platform_info, "current", lambda: platform_info.Platform("sm_90", gpu))
@@ -375,3 +377,6 @@ def test_a_gpu_that_never_timed_the_short_kv_end_serves_nothing_there() -> None:
     assert [(r.gpu, r.dims["B"], r.dims["S"]) for r in table if r.served] == [(h100, 1, 1033), (h100, 1, 512)]
     blind, _ = derive_guard(base, rows)  # without the rule: the H200 serves both points
     assert blind.takes({**call, "B": 128}, "bfloat16", h200)
+    # the other end: twins alone (`verify --twins-only` on a GPU without a record of the named set) serve nothing
+    twins_only, _ = derive_guard(base, rows + [row("NVIDIA H20", 1, 512, 1.5)], unseen_sizes("decode_attention"))
+    assert twins_only.on_gpu("NVIDIA H20") is None and twins_only.takes(call, "bfloat16", h100)

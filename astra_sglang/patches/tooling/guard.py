@@ -125,10 +125,10 @@ def derive_guard(base: GuardSpec, rows: list[GuardRow], unseen: Iterable[str] = 
     Rows timed on more than one GPU model are judged per GPU (``gpu_regions``): a shape serves on a GPU where it
     won there, and ``regions`` is the union. AstraError when nothing won anywhere: a patch that beats SGLang nowhere
     it was measured must not be registered. ``unseen``: the sizes the guard cannot see at call time
-    (``OpAdapter.unseen_sizes``); a point serves on a GPU only where that GPU also timed it at the shortest value
-    of each the rows name (``verify.across_unseen_dims``' twins). Wins at long KV lengths alone said nothing of
-    S 512, where both decode-attention patches lost on the H100 (2026-12-07); an H200 record without its twins
-    serves nothing until they are timed there."""
+    (``OpAdapter.unseen_sizes``); a point serves on a GPU only where that GPU timed it at both ends: the shortest
+    value of each the rows name (``verify.across_unseen_dims``' twins) and a longer one. Wins at long KV lengths
+    alone said nothing of S 512, where both decode-attention patches lost on the H100 (2026-12-07); an H200 record
+    without its twins serves nothing until they are timed there."""
     names = list(base.dims)
     dtypes = [d for d in base.dtypes if any(r.dtype == d for r in rows)]
     inside = [r for r in rows if r.dtype in dtypes and set(names) <= set(r.dims)
@@ -138,12 +138,17 @@ def derive_guard(base: GuardSpec, rows: list[GuardRow], unseen: Iterable[str] = 
         p = tuple(r.dims[n] for n in names)
         wins = per_gpu.setdefault(r.gpu, {})
         wins[p] = wins.get(p, True) and r.wins
-    for name in unseen:
-        short = min((r.dims[name] for r in inside if name in r.dims), default=None)
-        at_short = {(r.gpu, tuple(r.dims[n] for n in names)) for r in inside if r.dims.get(name) == short}
+    for name in unseen:  # each point timed on that GPU at the shortest value and (where rows name one) a longer one
+        timed: dict[tuple[str | None, Point], set[int]] = {}
+        for r in inside:
+            if name in r.dims:
+                timed.setdefault((r.gpu, tuple(r.dims[n] for n in names)), set()).add(r.dims[name])
+        short = min((min(v) for v in timed.values()), default=None)
+        longer = any(max(v) != short for v in timed.values())
         for gpu, wins in per_gpu.items():
             for p in wins:
-                wins[p] = wins[p] and (gpu, p) in at_short
+                values = timed.get((gpu, p), set())
+                wins[p] = wins[p] and short in values and (not longer or max(values) > short)
     gpus = sorted(g for g in per_gpu if g is not None)
     # one GPU (or none named): every row is judged together, as before per-GPU guards; several: a shape may serve
     # wherever some GPU won it, and each GPU serves only its own wins (GuardSpec.on_gpu)
