@@ -380,3 +380,26 @@ def test_a_gpu_that_never_timed_the_short_kv_end_serves_nothing_there() -> None:
     # the other end: twins alone (`verify --twins-only` on a GPU without a record of the named set) serve nothing
     twins_only, _ = derive_guard(base, rows + [row("NVIDIA H20", 1, 512, 1.5)], unseen_sizes("decode_attention"))
     assert twins_only.on_gpu("NVIDIA H20") is None and twins_only.takes(call, "bfloat16", h100)
+
+
+def test_the_listed_speedup_is_a_record_of_the_named_set_not_its_short_context_twins(tmp_path: Path, monkeypatch) -> None:
+    """After `rerecord.sh ID:twins` (2026-12-07, H100) `patches list` showed the rewrite at 1.140x and the retune at
+    1.194x: the geomean of the 13 S 512 twins alone, the last record, where the paper set's record said 1.469x. A
+    timing report now says what it timed, and the headline skips a twins-only record."""
+    from astra_sglang.cli.patches_cmd import _rows
+    from astra_sglang.contract.eval_config import EvalConfig
+    from astra_sglang.harness.parent.evaluate import _timing_report
+
+    shutil.copytree(REPO / "patches", tmp_path / "patches")
+    monkeypatch.setenv("ASTRA_SGLANG_PATCHES_DIR", str(tmp_path / "patches"))
+    rows = {r["patch_id"]: r["geomean_speedup"] for r in _rows()}
+    m = load_patch_manifest(REPO / "patches" / "decode_attention" / "mr-da2-single-r1")
+    last = m.evidence.results[-1]
+    assert last.timing is not None and last.timing.extra_only and last.geomean_speedup is not None
+    assert rows["mr-da2-single-r1"] == m.evidence.results[-2].geomean_speedup != last.geomean_speedup
+    twins = [{"B": 1, "S": 512}, {"B": 8, "S": 512}]
+    only = _timing_report([], 3000.0, EvalConfig(shapes="paper", extra_timed_shapes=twins, only_extra_timed=True), True)
+    both = _timing_report([], 3000.0, EvalConfig(shapes="paper", extra_timed_shapes=twins), True)
+    plain = _timing_report([], 3000.0, EvalConfig(shapes="paper"), True)
+    assert (only.shape_set, both.shape_set, plain.shape_set) == ("2 extra only", "paper + 2 extra", None)
+    assert only.extra_only and not both.extra_only and "shape_set" not in plain.model_dump()

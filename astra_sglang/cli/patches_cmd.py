@@ -169,7 +169,9 @@ def _rows() -> list[dict]:
         problem = static_problem(e, version) or (device_problem(e.manifest, arch, gpu) if e.manifest else None)
         vh, why = validated_here(e, version, arch, gpu)
         m = e.manifest
-        geo = [r.geomean_speedup for r in m.evidence.results if r.geomean_speedup] if m else []
+        # the headline is a record of the named set: short-context twins alone (`verify --twins-only`) are not one
+        geo = [r.geomean_speedup for r in m.evidence.results
+               if r.geomean_speedup and not (r.timing and r.timing.extra_only)] if m else []
         cannot_build = build_problem(m) if m else "unreadable manifest"
         rows.append({
             "patch_id": e.patch_id,

@@ -7,11 +7,11 @@ schema without importing torch.
 from __future__ import annotations
 
 import math
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, SerializerFunctionWrapHandler, model_serializer
 
-from astra_sglang.contract.base import Model
+from astra_sglang.contract.base import Model, drop_unset
 
 # EvalResult.error of a judge that failed on its own side (an exception in the process that runs only SGLang's
 # original and the reference): no verdict on the candidate
@@ -106,6 +106,18 @@ class TimingReport(Model):
     geomean_vs_original: float | None = Field(default=None, description="of speedup over the shapes the original "
                                               "runs (where the headline is vs served)")
     suspect: list[str] = Field(default_factory=list, description="why a number is not trusted (above ceiling...)")
+    shape_set: str | None = Field(default=None, description="what was timed: the named set ('paper'), with N "
+                                  "extra shapes ('paper + 13 extra'), or those alone ('13 extra only': `patches "
+                                  "verify --twins-only`, whose geomean is no headline for the patch); None: the "
+                                  "named set (written before this field)")
+
+    @model_serializer(mode="wrap")
+    def _without_unset_shape_set(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        return drop_unset(handler(self), "shape_set")
+
+    @property
+    def extra_only(self) -> bool:
+        return bool(self.shape_set and self.shape_set.endswith(" extra only"))
 
 
 TuneValue = int | float | bool | str

@@ -390,8 +390,12 @@ def _timing_report(rows: list[TimedShape], ceiling: float, config: EvalConfig, h
     interleave = (f"ABBA-interleaved with the original in batches of {TIMING_BATCH}, candidate in its own process, "
                   "each batch checked against the wall clock, ") if has_cand else ""
     method = f"{' / '.join(methods)}, {warmup} warm-up, {rep} timed per side, {interleave}{rot}; medians"
+    extra = len(config.extra_timed_shapes)
+    shape_set = (f"{extra} extra only" if extra and config.only_extra_timed
+                 else f"{config.shapes} + {extra} extra" if extra else None)
     return TimingReport(mode=config.mode, method=method, copy_ceiling_gbps=ceiling, shapes=shapes,
-                        geomean_speedup=geo, geomean_vs_original=vs_orig if served else None, suspect=suspect)
+                        geomean_speedup=geo, geomean_vs_original=vs_orig if served else None, suspect=suspect,
+                        shape_set=shape_set)
 
 
 def _geomean(speedups: list[float | None], shapes: list[ShapeTiming], has_cand: bool) -> float | None:
