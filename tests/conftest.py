@@ -180,7 +180,8 @@ def restored_op_or_none() -> Callable[[str], Path | None]:
 
 @pytest.fixture(scope="session")
 def measurements() -> Callable[[str, Any], Path]:
-    """``measurements("h200_harness_self", data)`` writes docs/measurements/h200_harness_self.json.
+    """``measurements("h200_harness_self", data)`` writes docs/measurements/h200_harness_self.json on an H200
+    (h100_harness_self.json on an H100: the file says which GPU measured it).
 
     GPU acceptance tests keep what they measured where the measurement index (docs/measurements/README.md)
     points; ``ASTRA_SGLANG_MEASUREMENTS`` redirects it (e.g. to $OUT on the GPU host, to bring it back).
@@ -194,7 +195,9 @@ def measurements() -> Callable[[str, Any], Path]:
         doc = {"written_by": name, "device": device, "torch": torch.__version__,
                "utc": datetime.now(timezone.utc).isoformat(timespec="seconds"), "data": data}
         root.mkdir(parents=True, exist_ok=True)
-        path = root / f"{name}.json"
+        # named for the GPU that measured it: the tests' "h200_" names came back from H100s as h200_*.json (2026-12-07)
+        gpu = next((g for g in ("h100", "h200", "b200", "a100") if g in device.lower()), "gpu" if device != "cpu" else "cpu")
+        path = root / f"{gpu}_{name.removeprefix('h200_')}.json" if name.startswith("h200_") else root / f"{name}.json"
         path.write_text(json.dumps(doc, indent=1, default=str) + "\n")
         return path
 
