@@ -128,7 +128,9 @@ def derive_guard(base: GuardSpec, rows: list[GuardRow], unseen: Iterable[str] = 
     (``OpAdapter.unseen_sizes``); a point serves on a GPU only where that GPU timed it at both ends: the shortest
     value of each the rows name (``verify.across_unseen_dims``' twins) and a longer one. Wins at long KV lengths
     alone said nothing of S 512, where both decode-attention patches lost on the H100 (2026-12-07); an H200 record
-    without its twins serves nothing until they are timed there."""
+    without its twins serves nothing until they are timed there. The short end is the shortest value in ``rows``,
+    not the contract's: evidence without twins (a fresh `add-run` from the paper set, whose shortest S is 1024)
+    serves only the few points timed at two lengths, until `patches verify --record` adds the twins."""
     names = list(base.dims)
     dtypes = [d for d in base.dtypes if any(r.dtype == d for r in rows)]
     inside = [r for r in rows if r.dtype in dtypes and set(names) <= set(r.dims)
