@@ -403,3 +403,44 @@ def test_the_listed_speedup_is_a_record_of_the_named_set_not_its_short_context_t
     plain = _timing_report([], 3000.0, EvalConfig(shapes="paper"), True)
     assert (only.shape_set, both.shape_set, plain.shape_set) == ("2 extra only", "paper + 2 extra", None)
     assert only.extra_only and not both.extra_only and "shape_set" not in plain.model_dump()
+
+
+def test_a_patch_that_serves_nothing_on_this_gpu_is_refused_there_and_its_twin_record_brings_it_back(
+        tmp_path: Path, monkeypatch, capsys) -> None:
+    """The rewrite's H200 record predates the S 512 twins, so its guard serves nothing on an H200. The plugin now
+    refuses it there with the reason and the command, instead of installing a hook that hands every call on; the
+    record that times the twins there still checks it (on its union boxes, as on a GPU new to it), and its guard
+    is derived again although it lost nowhere, so the H200 serves where it won at both ends. The twin times are
+    SYNTHETIC (the shipped H100 twin record, moved to an H200 and made to win)."""
+    from types import SimpleNamespace
+
+    from astra_sglang import platform_info
+    from astra_sglang.cli.patches_cmd import _record
+    from astra_sglang.patches.registry import device_problem, find
+
+    h100, h200 = "NVIDIA H100 80GB HBM3", "NVIDIA H200"
+    shutil.copytree(REPO / "patches", tmp_path / "patches")
+    e = find("mr-da2-single-r1", tmp_path / "patches")
+    m = e.manifest
+    assert m is not None
+    refused = device_problem(m, "sm_90", h200)
+    assert refused is not None and "serves no shape on NVIDIA H200" in refused and "--record" in refused
+    assert device_problem(m, "sm_90", h100) is None
+    assert m.guard.to_measure_on(h200).on_gpu(h200) is not None and m.guard.to_measure_on(h100) == m.guard
+    twins = m.evidence.results[-1]
+    assert twins.timing is not None and twins.timing.extra_only
+
+    def wins(s):
+        return s.model_copy(update={"speedup": 1.3, "candidate_us": s.original_us / 1.3, "verdict": "faster"})
+
+    h = twins.model_copy(update={"device": f"{h200} (sm_90)", "timing": twins.timing.model_copy(update={
+        "shapes": [wins(s) for s in twins.timing.shapes]})})
+    monkeypatch.setattr(platform_info, "current", lambda: platform_info.Platform("sm_90", h200))
+    _record(e, SimpleNamespace(arch="sm_90", op_manifest_sha256=m.op_manifest_sha256), h, [])
+    assert "it served nothing on NVIDIA H200" in capsys.readouterr().out
+    after = load_patch_manifest(e.path)
+    here = after.guard.on_gpu(h200)
+    assert here is not None and device_problem(after, "sm_90", h200) is None
+    b1 = {"B": 1, "NK": 8, "G": 4, "D": 128, "MS": 8, "P": 1}
+    assert here.accepts_dims(b1)  # won at S 1024 (the old H200 record) and at S 512 (these twins)
+    assert after.guard.on_gpu(h100) == m.guard.on_gpu(h100)  # the H100's boxes as they were

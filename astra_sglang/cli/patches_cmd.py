@@ -332,7 +332,7 @@ def _record(e: Any, out: Any, h: Any, slower: list[Any]) -> None:
     could never get an H200 guard of its own (its H100 guard rode on the H200 or nothing did), and a rewrite whose
     H200 boxes took a shape its new record lost kept serving it. Refused only where no guard can be derived."""
     from astra_sglang.contract.patch import write_patch_manifest
-    from astra_sglang.patches.registry import gpu_problem, installed_sglang_version
+    from astra_sglang.patches.registry import gpu_problem, guard_problem, installed_sglang_version
     from astra_sglang.patches.tooling.add import guard_from_records
     from astra_sglang.patches.tooling.guard import describe
     from astra_sglang.platform_info import current
@@ -341,6 +341,10 @@ def _record(e: Any, out: Any, h: Any, slower: list[Any]) -> None:
     vo = m.validated_on
     gpu = (current().gpu or "") if out.arch.startswith("sm_") else ""
     new_gpu = bool(gpu) and gpu_problem(m, gpu) is not None  # the GPU gate would have stood it aside here
+    # served nothing here (no win at both ends of an unseen size), or timed the short-context twins: the guard is
+    # derived again either way, else a twin record that lost nowhere left the H200's empty boxes as they were
+    nothing_here = bool(gpu) and guard_problem(m, gpu) is not None
+    twins = h is not None and h.timing is not None and h.timing.shape_set is not None
     version = installed_sglang_version()
     if version and version not in vo.sglang_versions:
         vo.sglang_versions.append(version)
@@ -352,7 +356,7 @@ def _record(e: Any, out: Any, h: Any, slower: list[Any]) -> None:
     if h is not None:
         m.evidence.results.append(h)
     derived = ""
-    if slower or new_gpu:
+    if slower or new_gpu or nothing_here or twins:
         try:
             m, _ = guard_from_records(m, m.evidence.results)
         except AstraError as err:
@@ -366,7 +370,8 @@ def _record(e: Any, out: Any, h: Any, slower: list[Any]) -> None:
     write_patch_manifest(e.path, m)
     print(f"  recorded: validated on SGLang {version} / {out.arch}" + (f" ({gpu})" if gpu else ""))
     if derived:
-        why = f"slower on {len(slower)} shape(s) inside its guard" if slower else f"a GPU new to it ({gpu})"
+        why = (f"slower on {len(slower)} shape(s) inside its guard" if slower else f"a GPU new to it ({gpu})"
+               if new_gpu else f"it served nothing on {gpu}" if nothing_here else "short-context twins timed")
         print(f"  guard derived again from every record, per GPU ({why}): {derived}")
         if m.source.retune:
             print(f"  a rewrite stacked in front of {m.patch_id}: `patches guard REWRITE --behind {m.patch_id} "

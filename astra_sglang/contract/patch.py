@@ -128,6 +128,16 @@ class GuardSpec(Model):
             return self if not self.gpu_regions else self.model_copy(update={"gpu_regions": {}})
         return self.model_copy(update={"regions": boxes, "gpu_regions": {}}) if boxes else None
 
+    def to_measure_on(self, gpu: str | None) -> GuardSpec:
+        """The guard for measuring the patch again on ``gpu`` (``patches verify``, the device check): where it won
+        nothing there (``on_gpu`` None), its union, as for a GPU new to it; otherwise itself. An H200 record
+        without the S 512 twins left the rewrite nothing on the H200, and the plugin refuses it there; the record
+        that adds the twins has to check it on the H200 all the same."""
+        if self.on_gpu(gpu) is not None:
+            return self
+        return self.model_copy(update={"gpu_regions": {g: b for g, b in self.gpu_regions.items()
+                                                       if not (gpu and same_gpu(g, gpu))}})
+
     def takes(self, dims: dict[str, int], dtype: str, gpu: str | None) -> bool:
         """Whether the guard serves a call of these dims and dtype on the GPU model ``gpu`` (its boxes there)."""
         here = self.on_gpu(gpu)

@@ -249,7 +249,7 @@ def device_problem(m: PatchManifest, arch: str | None, gpu: str | None = None) -
         return "CUDA kernels need a GPU (only Triton runs under TRITON_INTERPRET=1)"
     if norm_arch(arch) not in {norm_arch(a) for a in m.validated_on.archs}:
         return f"GPU arch {arch}, patch validated on {', '.join(m.validated_on.archs)}"
-    return gpu_problem(m, gpu) if arch != CPU_INTERPRET_ARCH else None
+    return (gpu_problem(m, gpu) or guard_problem(m, gpu)) if arch != CPU_INTERPRET_ARCH else None
 
 
 def gpu_problem(m: PatchManifest, gpu: str | None) -> str | None:
@@ -260,6 +260,17 @@ def gpu_problem(m: PatchManifest, gpu: str | None) -> str | None:
         return (f"GPU {gpu}, patch measured on {', '.join(gpus)} (its guard is where it won there; "
                 f"`astra-sglang patches verify {m.patch_id} --record` measures it here and adds it)")
     return None
+
+
+def guard_problem(m: PatchManifest, gpu: str | None) -> str | None:
+    """Why a guard measured per GPU serves nothing on ``gpu`` (None: it serves something). The plugin refuses such
+    a patch there, with this reason, instead of installing a hook that hands every call to SGLang: the rewrite's
+    H200 record predates the S 512 twins, so it serves nothing on an H200 (2026-12-07)."""
+    if not gpu or not m.guard.gpu_regions or m.guard.on_gpu(gpu) is not None:
+        return None
+    return (f"its guard serves no shape on {gpu}: no shape timed there won (at both ends of any size the guard "
+            f"cannot see, decode attention's KV length S); `astra-sglang patches verify {m.patch_id} --record` "
+            "on this GPU times them")
 
 
 def validated_here(entry: PatchEntry, sglang_version: str | None, arch: str | None,

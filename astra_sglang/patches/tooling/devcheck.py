@@ -116,7 +116,8 @@ def check_on_device(entry: PatchEntry, *, time_it: bool = True, reps: int = 100)
     # an H200 was refused on the H100 by its GPU gate, and the check reported that refusal as a failure (2026-12-05)
     gpus = list(m.validated_on.gpus) + ([gpu] if m.validated_on.gpus and gpu else [])
     here = m.model_copy(update={"validated_on": m.validated_on.model_copy(
-        update={"archs": list(m.validated_on.archs) + [arch], "gpus": gpus}), "op_manifest_sha256": current_op_sha256(m)})
+        update={"archs": list(m.validated_on.archs) + [arch], "gpus": gpus}), "op_manifest_sha256": current_op_sha256(m),
+        "guard": m.guard.to_measure_on(gpu)})
     rt = PatchRuntime(entry.path, here)
     hook = rt.hook_for(original, m.targets[0])
     if not rt.activate("cuda", original):

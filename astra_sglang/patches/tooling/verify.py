@@ -158,7 +158,7 @@ def verify_entry(entry: PatchEntry, *, shapes: str = "all", harness: bool = True
         "sglang_versions": list(m.validated_on.sglang_versions) + [version],
         "archs": list(m.validated_on.archs) + ([arch] if arch else []),
         "gpus": list(m.validated_on.gpus) + ([gpu] if gpu and m.validated_on.gpus else [])}),
-        "op_manifest_sha256": current_op_sha256(m)})
+        "op_manifest_sha256": current_op_sha256(m), "guard": m.guard.to_measure_on(gpu)})
     problem = device_problem(patched, arch, gpu)
     if problem:
         return VerifyOutcome(entry.patch_id, False, arch, problem)
