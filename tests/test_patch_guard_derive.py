@@ -403,6 +403,10 @@ def test_the_listed_speedup_is_a_record_of_the_named_set_not_its_short_context_t
     plain = _timing_report([], 3000.0, EvalConfig(shapes="paper"), True)
     assert (only.shape_set, both.shape_set, plain.shape_set) == ("2 extra only", "paper + 2 extra", None)
     assert only.extra_only and not both.extra_only and "shape_set" not in plain.model_dump()
+    shown = subprocess.run([sys.executable, "-m", "astra_sglang", "patches", "show", "mr-da2-single-r1"],
+                           env={**__import__("os").environ, "COLUMNS": "250"}, capture_output=True, text=True,
+                           timeout=300)
+    assert f"geomean speedup {last.geomean_speedup:.3f}x over 13 extra only" in shown.stdout
 
 
 def test_a_patch_that_serves_nothing_on_this_gpu_is_refused_there_and_its_twin_record_brings_it_back(

@@ -273,7 +273,8 @@ def cmd_show(args: argparse.Namespace) -> int:
                           f"{s.speedup:.3f}x" if s.speedup else "-", s.verdict)
             c.print(t)
             if r.timing.geomean_speedup:
-                c.print(f"geomean speedup {r.timing.geomean_speedup:.3f}x ({r.timing.method})")
+                timed = f" over {r.timing.shape_set}" if r.timing.shape_set else ""
+                c.print(f"geomean speedup {r.timing.geomean_speedup:.3f}x{timed} ({r.timing.method})")
     for n in m.evidence.notes:
         c.print(f"note: {n}")
     return 0
