@@ -9,8 +9,9 @@
 # Back: $OUT/ID.manifest.json per ID (copy to patches/<op>/ID/manifest.json), $OUT/front.manifest.json, the
 # verify logs packed (out_limit.sh). RECORD_S (default 260): each record's limit (decode attention: 16 + 13 shapes).
 # ID:twins (`verify --twins-only`): time only the S 512 twins, for a patch whose records already time the paper set on
-# this GPU model (half the time: on the H100 both decode-attention patches; on the H200 neither has a record of
-# the revised paper set yet).
+# this GPU model (half the time: on the H100 both decode-attention patches, done 2026-12-07; on the H200 neither has
+# a record of the revised paper set yet, and a point serves on a GPU only where that GPU won it at both ends of S,
+# so the rewrite is refused on an H200 until `rerecord.sh mr-da2-single-r1` runs there).
 # Usage: [RECORD_S=260] [FRONT=mr-da2-single-r1 BEHIND=sglang-retuned-da] rerecord.sh ID[:twins] [ID[:twins]...]
 set -uo pipefail
 [ $# -ge 1 ] || { echo "usage: rerecord.sh ID [ID...]"; exit 2; }
