@@ -16,7 +16,7 @@ def test_captured_calls_are_counted_once_and_replays_not_at_all(entry):
     from astra_sglang.patches import status
     from astra_sglang.patches.runtime import PatchRuntime
     from astra_sglang.patches.tooling.devcheck import extracted_original
-    from astra_sglang.patches.tooling.verify import current_op_sha256
+    from astra_sglang.patches.tooling.verify import to_measure_here
 
     m = entry.manifest
     assert m is not None
@@ -26,9 +26,7 @@ def test_captured_calls_are_counted_once_and_replays_not_at_all(entry):
     # the counting is under test, not the GPU gate: a patch measured on the H200 alone is refused on an H100 by
     # design (test_patches_registry), which failed this test there (2026-12-06); one whose guard serves nothing on
     # this GPU (no S 512 twins timed there) likewise
-    here = m.model_copy(update={"validated_on": m.validated_on.model_copy(
-        update={"archs": [*m.validated_on.archs, dev.arch], "gpus": [*m.validated_on.gpus, dev.gpu or ""]}),
-        "op_manifest_sha256": current_op_sha256(m), "guard": m.guard.to_measure_on(dev.gpu)})
+    here = to_measure_here(m, dev.arch, dev.gpu)
     status.reset(m.patch_id)
     original = extracted_original(entry)
     rt = PatchRuntime(entry.path, here)

@@ -93,7 +93,7 @@ def check_on_device(entry: PatchEntry, *, time_it: bool = True, reps: int = 100)
     from astra_sglang.loader.launch import load_reference
     from astra_sglang.patches.registry import device_problem, op_folder
     from astra_sglang.patches.runtime import PatchRuntime
-    from astra_sglang.patches.tooling.verify import current_op_sha256
+    from astra_sglang.patches.tooling.verify import to_measure_here
     from astra_sglang.platform_info import of_device
 
     m = entry.manifest
@@ -112,12 +112,7 @@ def check_on_device(entry: PatchEntry, *, time_it: bool = True, reps: int = 100)
         original = extracted_original(entry)
     except Exception as e:
         return DeviceReport(m.patch_id, False, arch, f"extracted original unavailable: {e}", gpu, serves_here)
-    # being validated here (this arch and this GPU model), against the op as it is now; a patch measured only on
-    # an H200 was refused on the H100 by its GPU gate, and the check reported that refusal as a failure (2026-12-05)
-    gpus = list(m.validated_on.gpus) + ([gpu] if m.validated_on.gpus and gpu else [])
-    here = m.model_copy(update={"validated_on": m.validated_on.model_copy(
-        update={"archs": list(m.validated_on.archs) + [arch], "gpus": gpus}), "op_manifest_sha256": current_op_sha256(m),
-        "guard": m.guard.to_measure_on(gpu)})
+    here = to_measure_here(m, arch, gpu)
     rt = PatchRuntime(entry.path, here)
     hook = rt.hook_for(original, m.targets[0])
     if not rt.activate("cuda", original):

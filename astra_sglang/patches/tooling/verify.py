@@ -89,6 +89,20 @@ def current_op_sha256(m: PatchManifest) -> str:
     return manifest_sha256(folder) if (folder / MANIFEST_NAME).is_file() else m.op_manifest_sha256
 
 
+def to_measure_here(m: PatchManifest, arch: str | None, gpu: str | None, version: str | None = None) -> PatchManifest:
+    """``m`` as this host measures it (``verify``, the device check): validated on this SGLang ``version`` (None: as
+    it is), arch and GPU model, pinned to the op as it is now, its guard the one to measure on this GPU
+    (``GuardSpec.to_measure_on``). Verifying is how a patch becomes validated on a new SGLang, device or
+    re-extracted op, so none may stop the check; a patch measured on the H200 only was refused on the H100 by its
+    GPU gate, and the device check reported that refusal as a failure (2026-12-05)."""
+    vo = m.validated_on
+    return m.model_copy(update={"validated_on": vo.model_copy(update={
+        "sglang_versions": list(vo.sglang_versions) + ([version] if version else []),
+        "archs": list(vo.archs) + ([arch] if arch else []),
+        "gpus": list(vo.gpus) + ([gpu] if gpu and vo.gpus else [])}),
+        "op_manifest_sha256": current_op_sha256(m), "guard": m.guard.to_measure_on(gpu)})
+
+
 INTERPRETER_CHECK = ("Triton interpreter: a correctness-only check on small shapes below the guard's minimums "
                      "({shapes}: one call at a served shape takes minutes there) and the harness on the test "
                      "shapes; nothing timed, nothing recorded; verify on a GPU host for the real check")
@@ -153,12 +167,7 @@ def verify_entry(entry: PatchEntry, *, shapes: str = "all", harness: bool = True
     elsewhere = unverifiable_here(m, arch)
     if elsewhere:
         return VerifyOutcome(m.patch_id, False, arch, elsewhere, here=False)
-    # verifying is how a patch becomes validated on a new SGLang, device or re-extracted op: none may stop the check
-    patched = m.model_copy(update={"validated_on": m.validated_on.model_copy(update={
-        "sglang_versions": list(m.validated_on.sglang_versions) + [version],
-        "archs": list(m.validated_on.archs) + ([arch] if arch else []),
-        "gpus": list(m.validated_on.gpus) + ([gpu] if gpu and m.validated_on.gpus else [])}),
-        "op_manifest_sha256": current_op_sha256(m), "guard": m.guard.to_measure_on(gpu)})
+    patched = to_measure_here(m, arch, gpu, version)
     problem = device_problem(patched, arch, gpu)
     if problem:
         return VerifyOutcome(entry.patch_id, False, arch, problem)
