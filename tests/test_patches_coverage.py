@@ -70,6 +70,27 @@ def test_a_rewrite_in_front_of_its_retune_takes_its_front_guard_and_the_retune_w
     assert rows[0].serves
 
 
+def test_a_retune_whose_guard_won_nothing_on_this_gpu_leaves_the_rewrite_its_own_guard_as_the_plugin_does() -> None:
+    """The plugin refuses a retune whose guard serves no shape on this GPU (``guard_problem``), and the rewrite in
+    front of it then serves its own guard. Coverage once gated the retune on its GPU list alone, so a retune recorded
+    on an H200 that won nothing there kept the rewrite on its narrow front guard in the table."""
+    llama = _box(B=(1, 256), NK=(8, 8), G=(4, 4), D=(128, 128), MS=(8, 8), P=(1, 1))
+    rewrite = _patch(REWRITE, _guard(llama), guard_in_front={"sglang-retuned-da": _guard(LLAMA_SMALL_B)})
+    h100 = "NVIDIA H100 80GB HBM3"
+    retune = _patch(RETUNE, _guard(llama).model_copy(update={"gpu_regions": {h100: [llama], "NVIDIA H200": []}}),
+                    gpus=[h100, "NVIDIA H200"])  # recorded on both; won only on the H100
+    rows, _ = coverage(model_config("llama3-8b"), [retune, rewrite], [64], ["decode"], 1024, "bfloat16",
+                       gpu="NVIDIA H200", attention_backend="triton")
+    got = {r.patch_id: (r.serves, r.why) for r in rows}
+    assert got["mr-da2-single-r1"] == (True, "serves")  # its own guard: B 64 is outside its front guard
+    assert not got["sglang-retuned-da"][0]
+    assert got["sglang-retuned-da"][1].startswith("stands aside on NVIDIA H200: its guard serves no shape")
+    rows, _ = coverage(model_config("llama3-8b"), [retune, rewrite], [64], ["decode"], 1024, "bfloat16",
+                       gpu=h100, attention_backend="triton")
+    got = {r.patch_id: (r.serves, r.why) for r in rows}  # on the H100 the retune serves, the front guard holds
+    assert got["sglang-retuned-da"] == (True, "serves") and not got["mr-da2-single-r1"][0]
+
+
 def test_a_patch_measured_on_another_gpu_stands_aside_there_as_the_plugin_does() -> None:
     rewrite = _patch(REWRITE, _guard(LLAMA_SMALL_B), gpus=["NVIDIA H100 80GB HBM3"])
     config = model_config("llama3-8b")
@@ -207,7 +228,7 @@ def test_a_default_server_on_an_h100_or_h200_never_reaches_the_decode_attention_
     assert rows[0].serves
     rows, _ = coverage(llama, [rewrite], [1], ["decode"], 1024, "bfloat16", gpu="NVIDIA H200",
                        attention_backend="triton")
-    assert not rows[0].serves and "serves nothing on NVIDIA H200" in rows[0].why  # no S 512 twins timed there
+    assert not rows[0].serves and "serves no shape on NVIDIA H200" in rows[0].why  # no S 512 twins timed there
     rows, _ = coverage(qwen3, [w1], [32], ["decode"], 1024, "bfloat16", gpu="NVIDIA H200")
     assert rows[0].serves  # the MoE GEMMs: any attention backend
     assert main(["patches", "coverage", "--config", "llama3-8b", "--batch-size", "1", "--patches",

@@ -126,10 +126,13 @@ def _adapter(op: str) -> OpAdapter | None:
 
 
 def _stand_aside(m: PatchManifest, gpu: str | None) -> str | None:
-    """The plugin's GPU gate (``registry.gpu_problem``, the check its first call runs) for a named GPU."""
-    from astra_sglang.patches.registry import gpu_problem
+    """The plugin's GPU gates (``registry.gpu_problem`` or ``guard_problem``, what its first call checks) for a
+    named GPU. Both, since a retune refused by either leaves the rewrite in front of it its own guard at run time:
+    with ``gpu_problem`` alone, a retune recorded on this GPU whose guard won nothing here kept the rewrite on its
+    front guard in this table while the plugin served the rewrite's own."""
+    from astra_sglang.patches.registry import gpu_problem, guard_problem
 
-    problem = gpu_problem(m, gpu)
+    problem = gpu_problem(m, gpu) or guard_problem(m, gpu)
     return None if problem is None else f"stands aside on {gpu}: {problem}"
 
 
