@@ -46,6 +46,8 @@ if [ "$ID" != - ]; then  # the record half of record_then_profile.sh (its site s
   fi
 fi
 if [ -n "${COVERAGE:-}" ]; then  # which of PATCHES would serve this forward's calls, said before the e2e (no GPU)
+  # on a fresh machine with ID "-" nothing has unpacked the site yet (2026-12-07: "No module named 'pydantic'")
+  [ -d /tmp/srv-site/astra ] || SMOKE=0 bash scripts/h200_server/device.sh site > "$OUT/site.log" 2>&1
   ( export PYTHONPATH=/tmp/srv-site/astra:/tmp/srv-site
     python3 -m astra_sglang patches coverage --config "${CONFIG:-llama3-8b}" --batch-size ${BS:-1 32 128} \
       --input-len "${IN:-1024}" --patches "$PATCHES" --attention-backend triton --gpu "$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)" \
