@@ -52,6 +52,23 @@ def test_a_ten_percent_faster_patch_is_a_gain_in_one_process_with_the_placebo_ho
     assert again["verdict"] == "gain" and "report only: in-process" in again["stopped"]
 
 
+def test_a_cut_run_counts_only_the_rounds_every_batch_size_finished(tmp_path, capsys):
+    """The child runs each batch size's rounds in turn, so a run cut by its limit holds all rounds of the first
+    and a few of the last. Its report once said "8 rounds" where batch 128 had 3 (H100, 2026-12-07)."""
+    out = tmp_path / "run"
+    assert main(_e2e(out)) == 0
+    capsys.readouterr()
+    arms = out / "inprocess" / "arms.jsonl"
+    lines = arms.read_text().splitlines()
+    assert {json.loads(x)["result"]["batch_size"] for x in lines[:12]} == {1}  # batch 1's 4 rounds first
+    arms.write_text("\n".join(lines[:12 + 5]) + "\n")  # batch 64: round 1, and two arms of round 2
+    (out / "inprocess" / "done.json").unlink()
+    assert main(["e2e", "--report-only", "--out", str(out), "--json"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    assert rep["rounds_done"] == 1
+    assert rep["stopped"] == "report only: in-process, 1 rounds of arm-runs read (the process cut before it finished)"
+
+
 def test_an_arm_run_whose_graphs_were_not_recaptured_is_caught(tmp_path, capsys, monkeypatch):
     """A recapture that silently kept the old graphs leaves that arm-run replaying the previous arm's kernel (here
     the 2nd arm-run, B, replays A's graphs): its timing belongs to another arm. Said, and no gain counted."""

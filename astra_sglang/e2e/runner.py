@@ -621,10 +621,13 @@ def build_report(cfg: E2EConfig, runs: Sequence[ArmRun], out: Path) -> E2EReport
     if skipped:
         reasons.append(f"not reached in this forward, so not counted: {', '.join(skipped)} (no call served by the "
                        "patch or SGLang's original in any B or C process: its op is not on this forward's path)")
-    arms_of: dict[int, set[str]] = {}
+    # a round counts where every arm measured every batch shape: the in-process child runs each shape's rounds in
+    # turn, so a cut run (2026-12-07, H100: 8 rounds at bs 32, 3 at bs 128) counted 8 rounds that bs 128 never had
+    arms_of: dict[int, dict[tuple[int, int, int], set[str]]] = {}
     for r in runs:
-        arms_of.setdefault(r.round, set()).add(r.arm)
-    complete = [k for k, arms in arms_of.items() if arms == set(ARMS)]
+        for s in r.results:
+            arms_of.setdefault(r.round, {}).setdefault((s.batch_size, s.input_len, s.output_len), set()).add(r.arm)
+    complete = [k for k, per in arms_of.items() if all(per.get(key) == set(ARMS) for key in shapes)]
     findings = [gpu_state.clock_finding(bs, [(r.arm, s.median_decode_latency, r.gpu) for r in runs
                                              for s in r.results if s.batch_size == bs and s.median_decode_latency])
                 for bs in sorted({k[0] for k in shapes})] if not cfg.in_process else []
