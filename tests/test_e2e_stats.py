@@ -104,6 +104,18 @@ def test_two_processes_per_arm_never_give_a_verdict_that_identical_arms_would_gi
     assert chance_separation(4, 4) < 0.05 < chance_separation(3, 3)
 
 
+def test_a_placebo_from_too_few_arm_runs_is_named_so_not_blamed_on_the_hooks():
+    """H100, 2026-12-07: a cut in-process run had 3 C and 4 A arm-runs at batch 128; its C/A [0.946, 0.990] read as
+    "the hooks account for the change". From arms that small no interval means that: more rounds, no gain."""
+    faster = _iv(0.84, 0.89)
+    placebo = _iv(0.946, 0.990).model_copy(update={"n_num": 3, "n_den": 4})
+    v, why = judge(faster, placebo, unit="arm-runs")
+    assert v == "no measurable change"
+    assert "from 3 and 4 arm-runs, too few" in why[-1] and "hooks" not in " ".join(why)
+    v, why = judge(faster, _iv(0.90, 0.96), unit="arm-runs")  # enough arm-runs: the placebo did move
+    assert v == "no measurable change" and "placebo moved" in " ".join(why)
+
+
 def test_identical_arms_rarely_read_as_a_change_at_any_number_of_rounds():
     """Simulated null: A and B the same kernels, 3% process noise; a verdict other than "no measurable change"
     must come at most about as often as the 95% level allows, at 2, 3, 4 and 6 processes per arm."""

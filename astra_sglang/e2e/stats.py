@@ -172,6 +172,14 @@ def judge(b_over_a: Interval | None, c_over_a: Interval | None, problems: Sequen
     if c_over_a is None:
         reasons.append(f"no placebo interval (fewer than 2 {unit} in arm C): a gain cannot be told from drift")
         ok = False
+    elif not c_over_a.holds_one and too_few(c_over_a, unit) is not None:
+        # an interval from arms this small excludes 1 by chance as often as not: it says nothing about the hooks
+        # (H100, 2026-12-07: a cut run's 3 C and 4 A arm-runs gave C/A [0.946, 0.990], read as "the hooks account
+        # for the change"; the full run's 6 and 6 gave C/A 0.999 [0.967, 1.031])
+        reasons.append(f"but the placebo's C/A {c_over_a.text()} comes from {c_over_a.n_num} and {c_over_a.n_den} "
+                       f"{unit}, too few to tell a gain from drift; more rounds ({fewest_processes(c_over_a.level)} "
+                       f"{unit} per arm at least)")
+        ok = False
     elif not c_over_a.holds_one:
         reasons.append(f"but {placebo_moved(b_over_a, c_over_a)}")
         ok = False
