@@ -69,6 +69,60 @@ def test_a_cut_run_counts_only_the_rounds_every_batch_size_finished(tmp_path, ca
     assert rep["stopped"] == "report only: in-process, 1 rounds of arm-runs read (the process cut before it finished)"
 
 
+def test_a_deadline_is_shared_among_the_batch_shapes_so_none_is_starved(tmp_path):
+    """one_batch measures its shapes in turn, so a limit that strikes mid-run once left 8 rounds of the first
+    batch size and 3 of the last. With a deadline each shape gets an equal share of the time left when it starts,
+    and stops after the last whole round that fits (a fake clock: the first shape's arm-runs take 2 s, the
+    second's 3 s, the warm-up 6 s)."""
+    from astra_sglang.e2e.inprocess_child import InProcessAB, shape_count
+
+    assert shape_count(["--model-path", "m", "--batch-size", "32", "128", "--input-len", "1024"]) == 2
+    assert shape_count(["--batch-size", "1", "8", "--input-len", "512", "1024", "--output-len", "32"]) == 4
+    assert shape_count(["--model-path", "m"]) == 1
+
+    def run(deadline: float | None) -> tuple[dict[int, set[int]], float]:
+        now = [0.0]
+        cost = {0: 6.0, 32: 2.0, 128: 3.0}
+        calls: list[int] = []
+
+        def real(run_name, model_runner, bs):
+            now[0] += cost[bs if calls else 0]
+            calls.append(bs)
+            return {"batch_size": bs, "median_decode_latency": 0.01, "prefill_latency": 0.1}
+
+        out = tmp_path / f"arms-{deadline}.jsonl"
+        ab = InProcessAB(real, 8, out, deadline=deadline, shapes=2, clock=lambda: now[0])
+        for bs in (32, 32, 128):  # one_batch: its warm-up at the first shape, then one call per shape
+            ab("run", object(), bs)
+        rounds: dict[int, set[int]] = {}
+        for line in map(json.loads, out.read_text().splitlines()):
+            rounds.setdefault(line["result"]["batch_size"], set()).add(line["round"])
+        return rounds, now[0]
+
+    rounds, ended = run(None)
+    assert rounds == {32: set(range(1, 9)), 128: set(range(1, 9))}
+    rounds, ended = run(60.0)
+    # batch 32: a share of (60 - 6) / 2 = 27 s holds 4 rounds of 6 s; batch 128: the 30 s left hold 3 of 9 s
+    assert rounds == {32: {1, 2, 3, 4}, 128: {1, 2, 3}} and ended <= 60.0
+
+
+def test_a_run_longer_than_its_timeout_ends_in_time_with_rounds_at_every_batch_size(tmp_path, capsys, monkeypatch):
+    """6 rounds of 2 shapes at 0.4 s an arm-run need 14.4 s; --timeout 12 killed such a run before it reported.
+    The child now shares the time left among the shapes and the report says fewer rounds were held than asked."""
+    monkeypatch.setenv("STANDIN_ARM_SECONDS", "0.4")
+    out = tmp_path / "run"
+    argv = _e2e(out, rounds=6)
+    assert main(argv[:-3] + ["--timeout", "12", *argv[-3:]]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    assert 1 <= rep["rounds_done"] < 6
+    assert "(6 asked: --timeout 12 s, shared among the batch shapes, held fewer)" in rep["stopped"]
+    per_bs: dict[int, set[int]] = {}
+    for x in _lines(out):
+        per_bs.setdefault(x["result"]["batch_size"], set()).add(x["round"])
+    assert set(per_bs) == {1, 64} and all(per_bs.values())  # no shape starved
+    assert "rounds in its share of the time left" in (out / "inprocess" / "stderr.log").read_text()
+
+
 def test_an_arm_run_whose_graphs_were_not_recaptured_is_caught(tmp_path, capsys, monkeypatch):
     """A recapture that silently kept the old graphs leaves that arm-run replaying the previous arm's kernel (here
     the 2nd arm-run, B, replays A's graphs): its timing belongs to another arm. Said, and no gain counted."""

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
 from collections.abc import Callable
 from pathlib import Path
 
 from astra_sglang.contract.base import write_atomic
-from astra_sglang.e2e.inprocess_child import COUNTED, ENV_OUT, ENV_ROUNDS
+from astra_sglang.e2e.inprocess_child import COUNTED, ENV_DEADLINE, ENV_OUT, ENV_ROUNDS
 from astra_sglang.e2e.runner import (
     REPORT_FILE,
     ArmRun,
@@ -34,6 +35,7 @@ from astra_sglang.patches.status_file import ENV_STATUS_DIR
 from astra_sglang.profile.chunked_prefill import child_env
 
 FOLDER = "inprocess"
+END_MARGIN_S = 30.0  # after its last arm-run the process still leaves one_batch and tears SGLang down
 LINES = "arms.jsonl"
 DONE = "done.json"
 
@@ -67,7 +69,9 @@ def _command(cfg: E2EConfig, folder: Path) -> list[str]:
 def _report(cfg: E2EConfig, out: Path, runs: list[ArmRun], stopped: str) -> E2EReport:
     """The cross-process run's report from the arm-runs, written to the folder."""
     report = build_report(cfg, runs, out)
-    report.stopped = stopped.format(rounds=report.rounds_done)
+    asked = "" if report.rounds_done >= cfg.rounds else (
+        f" ({cfg.rounds} asked: --timeout {cfg.timeout_s:.0f} s, shared among the batch shapes, held fewer)")
+    report.stopped = stopped.format(rounds=report.rounds_done, asked=asked)
     write_atomic(out / REPORT_FILE, report.model_dump_json(indent=1) + "\n")
     return report
 
@@ -89,6 +93,8 @@ def run_in_process(cfg: E2EConfig, out: Path, progress: Callable[[str], None] | 
         folder.mkdir(parents=True)
         say(f"one process, {cfg.rounds} rounds of arms A B C (rotated), decode graphs recaptured before each "
             f"arm-run; folder {folder}")
+        # the batch shapes share what the process's limit leaves (inprocess_child.InProcessAB), with time to end
+        extra[ENV_DEADLINE] = f"{time.time() + cfg.timeout_s - min(END_MARGIN_S, cfg.timeout_s / 4):.3f}"
         rc, seconds = launch(folder, cmd, extra, cfg.timeout_s, "the in-process forward")
         if rc != 0:
             raise AstraError(f"the in-process forward exited with {rc} ({why_it_died(folder / 'stderr.log')}); "
@@ -97,7 +103,7 @@ def run_in_process(cfg: E2EConfig, out: Path, progress: Callable[[str], None] | 
     runs = runs_from_lines(lines, cmd, extra)
     if not runs:
         raise AstraError(f"the in-process forward wrote no arm-runs to {lines}; see {folder / 'stderr.log'}")
-    return _report(cfg, out, runs, "in-process: {rounds} rounds of arm-runs in one process")
+    return _report(cfg, out, runs, "in-process: {rounds} rounds of arm-runs in one process{asked}")
 
 
 def report_in_process(out: Path) -> E2EReport:

@@ -38,6 +38,7 @@ from astra_sglang.profile.chunked_prefill import GROUPS_ATTR, chunk_prefill, tok
 
 ENV_ROUNDS = "ASTRA_E2E_INPROCESS_ROUNDS"
 ENV_OUT = "ASTRA_E2E_INPROCESS_OUT"
+ENV_DEADLINE = "ASTRA_E2E_INPROCESS_DEADLINE"  # epoch seconds by which the last arm-run must have ended
 COUNTED = ("served_by_patch", "served_by_original", "passed_on", "captured_by_patch", "captured_by_original")
 
 
@@ -48,14 +49,29 @@ def _counts() -> dict[str, dict[str, int | str]]:
 
 
 class InProcessAB:
-    """The loop around one_batch's per-shape measurement; ``real`` is one_batch's ``latency_test_run_once``."""
+    """The loop around one_batch's per-shape measurement; ``real`` is one_batch's ``latency_test_run_once``.
 
-    def __init__(self, real: Callable[..., Any], rounds: int, out: Path):
+    one_batch measures its batch shapes one after another, so all rounds of one shape run before the next shape
+    starts. With a ``deadline`` (epoch seconds) each of the ``shapes`` shapes gets an equal share of the time left
+    when it starts (what an earlier shape left unused included) and stops after the last whole round that fits it:
+    a run that would have been cut ends in time with rounds at every shape, not all of the first and few of the
+    last (H100, 2026-12-07: 8 rounds at batch 32 and 3 at batch 128 when the call's limit struck)."""
+
+    def __init__(self, real: Callable[..., Any], rounds: int, out: Path, deadline: float | None = None,
+                 shapes: int = 1, clock: Callable[[], float] = time.time):
         self.real = real
         self.rounds = rounds
         self.out = out
+        self.deadline = deadline
+        self.shapes = max(1, shapes)
+        self.clock = clock
         self.calls = 0
         self.active: list[str] = []
+
+    def _out_of_time(self, done: int, started: float, share: float) -> bool:
+        """Whether one more round (as long as the mean of the ``done`` rounds so far) would pass this shape's share."""
+        spent = self.clock() - started
+        return done < self.rounds and spent + spent / done > share
 
     def _prepare(self) -> None:
         """Every installed patch built and checked now, outside any capture, so B's recapture serves it."""
@@ -88,8 +104,15 @@ class InProcessAB:
             self._prepare()
             return ret
         ret = None
+        started = self.clock()
+        left_shapes = max(1, self.shapes - (self.calls - 2))  # this shape and those after it
+        share = (self.deadline - started) / left_shapes if self.deadline is not None else float("inf")
         try:
             for r in range(1, self.rounds + 1):
+                if r > 1 and self._out_of_time(r - 1, started, share):
+                    print(f"e2e in-process: batch shape {self.calls - 1} of {self.shapes}: {r - 1} of {self.rounds} "
+                          f"rounds in its share of the time left ({share:.0f} s)", file=sys.stderr, flush=True)
+                    break
                 for pos, arm in enumerate(arm_order(r)):
                     self._set_arm(arm)
                     before = _counts()  # before the recapture: its calls are what the timed replays run
@@ -112,19 +135,33 @@ class InProcessAB:
         return ret
 
 
+def shape_count(argv: list[str]) -> int:
+    """How many batch shapes one_batch will measure: its --batch-size x --input-len x --output-len lists (each one
+    value by default, as in its BenchArgs)."""
+    import argparse
+
+    p = argparse.ArgumentParser(add_help=False)
+    for flag in ("--batch-size", "--input-len", "--output-len"):
+        p.add_argument(flag, type=int, nargs="+", default=[0])
+    known, _ = p.parse_known_args(argv)
+    return len(known.batch_size) * len(known.input_len) * len(known.output_len)
+
+
 def main(one_batch: ModuleType | None = None, load_plugins: Callable[[], None] | None = None) -> None:
     """``one_batch``/``load_plugins``: SGLang's by default; the CPU tests hand in stand-ins (labelled)."""
     import importlib
 
     rounds = int(os.environ.get(ENV_ROUNDS, "4"))
     out = Path(os.environ[ENV_OUT])
+    deadline = float(os.environ[ENV_DEADLINE]) if os.environ.get(ENV_DEADLINE) else None
     plugins = load_plugins or importlib.import_module("sglang.srt.plugins").load_plugins
     module = one_batch or importlib.import_module("sglang.benchmark.one_batch")
     plugins()
     tokens = tokens_from_env()
     if tokens:
         chunk_prefill(module, tokens)
-    module.latency_test_run_once = InProcessAB(module.latency_test_run_once, rounds, out)  # type: ignore[attr-defined]
+    module.latency_test_run_once = InProcessAB(  # type: ignore[attr-defined]
+        module.latency_test_run_once, rounds, out, deadline, shape_count(sys.argv[1:]))
     sys.argv = ["sglang.benchmark.one_batch", *sys.argv[1:]]
     module.cli_main()  # type: ignore[attr-defined]
 

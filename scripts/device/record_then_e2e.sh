@@ -57,9 +57,12 @@ BS=${BS:-1 32 128}
 CHUNK=(); [ "${PREFILL_TOKENS:-0}" -gt 0 ] && CHUNK=(--prefill-chunk-tokens "$PREFILL_TOKENS")
 # shellcheck disable=SC2086  # BS is a list of batch sizes
 CONFIG=${CONFIG:-llama3-8b}
-STEP_S=$(( ${E2E_S:-$(left)} - 15 )) SMOKE=0 MAKE_MODEL="/tmp/$CONFIG $CONFIG" \
+STEP=$(( ${E2E_S:-$(left)} - 15 ))
+# --timeout inside the step's limit: the forward's batch sizes share what is left and it ends with a report, each
+# batch size with rounds (inprocess_child.InProcessAB); a cut once left 8 rounds at bs 32 and 3 at bs 128 (2026-12-07)
+STEP_S=$STEP SMOKE=0 MAKE_MODEL="/tmp/$CONFIG $CONFIG" \
   bash scripts/h200_server/device.sh e2e --in-process "${CHUNK[@]}" --out "$OUT/e2e" --patches "$PATCHES" \
-  --rounds "${ROUNDS:-4}" \
+  --rounds "${ROUNDS:-4}" --timeout "$(( STEP > 80 ? STEP - 20 : STEP ))" \
   --batch-size $BS --input-len "${IN:-1024}" --output-len "${OUT_LEN:-32}" -- --model-path "/tmp/$CONFIG" \
   --load-format dummy --attention-backend triton --sampling-backend pytorch --dtype bfloat16 \
   --cuda-graph-bs-decode $BS --mem-fraction-static "${MEM_FRAC:-0.6}" --cuda-graph-backend-prefill disabled \

@@ -16,6 +16,7 @@ STANDIN_NO_RECAPTURE="<arm-run numbers>" (e.g. "2,5"): those calls of ``init_dec
 stay as they were (another arm's kernel), and the run must say so.
 STANDIN_OOM_BS=<batch size>: the prefill at that batch size dies as SGLang's did on the H100 (2026-12-06, batch 32 at
 context 8160): torch's OutOfMemoryError on stderr, then NCCL's teardown warning, exit 1.
+STANDIN_ARM_SECONDS=<s>: each call of ``latency_test_run_once`` (warm-up and arm-runs) sleeps that long first.
 STANDIN_PREFILL_LIMIT=<tokens>: one ``extend`` over more prompt tokens than that dies the same way (the activations
 of a one-shot prefill); the bench runner's ``extend`` returns a batch whose ``merge_batch`` joins others, as
 SGLang's ScheduleBatch does, and the timed call checks that the decode batch holds every request, in order.
@@ -27,6 +28,7 @@ import json
 import math
 import os
 import sys
+import time
 from statistics import NormalDist
 from types import SimpleNamespace
 
@@ -103,6 +105,7 @@ def latency_test_run_once(run_name, model_runner, rank_print, reqs, batch_size, 
     _calls[0] += 1
     if os.environ.get("STANDIN_OOM_BS") == str(batch_size):
         _die_out_of_memory()
+    time.sleep(float(os.environ.get("STANDIN_ARM_SECONDS", "0")))  # a measurement that takes time
     reqs = [SimpleNamespace(rid=i, origin_input_ids=[0] * input_len) for i in range(batch_size)]
     next_ids, _, batch = model_runner.extend(reqs)
     if [r.rid for r in batch.reqs] != list(range(batch_size)) or next_ids.tolist() != list(range(batch_size)):
