@@ -71,7 +71,7 @@ class InProcessAB:
     def _out_of_time(self, done: int, started: float, share: float) -> bool:
         """Whether one more round (as long as the mean of the ``done`` rounds so far) would pass this shape's share."""
         spent = self.clock() - started
-        return done < self.rounds and spent + spent / done > share
+        return spent + spent / done > share
 
     def _prepare(self) -> None:
         """Every installed patch built and checked now, outside any capture, so B's recapture serves it."""

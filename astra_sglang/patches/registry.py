@@ -249,7 +249,14 @@ def device_problem(m: PatchManifest, arch: str | None, gpu: str | None = None) -
         return "CUDA kernels need a GPU (only Triton runs under TRITON_INTERPRET=1)"
     if norm_arch(arch) not in {norm_arch(a) for a in m.validated_on.archs}:
         return f"GPU arch {arch}, patch validated on {', '.join(m.validated_on.archs)}"
-    return (gpu_problem(m, gpu) or guard_problem(m, gpu)) if arch != CPU_INTERPRET_ARCH else None
+    return gpu_model_problem(m, gpu) if arch != CPU_INTERPRET_ARCH else None
+
+
+def gpu_model_problem(m: PatchManifest, gpu: str | None) -> str | None:
+    """Why this patch stands aside on the GPU model ``gpu`` (its arch accepted), or None: measured on other models
+    only, or its guard serves nothing here. One composition for the plugin and `patches coverage`, which once
+    checked the first alone and showed a rewrite on its front guard where the plugin served its own."""
+    return gpu_problem(m, gpu) or guard_problem(m, gpu)
 
 
 def gpu_problem(m: PatchManifest, gpu: str | None) -> str | None:

@@ -126,13 +126,11 @@ def _adapter(op: str) -> OpAdapter | None:
 
 
 def _stand_aside(m: PatchManifest, gpu: str | None) -> str | None:
-    """The plugin's GPU gates (``registry.gpu_problem`` or ``guard_problem``, what its first call checks) for a
-    named GPU. Both, since a retune refused by either leaves the rewrite in front of it its own guard at run time:
-    with ``gpu_problem`` alone, a retune recorded on this GPU whose guard won nothing here kept the rewrite on its
-    front guard in this table while the plugin served the rewrite's own."""
-    from astra_sglang.patches.registry import gpu_problem, guard_problem
+    """The plugin's GPU-model gate (``registry.gpu_model_problem``, what its first call checks) for a named GPU: a
+    retune refused by it leaves the rewrite in front of it its own guard at run time, and here."""
+    from astra_sglang.patches.registry import gpu_model_problem
 
-    problem = gpu_problem(m, gpu) or guard_problem(m, gpu)
+    problem = gpu_model_problem(m, gpu)
     return None if problem is None else f"stands aside on {gpu}: {problem}"
 
 
