@@ -264,3 +264,29 @@ def test_the_patch_serves_again_after_the_arms(tmp_path):
     assert seen == ["active", "disabled", "active", "disabled", "active", "disabled", "disabled"]
     assert st.state == "active"
     status.reset()
+
+
+def test_the_report_sets_the_kernel_records_forecast_beside_the_measured_step(tmp_path, capsys, monkeypatch):
+    """Before the run, e2e takes from ``patches coverage`` what each batch size's step should lose by the serving
+    patches' records (stop 57, H100: every forecast inside its measured interval) and keeps it in the run folder;
+    the report says whether the measured B/A holds it. The stand-in's patch makes the step 10% faster: a forecast of
+    10% holds, one of 2.4% at batch 64 is missed, and the verdict stays the measurement's."""
+    from astra_sglang.profile import coverage as cov
+    from astra_sglang.profile.coverage import StepSaving
+
+    parts = ["decode_attention by standin-patch: 32 calls x 31.6 us (a STAND-IN record)"]
+    monkeypatch.setattr(cov, "forward_savings", lambda args, patches: (
+        "NVIDIA H100 80GB HBM3", [StepSaving("decode", 1, 1010.0, parts), StepSaving("decode", 64, 400.0, parts)]))
+    out = tmp_path / "run"
+    assert main(_e2e(out)) == 0
+    rep = json.loads(capsys.readouterr().out)
+    got = {f["batch_size"]: f for f in rep["forecast"]}
+    assert got[1]["predicted"] == pytest.approx(0.9, abs=0.005) and got[1]["holds"] is True
+    assert got[64]["predicted"] == pytest.approx(1 - 400 / 16400, abs=0.002) and got[64]["holds"] is False
+    assert rep["verdict"] == "gain"
+    assert any(r.startswith("not as the kernel records forecast: bs 64 0.976 outside") for r in rep["reasons"])
+    monkeypatch.setattr(cov, "forward_savings", lambda args, patches: None)
+    assert main(["e2e", "--report-only", "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "forecast: bs 1: the kernel records forecast B/A 0.900 (1,010 us off A's 10.09" in text and "holds it" in text
+    assert "bs 64: the kernel records forecast B/A 0.976" in text and "MISSES it" in text

@@ -235,3 +235,70 @@ def test_a_default_server_on_an_h100_or_h200_never_reaches_the_decode_attention_
                  "mr-da2-single-r1", "--gpu", "NVIDIA H200"]) == 0
     text = capsys.readouterr().out
     assert "serving none of these calls: mr-da2-single-r1" in text and "SGLang default" in text
+
+
+def _row(dims: dict[str, int], served: float, cand: float, gpu: str = "NVIDIA H100 80GB HBM3") -> object:
+    from astra_sglang.contract.patch import GuardRow
+
+    return GuardRow(dims=dims, dtype="bfloat16", served_us=served, candidate_us=cand, speedup=served / cand,
+                    wins=True, served=True, gpu=gpu)
+
+
+def test_a_served_call_forecasts_its_saving_from_the_record_timed_in_the_form_it_is_served() -> None:
+    """A LLaMA forward hands decode attention q as a view of the qkv rows (QS 1) and uniform contexts (R 1). The
+    rewrite's H100 records time B 128 in three forms: eager (no QS: 265.8 -> 198.2 us, 67.6 saved), ragged (R 2)
+    and served (QS 1, S 1033: 261.6 -> 213.5 us, 48.1 saved). The forecast must take the served form, though the
+    eager row's S 1024 is the nearer, and the newest of equal rows; on another GPU, or with no GPU named, none."""
+    llama = _box(B=(1, 256), NK=(8, 8), G=(4, 4), D=(128, 128), MS=(8, 8), P=(1, 1))
+    base = {"B": 128, "NK": 8, "G": 4, "D": 128, "P": 1, "MS": 8, "X": 1}
+    table = [_row({**base, "S": 1024, "R": 1}, 265.8, 198.2), _row({**base, "S": 1024, "R": 2, "QS": 1}, 238.0, 210.3),
+             _row({**base, "S": 1033, "R": 1, "QS": 1}, 262.0, 212.0), _row({**base, "S": 1033, "R": 1, "QS": 1},
+                                                                          261.6, 213.5),
+             _row({**base, "S": 512, "R": 1, "QS": 1}, 140.6, 109.3), _row({**base, "S": 1024, "R": 1}, 231.4, 146.1,
+                                                                          "NVIDIA H200")]
+    rewrite = _patch(REWRITE, _guard(llama), gpus=["NVIDIA H100 80GB HBM3", "NVIDIA H200"])
+    rewrite = rewrite.model_copy(update={"evidence": rewrite.evidence.model_copy(update={"guard_table": table})})
+    config = model_config("llama3-8b")
+    rows, _ = coverage(config, [rewrite], [128], ["decode"], 1024, "bfloat16", gpu="NVIDIA H100 80GB HBM3",
+                       attention_backend="triton")
+    rec = rows[0].record
+    assert rec is not None and (rec.served_us, rec.candidate_us) == (261.6, 213.5)
+    assert rec.dims["S"] == 1033 and rec.dims["QS"] == 1
+    from astra_sglang.profile.coverage import step_savings
+
+    (step,) = step_savings(config, rows)
+    assert step.saved_us == pytest.approx(32 * 48.1) and "32 calls x 48.1 us" in step.parts[0]
+    on_h200, _ = coverage(config, [rewrite], [128], ["decode"], 1024, "bfloat16", gpu="NVIDIA H200",
+                          attention_backend="triton")
+    assert on_h200[0].record is not None and on_h200[0].record.served_us == 231.4  # its own GPU's row only
+    unnamed, _ = coverage(config, [rewrite], [128], ["decode"], 1024, "bfloat16", attention_backend="triton")
+    assert unnamed[0].serves and unnamed[0].record is None
+    (step,) = step_savings(config, unnamed)
+    assert step.saved_us == 0 and step.uncounted == ["decode_attention by mr-da2-single-r1: no record of it on "
+                                                     "this GPU at these dims"]
+
+
+def test_calls_per_step_only_where_the_config_says_them() -> None:
+    from astra_sglang.profile.traffic import calls_per_step
+
+    llama, qwen_moe, ds = (model_config(n) for n in ("llama3-8b", "qwen3-30b-a3b", "deepseek-v2-lite"))
+    assert calls_per_step(llama, "decode_attention", "decode") == 32
+    assert calls_per_step(llama, "silu_and_mul", "decode") == 32
+    assert calls_per_step(llama, "fused_add_rmsnorm", "decode") is None  # the layer communicator decides
+    assert calls_per_step(qwen_moe, "fused_moe_kernel", "decode") == 48
+    assert calls_per_step(qwen_moe, "silu_and_mul", "decode") is None
+    assert calls_per_step(ds, "fused_moe_down", "decode") is None  # its first layer is dense
+    assert calls_per_step({**llama, "layer_types": ["sliding_attention", "full_attention"] * 16},
+                          "decode_attention", "decode") is None
+
+
+def test_cli_on_a_named_gpu_prints_each_batch_sizes_forecast_from_the_records(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["patches", "coverage", "--config", "llama3-8b", "--batch-size", "128", "--gpu",
+                 "NVIDIA H100 80GB HBM3", "--attention-backend", "triton", "--patches",
+                 "mr-da2-single-r1,sglang-retuned-da"]) == 0
+    out = capsys.readouterr().out
+    assert "decode bs 128: the records forecast" in out and "decode_attention by sglang-retuned-da: 32 calls x" in out
+    assert main(["patches", "coverage", "--config", "llama3-8b", "--batch-size", "128", "--attention-backend",
+                 "triton"]) == 0
+    assert "records forecast" not in capsys.readouterr().out  # no GPU named: no record is this GPU's

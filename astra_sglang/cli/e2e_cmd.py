@@ -11,10 +11,15 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from astra_sglang.cli.args import at_least_two, non_negative_int, positive_float, positive_int
 from astra_sglang.errors import AstraError
+
+if TYPE_CHECKING:
+    from astra_sglang.e2e.forecast import StepForecast
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -117,14 +122,33 @@ def cmd_e2e(args: argparse.Namespace) -> int:
 
     for line in idle_patch_lines(ob_args, args.patches):
         say(f"warning: {line}")
+    forecasts = _forecasts(ob_args, args.patches, say)
     if args.in_process:
         from astra_sglang.e2e.inprocess import run_in_process
 
-        report = run_in_process(cfg, out, progress=say)
+        report = run_in_process(cfg, out, progress=say, forecasts=forecasts)
     else:
-        report = run(cfg, out, progress=say)
+        report = run(cfg, out, progress=say, forecasts=forecasts)
     show(report, out / PLOT_FILE, args.json)
     return 0
+
+
+def _forecasts(ob_args: list[str], patches: str, say: Callable[[str], None]) -> list[StepForecast]:
+    """The decode step time the serving patches' records say each batch size should lose on this GPU
+    (e2e/forecast.py), said before the run; the run folder keeps them for the report."""
+    from astra_sglang.e2e.forecast import StepForecast
+    from astra_sglang.profile.coverage import forward_savings
+
+    found = forward_savings(ob_args, patches)
+    if found is None:
+        return []
+    gpu, savings = found
+    forecasts = [StepForecast(batch_size=s.batch_size, saved_us=s.saved_us, gpu=gpu, parts=s.parts,
+                              uncounted=s.uncounted) for s in savings]
+    for f in forecasts:
+        say(f"forecast: bs {f.batch_size}: {f.saved_us:,.0f} us a decode step from the kernel records on {gpu}"
+            + "".join(f"; {p}" for p in f.parts + [f"not counted: {u}" for u in f.uncounted]))
+    return forecasts
 
 
 def _report_only(out: Path) -> object:
@@ -200,6 +224,8 @@ def print_report(report: object, png: Path | None) -> None:
         need = f"; about {report.rounds_needed} rounds would reach +-{report.config.target_halfwidth:g}" \
             if report.rounds_needed and report.halfwidth > report.config.target_halfwidth else ""
         con.print(f"widest decode B/A half-width {report.halfwidth:.4f}{need}", markup=False)
+    for f in report.forecast:
+        con.print(f"forecast: {f.text()}", markup=False)
     for line in report.gpu_findings:  # why processes differ: were the slow ones on lower clocks?
         con.print(f"gpu: {line}", markup=False)
     con.print(f"stopped: {report.stopped}", markup=False)

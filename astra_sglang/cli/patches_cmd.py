@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -510,7 +511,7 @@ def cmd_guard(args: argparse.Namespace) -> int:
 def cmd_coverage(args: argparse.Namespace) -> int:
     from astra_sglang.patches.registry import discover, requested_ids, selected
     from astra_sglang.profile.configs import model_config
-    from astra_sglang.profile.coverage import as_json, coverage
+    from astra_sglang.profile.coverage import as_json, coverage, step_savings
     from astra_sglang.profile.traffic import load_config, model_dtype
 
     config = model_config(args.config) if args.config else load_config(args.model_config)
@@ -525,7 +526,9 @@ def cmd_coverage(args: argparse.Namespace) -> int:
     rows, notes = coverage(config, manifests, args.batch_size or [1, 32, 128], phases, args.input_len, dtype, gpu=args.gpu,
                            page_size=args.page_size, attention_backend=args.attention_backend)
     if args.json:
-        print(json.dumps({"rows": as_json(rows), "notes": notes}, indent=2))
+        print(json.dumps({"rows": as_json(rows), "notes": notes,
+                          "step_savings": [asdict(x) for x in step_savings(config, rows)] if args.gpu else []},
+                         indent=2))
         return 0
     from astra_sglang.cli.output import Table
 
@@ -533,12 +536,18 @@ def cmd_coverage(args: argparse.Namespace) -> int:
     t = Table(title=f"which patch serves {name}'s calls ({dtype}, input {args.input_len}, page {args.page_size}, "
                     f"GPU {args.gpu or 'not named: no GPU gate'}; attention backend "
                     f"{args.attention_backend or 'SGLang default'}; patches {args.patches})")
-    for col in ("phase", "batch", "op", "dims", "patch", "serves"):
+    for col in ("phase", "batch", "op", "dims", "patch", "serves", "its record here (SGLang -> patch)"):
         t.add_column(col)
     for r in rows:
         t.add_row(r.phase, str(r.batch_size), r.op, " ".join(f"{k}={v}" for k, v in r.dims.items()), r.patch_id,
-                  "yes" + r.why.removeprefix("serves") if r.serves else f"no: {r.why}")
+                  "yes" + r.why.removeprefix("serves") if r.serves else f"no: {r.why}",
+                  r.record.text() if r.record else "-")
     _console().print(t)
+    for step in step_savings(config, rows) if args.gpu else []:
+        if step.parts or step.uncounted:
+            print(f"{step.phase} bs {step.batch_size}: the records forecast {step.saved_us:,.0f} us less kernel time "
+                  "a step" + "".join(f"; {x}" for x in step.parts) + "".join(f"; not counted: {x}"
+                                                                             for x in step.uncounted))
     for note in notes:
         print(f"not judged: {note}")
     idle = sorted({r.patch_id for r in rows} - {r.patch_id for r in rows if r.serves})

@@ -34,6 +34,7 @@ from typing import Any
 from pydantic import Field, ValidationError
 
 from astra_sglang.contract.base import Model, write_atomic
+from astra_sglang.e2e.forecast import FORECAST_FILE, ForecastCheck, StepForecast, check, read_forecasts, write_forecasts
 from astra_sglang.e2e.stats import MetricSummary, Verdict, fewest_processes, overall, summarize
 from astra_sglang.errors import AstraError
 from astra_sglang.patches.env import ALL_VALUES, ENV_PLACEBO, ENV_SELECT
@@ -163,6 +164,8 @@ class E2EReport(Model):
     rounds_needed: int | None = Field(default=None, description="estimated rounds for the target half-width")
     gpu_findings: list[str] = Field(default_factory=list, description="per batch size: were the slower processes "
                                     "the ones on lower clocks (why processes differ; gpu_state.clock_finding)")
+    forecast: list[ForecastCheck] = Field(default_factory=list, description="per batch size: the decode B/A the "
+                                          "patches' kernel records forecast, beside the measured one (forecast.py)")
 
 
 Progress = Callable[[str], None]
@@ -376,8 +379,9 @@ def read_config(path: Path) -> E2EConfig:
         raise AstraError(f"{path}: not an e2e run's configuration ({e.error_count()} problem(s))") from None
 
 
-def prepare_folder(out: Path, cfg: E2EConfig) -> None:
-    """A new run folder, or the same measurement's to resume; another measurement's is refused."""
+def prepare_folder(out: Path, cfg: E2EConfig, forecasts: Sequence[StepForecast] = ()) -> None:
+    """A new run folder, or the same measurement's to resume; another measurement's is refused. ``forecasts``
+    go in where the folder has none yet: a resumed run keeps the forecast it started with."""
     path = out / CONFIG_FILE
     if path.is_file():
         old = read_config(path)
@@ -388,6 +392,8 @@ def prepare_folder(out: Path, cfg: E2EConfig) -> None:
     elif out.exists() and any(out.iterdir()):
         raise AstraError(f"{out} exists and is not an e2e run folder; give another --out")
     write_atomic(path, cfg.model_dump_json(indent=1) + "\n")
+    if forecasts and not (out / FORECAST_FILE).is_file():
+        write_forecasts(out, forecasts)
 
 
 def _finished(paths: Sequence[Path]) -> list[ArmRun]:
@@ -425,12 +431,13 @@ def _refuse_another_gpu(out: Path, kept: Sequence[ArmRun]) -> None:
                          "e2e measurement is one GPU model: give another --out here")
 
 
-def run(cfg: E2EConfig, out: Path, progress: Progress | None = None) -> E2EReport:
+def run(cfg: E2EConfig, out: Path, progress: Progress | None = None,
+        forecasts: Sequence[StepForecast] = ()) -> E2EReport:
     """Rounds until ``rounds`` are done and then until the decode B/A intervals are narrow enough or
     ``max_rounds``; the report is rewritten after every round, so a killed run leaves one."""
     say = progress or (lambda msg: None)
     out = Path(out)
-    prepare_folder(out, cfg)
+    prepare_folder(out, cfg, forecasts)
     done = load_done(out)
     warm = load_warmups(out)
     kept = len(done) + len(warm)
@@ -628,11 +635,18 @@ def build_report(cfg: E2EConfig, runs: Sequence[ArmRun], out: Path) -> E2EReport
         for s in r.results:
             arms_of.setdefault(r.round, {}).setdefault((s.batch_size, s.input_len, s.output_len), set()).add(r.arm)
     complete = [k for k, per in arms_of.items() if all(per.get(key) == set(ARMS) for key in shapes)]
+    forecast = check(read_forecasts(out), {s.batch_size: (s.decode.medians.get("A"), s.decode.b_over_a)
+                                           for s in reports})
+    missed = [f for f in forecast if f.holds is False]
+    if missed:
+        reasons.append("not as the kernel records forecast: " + "; ".join(
+            f"bs {f.batch_size} {f.predicted:.3f} outside {f.measured.text() if f.measured else '-'}"
+            for f in missed) + " (the forward is not running what the records timed, or not only that)")
     findings = [gpu_state.clock_finding(bs, [(r.arm, s.median_decode_latency, r.gpu) for r in runs
                                              for s in r.results if s.batch_size == bs and s.median_decode_latency])
                 for bs in sorted({k[0] for k in shapes})] if not cfg.in_process else []
     return E2EReport(created=time.strftime("%Y-%m-%dT%H:%M:%S%z"), out=str(out), config=cfg, gpu_findings=findings,
-                     rounds_done=len(complete), warmup_processes=warmups, shapes=reports,
+                     rounds_done=len(complete), warmup_processes=warmups, shapes=reports, forecast=forecast,
                      patch_calls=patch_calls(runs), problems=trouble, not_reached=skipped,
                      shadowed=shadowed_runs(cfg, runs),
                      verdict=overall(verdicts) if reports else "no measurable change",

@@ -16,17 +16,38 @@ whose own guard decides; what neither takes goes to SGLang's kernel. Runtime-onl
 
 from __future__ import annotations
 
+import math
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from astra_sglang.contract.patch import GuardSpec, PatchManifest, box_takes
 from astra_sglang.errors import AstraError
-from astra_sglang.profile.traffic import DEFAULT_KV_SPLITS, forward_dims
+from astra_sglang.profile.traffic import DEFAULT_KV_SPLITS, calls_per_step, forward_dims
 
 if TYPE_CHECKING:
     from astra_sglang.patches.adapters.base import OpAdapter
+
+
+@dataclass(frozen=True)
+class RecordPoint:
+    """The shape nearest a served call that the serving patch's records timed on this GPU, against the kernel
+    SGLang serves there: what the call should save. Why: stop 57's e2e (H100) matched 32 calls a step times these
+    savings at every batch it ran (bs 128: 0.873 predicted, 0.867 [0.838, 0.886] measured), so a record is a
+    forecast of the step, and a step that misses it says the forward differs from what was timed."""
+
+    dims: dict[str, int]
+    served_us: float
+    candidate_us: float
+
+    @property
+    def saved_us(self) -> float:
+        return self.served_us - self.candidate_us
+
+    def text(self) -> str:
+        shape = " ".join(f"{k}={v}" for k, v in self.dims.items())
+        return f"{self.served_us:.1f} -> {self.candidate_us:.1f} us at {shape}"
 
 
 @dataclass(frozen=True)
@@ -40,6 +61,19 @@ class CoverageRow:
     dims: dict[str, int]
     serves: bool
     why: str
+    record: RecordPoint | None = None
+
+
+@dataclass
+class StepSaving:
+    """The kernel time one step of the forward should lose to the patches that serve it, from their records:
+    calls per step times what each call saves, for the ops whose calls per step the config gives."""
+
+    phase: str
+    batch_size: int
+    saved_us: float
+    parts: list[str] = field(default_factory=list)
+    uncounted: list[str] = field(default_factory=list)
 
 
 def _outside(spec: GuardSpec, dims: dict[str, int], dtype: str, gpu: str | None = None) -> str | None:
@@ -84,6 +118,40 @@ def _unmeasured(m: PatchManifest, guard: GuardSpec, dims: dict[str, int], gpu: s
             out.append(f"; {name}={dims[name]} outside the {name} {vals[0]}..{vals[-1]} its records measured in "
                        "this box (its guard cannot see it)")
     return "".join(out)
+
+
+def _nearest_record(m: PatchManifest, dims: dict[str, int], dtype: str, gpu: str | None,
+                    unseen: tuple[str, ...]) -> RecordPoint | None:
+    """The row of ``m``'s guard table timed on ``gpu`` at this call's guard dims that is most like the call: fewest
+    other dims differing (a uniform batch is not a ragged one; q in the qkv rows is not a contiguous q: the rewrite
+    saved 67.6 us a call at B 128 in its eager-form record, 48.5 us in the served form, H100), then nearest in the
+    sizes the guard cannot see (log scale: context 1024 takes 1033, not 512), then the newest. None without a GPU
+    name or such a row: another GPU's timing or another shape forecasts nothing."""
+    from astra_sglang.platform_info import same_gpu
+
+    if gpu is None:
+        return None
+    keys = [k for k in m.guard.dims if k in dims and k not in unseen]
+    rows = [(i, r) for i, r in enumerate(m.evidence.guard_table)
+            if r.gpu and same_gpu(r.gpu, gpu) and r.dtype == dtype and r.served_us and r.candidate_us
+            and all(r.dims.get(k) == dims[k] for k in keys)]
+
+    def unlike(item: tuple[int, Any]) -> tuple[int, float, int]:
+        i, r = item
+        others = sum(1 for k, v in dims.items() if k not in keys and k not in unseen and r.dims.get(k, 0) != v)
+        far = sum(abs(math.log(r.dims[k] / dims[k])) for k in unseen if r.dims.get(k) and dims.get(k))
+        return others, far, -i
+
+    if not rows:
+        return None
+    best = min(rows, key=unlike)[1]
+    shown = {k: v for k, v in best.dims.items() if k in keys or k in unseen or dims.get(k) == v}
+    return RecordPoint(shown, best.served_us or 0.0, best.candidate_us or 0.0)
+
+
+# models whose attention hands decode attention q as a view of the fused qkv rows (LLaMA's split of qkv_proj's
+# output; the adapter's dim QS 1): their calls are timed in that form (Qwen3 normalizes q first: not judged)
+QKV_VIEW_MODELS = frozenset({"llama", "mistral", "mixtral"})
 
 
 HOPPER = re.compile(r"\bG?H(100|200|800|20)\b")  # sm_90 data-center parts, as torch names them
@@ -158,9 +226,29 @@ def _op_rows(phase: str, batch: int, op: str, dims: dict[str, int], dtype: str, 
         shown = {k: v for k, v in dims.items() if k in m.guard.dims}  # what its guard judges, not the byte dims
         unseen = adapter.unseen_sizes if adapter is not None else ()
         unmeasured = _unmeasured(m, guard, dims, gpu, unseen) if why is None else ""
+        record = _nearest_record(m, dims, dtype, gpu, unseen) if why is None else None
         rows.append(CoverageRow(phase, batch, op, m.patch_id, shown, why is None,
-                                f"serves{front}{unmeasured}" if why is None else why + front))
+                                f"serves{front}{unmeasured}" if why is None else why + front, record))
     return rows
+
+
+def step_savings(config: dict[str, Any], rows: list[CoverageRow]) -> list[StepSaving]:
+    """Per phase and batch size: the kernel time a step should lose, summed over the serving rows whose record
+    and calls per step are known; the others named, not guessed."""
+    out: dict[tuple[str, int], StepSaving] = {}
+    for r in rows:
+        step = out.setdefault((r.phase, r.batch_size), StepSaving(r.phase, r.batch_size, 0.0))
+        if not r.serves:
+            continue
+        calls = calls_per_step(config, r.op, r.phase)
+        if r.record is None or calls is None:
+            step.uncounted.append(f"{r.op} by {r.patch_id}: " + ("no record of it on this GPU at these dims"
+                                                                  if r.record is None else "its calls per step "
+                                                                  "do not follow from the config"))
+            continue
+        step.saved_us += calls * r.record.saved_us
+        step.parts.append(f"{r.op} by {r.patch_id}: {calls} calls x {r.record.saved_us:.1f} us ({r.record.text()})")
+    return list(out.values())
 
 
 def coverage(config: dict[str, Any], patches: list[PatchManifest], batch_sizes: list[int], phases: list[str],
@@ -194,6 +282,8 @@ def coverage(config: dict[str, Any], patches: list[PatchManifest], batch_sizes: 
                 d = dict(dims[op])
                 if "P" in d:
                     d["P"] = page_size
+                if op == "decode_attention" and config.get("model_type") in QKV_VIEW_MODELS:
+                    d["QS"] = 1
                 rows.extend(_op_rows(phase, batch, op, d, dtype, ms, gpu, backend, adapters[op]))
     return rows, sorted(notes)
 
@@ -234,10 +324,11 @@ def _gpu_name() -> str | None:
     return out[0].strip() if out else None
 
 
-def idle_patch_lines(one_batch_args: list[str], patches_value: str) -> list[str]:
-    """Before an e2e run: each selected patch that would serve none of its forward's decode calls, with why, from
-    the ``--model-path`` folder's config.json (nothing when that is not a local folder: a Hub id). A warning, not a
-    refusal: the served counts after the run are the verdict, and a runtime condition may differ."""
+def _forward_rows(one_batch_args: list[str], patches_value: str
+                  ) -> tuple[dict[str, Any], list[CoverageRow], str | None] | None:
+    """The decode coverage rows of an e2e run's forward on this machine's GPU, from the ``--model-path`` folder's
+    config.json; None when that is not a local folder (a Hub id), no patch is selected, or one_batch would refuse
+    the arguments itself, in its own words."""
     from astra_sglang.patches.registry import discover, selected
     from astra_sglang.profile.traffic import load_config, model_dtype
     from astra_sglang.serving.launch import flag_value
@@ -245,22 +336,32 @@ def idle_patch_lines(one_batch_args: list[str], patches_value: str) -> list[str]
     model = flag_value(one_batch_args, "--model-path", "--model")
     cfg = Path(model).expanduser() / "config.json" if model else None
     if cfg is None or not cfg.is_file():
-        return []
+        return None
     try:
         batches = [int(v) for v in _values(one_batch_args, "--batch-size")] or [1]
         input_len = int(flag_value(one_batch_args, "--input-len") or 1024)
         page = int(flag_value(one_batch_args, "--page-size") or 1)
         tp = int(flag_value(one_batch_args, "--tp-size", "--tensor-parallel-size") or 1)
     except ValueError:
-        return []  # one_batch refuses such arguments itself, in its own words
+        return None
     config = load_config(cfg)
     chosen = [e.manifest for e in selected(discover(), patches_value)[0] if e.manifest is not None]
     if not chosen:
-        return []
+        return None
     gpu = _gpu_name()
     rows, _ = coverage(config, chosen, batches, ["decode"], input_len,
                        model_dtype(config, flag_value(one_batch_args, "--dtype")), gpu=gpu, page_size=page,
                        tp_size=tp, attention_backend=flag_value(one_batch_args, "--attention-backend"))
+    return config, rows, gpu
+
+
+def idle_patch_lines(one_batch_args: list[str], patches_value: str) -> list[str]:
+    """Before an e2e run: each selected patch that would serve none of its forward's decode calls, with why. A
+    warning, not a refusal: the served counts after the run are the verdict, and a runtime condition may differ."""
+    found = _forward_rows(one_batch_args, patches_value)
+    if found is None:
+        return []
+    _, rows, gpu = found
     lines = []
     for pid in sorted({r.patch_id for r in rows}):
         mine = [r for r in rows if r.patch_id == pid]
@@ -270,3 +371,13 @@ def idle_patch_lines(one_batch_args: list[str], patches_value: str) -> list[str]
                          f"{', '.join(str(r.batch_size) for r in mine)}; GPU {gpu or 'not named'}): "
                          f"{'; '.join(whys)} (`astra-sglang patches coverage`)")
     return lines
+
+
+def forward_savings(one_batch_args: list[str], patches_value: str) -> tuple[str, list[StepSaving]] | None:
+    """Before an e2e run: per batch size, the decode step time its serving patches should save by their records
+    on this GPU (``step_savings``), and the GPU's name; None without a GPU name or a local model config."""
+    found = _forward_rows(one_batch_args, patches_value)
+    if found is None:
+        return None
+    config, rows, gpu = found
+    return None if gpu is None else (gpu, step_savings(config, rows))

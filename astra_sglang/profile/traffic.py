@@ -128,6 +128,27 @@ def forward_dims(config: dict[str, Any], phase: str, batch_size: int, input_len:
     return dims, skipped
 
 
+def calls_per_step(config: dict[str, Any], op: str, phase: str) -> int | None:
+    """How many times one forward step calls ``op``, where the config says it for certain: attention once per
+    layer (not in a model whose layers mix attention kinds), the fused-MoE GEMMs once per layer where every layer
+    is sparse, the dense MLP's silu_and_mul once per layer. None otherwise: fused_add_rmsnorm's count depends on
+    which of a layer's norms SGLang's layer communicator fuses, and a guess would forecast a wrong step."""
+    layers = _int(config, "num_hidden_layers")
+    if not layers:
+        return None
+    mixed = config.get("use_sliding_window") or config.get("full_attention_interval") or any(
+        t != "full_attention" for t in config.get("layer_types") or [])
+    if op in ("decode_attention", "extend_attention"):
+        return None if mixed else layers
+    if op in ("fused_moe_kernel", "fused_moe_down"):
+        dense = config.get("mlp_only_layers") or config.get("first_k_dense_replace") or \
+            (config.get("decoder_sparse_step") or 1) != 1 or (config.get("moe_layer_freq") or 1) != 1
+        return None if dense else layers
+    if op == "silu_and_mul" and not any(k in config for k in MOE_KEYS):
+        return layers
+    return None
+
+
 def _moe_dims(config: dict[str, Any], experts_key: str, tokens: int, hidden: int | None, tp_size: int,
               dims: dict[str, dict[str, int]], skipped: list[str]) -> None:
     """The two fused-MoE GEMMs' dims as the patch adapter reads them from ``invoke_fused_moe_kernel``'s tensors

@@ -1,0 +1,94 @@
+"""What the patches' kernel records forecast for the decode step, set beside what the e2e measured.
+
+Why: a patch's record times its kernel against the one SGLang serves, per shape, in the harness; the e2e times the
+whole step. On 2026-12-07 (H100, stop 57) the two agreed at every batch the e2e ran: 32 calls a step times each
+call's saving at the records' nearest shape forecast B/A 0.957 / 0.991 / 0.873 / 0.833 (bs 1 / 32 / 128 at context
+1024, bs 32 at 8160), and every one lay inside the measured interval. A step that misses its forecast says the
+forward is not running what was timed (a patch serving fewer calls, another layout or form of the call, costs
+outside the kernel), which a gain or no-change verdict alone does not say. The forecast never changes the verdict.
+
+The forecast is written before the run (``FORECAST_FILE`` in the run folder, from ``patches coverage``'s rows) and
+checked when the report is built, so ``--report-only`` shows it too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from pydantic import Field
+
+from astra_sglang.contract.base import Model, write_atomic
+from astra_sglang.e2e.stats import Interval
+
+FORECAST_FILE = "forecast.json"
+
+
+class StepForecast(Model):
+    """One batch size: the kernel time a decode step should lose, from the records."""
+
+    batch_size: int
+    saved_us: float = Field(description="calls per step x each call's saving at the records' nearest shape")
+    gpu: str = Field(description="the GPU the records timed and the run runs on")
+    parts: list[str] = Field(default_factory=list, description="per serving op: calls, saving, the record used")
+    uncounted: list[str] = Field(default_factory=list, description="serving ops whose saving is not known")
+
+
+class Forecasts(Model):
+    forecasts: list[StepForecast]
+
+
+class ForecastCheck(Model):
+    """A forecast beside the measured decode B/A of its batch size."""
+
+    batch_size: int
+    saved_us: float
+    step_ms: float = Field(description="arm A's decode step median the forecast is taken from")
+    predicted: float = Field(description="B/A forecast: (A - saved) / A")
+    measured: Interval | None = None
+    holds: bool | None = Field(default=None, description="the measured B/A interval holds the forecast (None: "
+                                                         "no interval)")
+    parts: list[str] = Field(default_factory=list)
+    uncounted: list[str] = Field(default_factory=list)
+
+    def text(self) -> str:
+        got = f"measured {self.measured.text()}" if self.measured else "no measured interval"
+        verdict = "" if self.holds is None else (": holds it" if self.holds else
+                                                 ": MISSES it (the forward is not running what the records timed, "
+                                                 "or not only that)")
+        extra = f"; not counted: {'; '.join(self.uncounted)}" if self.uncounted else ""
+        return (f"bs {self.batch_size}: the kernel records forecast B/A {self.predicted:.3f} ({self.saved_us:,.0f} us "
+                f"off A's {self.step_ms:.3f} ms step), {got}{verdict}{extra}")
+
+
+def write_forecasts(out: Path, forecasts: Sequence[StepForecast]) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    write_atomic(out / FORECAST_FILE, Forecasts(forecasts=list(forecasts)).model_dump_json(indent=2))
+
+
+def read_forecasts(out: Path) -> list[StepForecast]:
+    """The run folder's forecasts; none where it has no readable file (a run from before forecasts, a Hub model
+    id without a local config): the report then says nothing about them."""
+    path = out / FORECAST_FILE
+    if not path.is_file():
+        return []
+    try:
+        return Forecasts.model_validate_json(path.read_text()).forecasts
+    except ValueError:
+        return []
+
+
+def check(forecasts: Sequence[StepForecast], decode: dict[int, tuple[float | None, Interval | None]]
+          ) -> list[ForecastCheck]:
+    """Each forecast beside ``decode[batch] = (arm A's median step in seconds, the B/A interval)``; a batch size
+    without an A median is left out (nothing to forecast against)."""
+    out = []
+    for f in forecasts:
+        a, interval = decode.get(f.batch_size, (None, None))
+        if not a or not (f.parts or f.uncounted):
+            continue
+        predicted = (a * 1e6 - f.saved_us) / (a * 1e6)
+        holds = None if interval is None else interval.low <= predicted <= interval.high
+        out.append(ForecastCheck(batch_size=f.batch_size, saved_us=f.saved_us, step_ms=a * 1e3, predicted=predicted,
+                                 measured=interval, holds=holds, parts=f.parts, uncounted=f.uncounted))
+    return out
