@@ -302,3 +302,19 @@ def test_cli_on_a_named_gpu_prints_each_batch_sizes_forecast_from_the_records(
     assert main(["patches", "coverage", "--config", "llama3-8b", "--batch-size", "128", "--attention-backend",
                  "triton"]) == 0
     assert "records forecast" not in capsys.readouterr().out  # no GPU named: no record is this GPU's
+
+
+def test_a_record_row_from_before_rows_named_their_gpu_is_its_one_validated_gpus() -> None:
+    """The w1 MoE retune's guard table predates rows naming their GPU; it was validated on the H200 alone, so its
+    rows are the H200's and forecast a Qwen3-30B-A3B step there (48 layers), and nothing on an H100."""
+    w1 = load_patch_manifest(W1)
+    assert w1.validated_on.gpus == ["NVIDIA H200"] and all(r.gpu is None for r in w1.evidence.guard_table)
+    from astra_sglang.profile.coverage import step_savings
+
+    config = model_config("qwen3-30b-a3b")
+    rows, _ = coverage(config, [w1], [32], ["decode"], 1024, "bfloat16", gpu="NVIDIA H200")
+    (step,) = step_savings(config, rows)
+    assert rows[0].record is not None and rows[0].record.dims["T"] == 32
+    assert step.saved_us == pytest.approx(48 * rows[0].record.saved_us) and step.saved_us > 0
+    rows, _ = coverage(config, [w1], [32], ["decode"], 1024, "bfloat16", gpu="NVIDIA H100 80GB HBM3")
+    assert rows[0].record is None

@@ -132,9 +132,11 @@ def _nearest_record(m: PatchManifest, dims: dict[str, int], dtype: str, gpu: str
     if gpu is None:
         return None
     keys = [k for k in m.guard.dims if k in dims and k not in unseen]
+    # a row from before rows named their GPU is the patch's one GPU's, where it was validated on one only
+    only = m.validated_on.gpus[0] if len(m.validated_on.gpus) == 1 else None
     rows = [(i, r) for i, r in enumerate(m.evidence.guard_table)
-            if r.gpu and same_gpu(r.gpu, gpu) and r.dtype == dtype and r.served_us and r.candidate_us
-            and all(r.dims.get(k) == dims[k] for k in keys)]
+            if (r.gpu or only) and same_gpu(r.gpu or only or "", gpu) and r.dtype == dtype and r.served_us
+            and r.candidate_us and all(r.dims.get(k) == dims[k] for k in keys)]
 
     def unlike(item: tuple[int, Any]) -> tuple[int, float, int]:
         i, r = item
