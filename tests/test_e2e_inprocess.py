@@ -275,8 +275,9 @@ def test_the_report_sets_the_kernel_records_forecast_beside_the_measured_step(tm
     from astra_sglang.profile.coverage import StepSaving
 
     parts = ["decode_attention by standin-patch: 32 calls x 31.6 us (a STAND-IN record)"]
-    monkeypatch.setattr(cov, "forward_savings", lambda args, patches: (
-        "NVIDIA H100 80GB HBM3", [StepSaving("decode", 1, 1010.0, parts), StepSaving("decode", 64, 400.0, parts)]))
+    monkeypatch.setattr(cov, "forward_savings", lambda found: ("NVIDIA H100 80GB HBM3", [
+        StepSaving(phase="decode", batch_size=1, saved_us=1010.0, parts=parts),
+        StepSaving(phase="decode", batch_size=64, saved_us=400.0, parts=parts)]))
     out = tmp_path / "run"
     assert main(_e2e(out)) == 0
     rep = json.loads(capsys.readouterr().out)
@@ -285,7 +286,7 @@ def test_the_report_sets_the_kernel_records_forecast_beside_the_measured_step(tm
     assert got[64]["predicted"] == pytest.approx(1 - 400 / 16400, abs=0.002) and got[64]["holds"] is False
     assert rep["verdict"] == "gain"
     assert any(r.startswith("not as the kernel records forecast: bs 64 0.976 outside") for r in rep["reasons"])
-    monkeypatch.setattr(cov, "forward_savings", lambda args, patches: None)
+    monkeypatch.setattr(cov, "forward_savings", lambda found: None)
     assert main(["e2e", "--report-only", "--out", str(out)]) == 0
     text = capsys.readouterr().out
     assert "forecast: bs 1: the kernel records forecast B/A 0.900 (1,010 us off A's 10.09" in text and "holds it" in text

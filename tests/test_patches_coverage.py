@@ -152,11 +152,11 @@ def test_e2e_warns_before_its_run_of_each_patch_that_would_serve_none_of_the_for
     model = write_config_model("qwen3-30b-a3b", tmp_path / "qwen3")
     monkeypatch.setattr(cov, "_gpu_name", lambda: "NVIDIA H200")
     args = ["--model-path", str(model), "--load-format", "dummy", "--batch-size", "32", "128", "--input-len", "1024"]
-    lines = cov.idle_patch_lines(args, "sglang-retuned-moe-w1,sglang-retuned-moe-w2")
+    lines = cov.idle_patch_lines(cov.forward_rows(args, "sglang-retuned-moe-w1,sglang-retuned-moe-w2"))
     assert len(lines) == 1 and lines[0].startswith("sglang-retuned-moe-w2 would serve none")
     assert "batch 32, 128" in lines[0] and "measured region" in lines[0]
-    assert cov.idle_patch_lines(args[:2] + ["--batch-size", "16"], "sglang-retuned-moe-w2") == []
-    assert cov.idle_patch_lines(["--model-path", "Qwen/Qwen3-30B-A3B"], "all") == []  # a Hub id: nothing to read
+    assert cov.idle_patch_lines(cov.forward_rows(args[:2] + ["--batch-size", "16"], "sglang-retuned-moe-w2")) == []
+    assert cov.forward_rows(["--model-path", "Qwen/Qwen3-30B-A3B"], "all") is None  # a Hub id: nothing to read
 
 
 def test_patches_guard_without_evidence_files_derives_from_the_records_in_the_manifest(

@@ -19,7 +19,8 @@ from astra_sglang.cli.args import at_least_two, non_negative_int, positive_float
 from astra_sglang.errors import AstraError
 
 if TYPE_CHECKING:
-    from astra_sglang.e2e.forecast import StepForecast
+    from astra_sglang.e2e.forecast import Forecasts
+    from astra_sglang.profile.coverage import ForwardRows
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -118,11 +119,12 @@ def cmd_e2e(args: argparse.Namespace) -> int:
                     in_process=args.in_process, prefill_chunk_tokens=args.prefill_chunk_tokens or 0)
     out = args.out if args.out is not None else Path("runs") / f"e2e-{time.strftime('%Y%m%d-%H%M%S')}"
     say = lambda msg: print(f"e2e: {msg}", file=sys.stderr, flush=True)  # noqa: E731
-    from astra_sglang.profile.coverage import idle_patch_lines
+    from astra_sglang.profile.coverage import forward_rows, idle_patch_lines
 
-    for line in idle_patch_lines(ob_args, args.patches):
+    found = forward_rows(ob_args, args.patches)
+    for line in idle_patch_lines(found):
         say(f"warning: {line}")
-    forecasts = _forecasts(ob_args, args.patches, say)
+    forecasts = _forecasts(found, say)
     if args.in_process:
         from astra_sglang.e2e.inprocess import run_in_process
 
@@ -133,22 +135,20 @@ def cmd_e2e(args: argparse.Namespace) -> int:
     return 0
 
 
-def _forecasts(ob_args: list[str], patches: str, say: Callable[[str], None]) -> list[StepForecast]:
+def _forecasts(found: ForwardRows | None, say: Callable[[str], None]) -> Forecasts | None:
     """The decode step time the serving patches' records say each batch size should lose on this GPU
     (e2e/forecast.py), said before the run; the run folder keeps them for the report."""
-    from astra_sglang.e2e.forecast import StepForecast
+    from astra_sglang.e2e.forecast import Forecasts
     from astra_sglang.profile.coverage import forward_savings
 
-    found = forward_savings(ob_args, patches)
-    if found is None:
-        return []
-    gpu, savings = found
-    forecasts = [StepForecast(batch_size=s.batch_size, saved_us=s.saved_us, gpu=gpu, parts=s.parts,
-                              uncounted=s.uncounted) for s in savings]
-    for f in forecasts:
-        say(f"forecast: bs {f.batch_size}: {f.saved_us:,.0f} us a decode step from the kernel records on {gpu}"
-            + "".join(f"; {p}" for p in f.parts + [f"not counted: {u}" for u in f.uncounted]))
-    return forecasts
+    saved = forward_savings(found)
+    if saved is None:
+        return None
+    gpu, steps = saved
+    for s in steps:
+        say(f"forecast: bs {s.batch_size}: {s.saved_us:,.0f} us a decode step from the kernel records on {gpu}"
+            + "".join(f"; {p}" for p in s.parts + [f"not counted: {u}" for u in s.uncounted]))
+    return Forecasts(gpu=gpu, steps=steps)
 
 
 def _report_only(out: Path) -> object:

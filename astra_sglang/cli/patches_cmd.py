@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -527,7 +526,7 @@ def cmd_coverage(args: argparse.Namespace) -> int:
                            page_size=args.page_size, attention_backend=args.attention_backend)
     if args.json:
         print(json.dumps({"rows": as_json(rows), "notes": notes,
-                          "step_savings": [asdict(x) for x in step_savings(config, rows)] if args.gpu else []},
+                          "step_savings": [x.model_dump() for x in step_savings(config, rows)] if args.gpu else []},
                          indent=2))
         return 0
     from astra_sglang.cli.output import Table

@@ -20,22 +20,18 @@ from pydantic import Field
 
 from astra_sglang.contract.base import Model, write_atomic
 from astra_sglang.e2e.stats import Interval
+from astra_sglang.profile.coverage import StepSaving
 
 FORECAST_FILE = "forecast.json"
-
-
-class StepForecast(Model):
-    """One batch size: the kernel time a decode step should lose, from the records."""
-
-    batch_size: int
-    saved_us: float = Field(description="calls per step x each call's saving at the records' nearest shape")
-    gpu: str = Field(description="the GPU the records timed and the run runs on")
-    parts: list[str] = Field(default_factory=list, description="per serving op: calls, saving, the record used")
-    uncounted: list[str] = Field(default_factory=list, description="serving ops whose saving is not known")
+MISS = "the forward is not running what the records timed, or not only that"
 
 
 class Forecasts(Model):
-    forecasts: list[StepForecast]
+    """The run folder's forecast: per batch size, the kernel time a decode step should lose (``patches
+    coverage``'s ``step_savings``), from the records of the GPU the run runs on."""
+
+    gpu: str
+    steps: list[StepSaving]
 
 
 class ForecastCheck(Model):
@@ -54,31 +50,30 @@ class ForecastCheck(Model):
     def text(self) -> str:
         got = f"measured {self.measured.text()}" if self.measured else "no measured interval"
         verdict = "" if self.holds is None else (": holds it" if self.holds else
-                                                 ": MISSES it (the forward is not running what the records timed, "
-                                                 "or not only that)")
+                                                 f": MISSES it ({MISS})")
         extra = f"; not counted: {'; '.join(self.uncounted)}" if self.uncounted else ""
         return (f"bs {self.batch_size}: the kernel records forecast B/A {self.predicted:.3f} ({self.saved_us:,.0f} us "
                 f"off A's {self.step_ms:.3f} ms step), {got}{verdict}{extra}")
 
 
-def write_forecasts(out: Path, forecasts: Sequence[StepForecast]) -> None:
+def write_forecasts(out: Path, forecasts: Forecasts) -> None:
     out.mkdir(parents=True, exist_ok=True)
-    write_atomic(out / FORECAST_FILE, Forecasts(forecasts=list(forecasts)).model_dump_json(indent=2))
+    write_atomic(out / FORECAST_FILE, forecasts.model_dump_json(indent=2))
 
 
-def read_forecasts(out: Path) -> list[StepForecast]:
+def read_forecasts(out: Path) -> list[StepSaving]:
     """The run folder's forecasts; none where it has no readable file (a run from before forecasts, a Hub model
     id without a local config): the report then says nothing about them."""
     path = out / FORECAST_FILE
     if not path.is_file():
         return []
     try:
-        return Forecasts.model_validate_json(path.read_text()).forecasts
+        return Forecasts.model_validate_json(path.read_text()).steps
     except ValueError:
         return []
 
 
-def check(forecasts: Sequence[StepForecast], decode: dict[int, tuple[float | None, Interval | None]]
+def check(forecasts: Sequence[StepSaving], decode: dict[int, tuple[float | None, Interval | None]]
           ) -> list[ForecastCheck]:
     """Each forecast beside ``decode[batch] = (arm A's median step in seconds, the B/A interval)``; a batch size
     without an A median is left out (nothing to forecast against)."""

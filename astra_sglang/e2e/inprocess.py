@@ -12,11 +12,11 @@ from __future__ import annotations
 import json
 import shutil
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 
 from astra_sglang.contract.base import write_atomic
-from astra_sglang.e2e.forecast import StepForecast
+from astra_sglang.e2e.forecast import Forecasts
 from astra_sglang.e2e.inprocess_child import COUNTED, ENV_DEADLINE, ENV_OUT, ENV_ROUNDS
 from astra_sglang.e2e.runner import (
     REPORT_FILE,
@@ -78,7 +78,7 @@ def _report(cfg: E2EConfig, out: Path, runs: list[ArmRun], stopped: str) -> E2ER
 
 
 def run_in_process(cfg: E2EConfig, out: Path, progress: Callable[[str], None] | None = None,
-                   forecasts: Sequence[StepForecast] = ()) -> E2EReport:
+                   forecasts: Forecasts | None = None) -> E2EReport:
     say = progress or (lambda msg: None)
     out = Path(out)
     prepare_folder(out, cfg, forecasts)

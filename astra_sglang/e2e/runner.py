@@ -34,7 +34,15 @@ from typing import Any
 from pydantic import Field, ValidationError
 
 from astra_sglang.contract.base import Model, write_atomic
-from astra_sglang.e2e.forecast import FORECAST_FILE, ForecastCheck, StepForecast, check, read_forecasts, write_forecasts
+from astra_sglang.e2e.forecast import (
+    FORECAST_FILE,
+    MISS,
+    ForecastCheck,
+    Forecasts,
+    check,
+    read_forecasts,
+    write_forecasts,
+)
 from astra_sglang.e2e.stats import MetricSummary, Verdict, fewest_processes, overall, summarize
 from astra_sglang.errors import AstraError
 from astra_sglang.patches.env import ALL_VALUES, ENV_PLACEBO, ENV_SELECT
@@ -379,7 +387,7 @@ def read_config(path: Path) -> E2EConfig:
         raise AstraError(f"{path}: not an e2e run's configuration ({e.error_count()} problem(s))") from None
 
 
-def prepare_folder(out: Path, cfg: E2EConfig, forecasts: Sequence[StepForecast] = ()) -> None:
+def prepare_folder(out: Path, cfg: E2EConfig, forecasts: Forecasts | None = None) -> None:
     """A new run folder, or the same measurement's to resume; another measurement's is refused. ``forecasts``
     go in where the folder has none yet: a resumed run keeps the forecast it started with."""
     path = out / CONFIG_FILE
@@ -392,7 +400,7 @@ def prepare_folder(out: Path, cfg: E2EConfig, forecasts: Sequence[StepForecast] 
     elif out.exists() and any(out.iterdir()):
         raise AstraError(f"{out} exists and is not an e2e run folder; give another --out")
     write_atomic(path, cfg.model_dump_json(indent=1) + "\n")
-    if forecasts and not (out / FORECAST_FILE).is_file():
+    if forecasts is not None and forecasts.steps and not (out / FORECAST_FILE).is_file():
         write_forecasts(out, forecasts)
 
 
@@ -432,7 +440,7 @@ def _refuse_another_gpu(out: Path, kept: Sequence[ArmRun]) -> None:
 
 
 def run(cfg: E2EConfig, out: Path, progress: Progress | None = None,
-        forecasts: Sequence[StepForecast] = ()) -> E2EReport:
+        forecasts: Forecasts | None = None) -> E2EReport:
     """Rounds until ``rounds`` are done and then until the decode B/A intervals are narrow enough or
     ``max_rounds``; the report is rewritten after every round, so a killed run leaves one."""
     say = progress or (lambda msg: None)
@@ -641,7 +649,7 @@ def build_report(cfg: E2EConfig, runs: Sequence[ArmRun], out: Path) -> E2EReport
     if missed:
         reasons.append("not as the kernel records forecast: " + "; ".join(
             f"bs {f.batch_size} {f.predicted:.3f} outside {f.measured.text() if f.measured else '-'}"
-            for f in missed) + " (the forward is not running what the records timed, or not only that)")
+            for f in missed) + f" ({MISS})")
     findings = [gpu_state.clock_finding(bs, [(r.arm, s.median_decode_latency, r.gpu) for r in runs
                                              for s in r.results if s.batch_size == bs and s.median_decode_latency])
                 for bs in sorted({k[0] for k in shapes})] if not cfg.in_process else []

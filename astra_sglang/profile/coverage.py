@@ -18,10 +18,13 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
+from pydantic import Field
+
+from astra_sglang.contract.base import Model
 from astra_sglang.contract.patch import GuardSpec, PatchManifest, box_takes
 from astra_sglang.errors import AstraError
 from astra_sglang.profile.traffic import DEFAULT_KV_SPLITS, calls_per_step, forward_dims
@@ -64,16 +67,16 @@ class CoverageRow:
     record: RecordPoint | None = None
 
 
-@dataclass
-class StepSaving:
+class StepSaving(Model):
     """The kernel time one step of the forward should lose to the patches that serve it, from their records:
-    calls per step times what each call saves, for the ops whose calls per step the config gives."""
+    calls per step times what each call saves, for the ops whose calls per step the config gives. A model, as
+    e2e keeps it in its run folder (e2e/forecast.py)."""
 
     phase: str
     batch_size: int
-    saved_us: float
-    parts: list[str] = field(default_factory=list)
-    uncounted: list[str] = field(default_factory=list)
+    saved_us: float = Field(description="calls per step x each call's saving at the record most like the call")
+    parts: list[str] = Field(default_factory=list, description="per serving op: calls, saving, the record used")
+    uncounted: list[str] = Field(default_factory=list, description="serving ops whose saving is not known")
 
 
 def _outside(spec: GuardSpec, dims: dict[str, int], dtype: str, gpu: str | None = None) -> str | None:
@@ -239,7 +242,8 @@ def step_savings(config: dict[str, Any], rows: list[CoverageRow]) -> list[StepSa
     and calls per step are known; the others named, not guessed."""
     out: dict[tuple[str, int], StepSaving] = {}
     for r in rows:
-        step = out.setdefault((r.phase, r.batch_size), StepSaving(r.phase, r.batch_size, 0.0))
+        step = out.setdefault((r.phase, r.batch_size), StepSaving(phase=r.phase, batch_size=r.batch_size,
+                                                                 saved_us=0.0))
         if not r.serves:
             continue
         calls = calls_per_step(config, r.op, r.phase)
@@ -326,11 +330,17 @@ def _gpu_name() -> str | None:
     return out[0].strip() if out else None
 
 
-def _forward_rows(one_batch_args: list[str], patches_value: str
-                  ) -> tuple[dict[str, Any], list[CoverageRow], str | None] | None:
-    """The decode coverage rows of an e2e run's forward on this machine's GPU, from the ``--model-path`` folder's
-    config.json; None when that is not a local folder (a Hub id), no patch is selected, or one_batch would refuse
-    the arguments itself, in its own words."""
+class ForwardRows(NamedTuple):
+    config: dict[str, Any]
+    rows: list[CoverageRow]
+    gpu: str | None
+
+
+def forward_rows(one_batch_args: list[str], patches_value: str) -> ForwardRows | None:
+    """Before an e2e run: the decode coverage rows of its forward on this machine's GPU, from the
+    ``--model-path`` folder's config.json, for ``idle_patch_lines`` and ``forward_savings`` alike; None when that is
+    not a local folder (a Hub id), no patch is selected, or one_batch would refuse the arguments itself, in its own
+    words."""
     from astra_sglang.patches.registry import discover, selected
     from astra_sglang.profile.traffic import load_config, model_dtype
     from astra_sglang.serving.launch import flag_value
@@ -354,32 +364,28 @@ def _forward_rows(one_batch_args: list[str], patches_value: str
     rows, _ = coverage(config, chosen, batches, ["decode"], input_len,
                        model_dtype(config, flag_value(one_batch_args, "--dtype")), gpu=gpu, page_size=page,
                        tp_size=tp, attention_backend=flag_value(one_batch_args, "--attention-backend"))
-    return config, rows, gpu
+    return ForwardRows(config, rows, gpu)
 
 
-def idle_patch_lines(one_batch_args: list[str], patches_value: str) -> list[str]:
-    """Before an e2e run: each selected patch that would serve none of its forward's decode calls, with why. A
-    warning, not a refusal: the served counts after the run are the verdict, and a runtime condition may differ."""
-    found = _forward_rows(one_batch_args, patches_value)
+def idle_patch_lines(found: ForwardRows | None) -> list[str]:
+    """Each selected patch that would serve none of the forward's decode calls, with why. A warning, not a
+    refusal: the served counts after the run are the verdict, and a runtime condition may differ."""
     if found is None:
         return []
-    _, rows, gpu = found
     lines = []
-    for pid in sorted({r.patch_id for r in rows}):
-        mine = [r for r in rows if r.patch_id == pid]
+    for pid in sorted({r.patch_id for r in found.rows}):
+        mine = [r for r in found.rows if r.patch_id == pid]
         if not any(r.serves for r in mine):
             whys = sorted({r.why for r in mine})
             lines.append(f"{pid} would serve none of this forward's decode calls (batch "
-                         f"{', '.join(str(r.batch_size) for r in mine)}; GPU {gpu or 'not named'}): "
+                         f"{', '.join(str(r.batch_size) for r in mine)}; GPU {found.gpu or 'not named'}): "
                          f"{'; '.join(whys)} (`astra-sglang patches coverage`)")
     return lines
 
 
-def forward_savings(one_batch_args: list[str], patches_value: str) -> tuple[str, list[StepSaving]] | None:
-    """Before an e2e run: per batch size, the decode step time its serving patches should save by their records
-    on this GPU (``step_savings``), and the GPU's name; None without a GPU name or a local model config."""
-    found = _forward_rows(one_batch_args, patches_value)
-    if found is None:
+def forward_savings(found: ForwardRows | None) -> tuple[str, list[StepSaving]] | None:
+    """Per batch size, the decode step time the forward's serving patches should save by their records on this
+    GPU (``step_savings``), and the GPU's name; None without a GPU name or a local model config."""
+    if found is None or found.gpu is None:
         return None
-    config, rows, gpu = found
-    return None if gpu is None else (gpu, step_savings(config, rows))
+    return found.gpu, step_savings(found.config, found.rows)
