@@ -169,6 +169,33 @@ def test_wrong_scripted_patch_fails_the_check_and_the_original_serves(env, reque
     assert counters()["i23-wrong"] == {"patch": 0, "original": 2}
 
 
+def test_a_patch_wrong_only_on_llamas_q_layout_fails_its_first_call_check(env, request):
+    """SCRIPTED candidate: the correct kernel with q's strides computed as if q were contiguous. Right on every
+    check shape as written (q contiguous), wrong where a LLaMA-family server calls it (q a view of the qkv rows,
+    dim QS 1, handed to the kernel as it is): the first-call check runs each check shape in that layout too, so
+    the patch fails there and the original serves. It passed the check before (check shapes carry no QS)."""
+    if ran_in_fresh_interpreter(request):
+        return
+    from astra_sglang.patches import counters, status
+    from astra_sglang.patches.runtime import PatchRuntime
+
+    text = (FIXTURES / "correct.py").read_text()
+    strides = "q.stride(0), q.stride(1),"
+    assert strides in text
+    wrong = env / "contiguous_q.py"  # DELIBERATELY WRONG (SCRIPTED) on a row-strided q
+    wrong.write_text(text.replace(strides, "q.shape[1] * q.shape[2], q.shape[2],", 1))
+    e = add("i23-contiguous-q", wrong)
+    assert all("QS" not in d for d in e.manifest.check_shapes)
+    original = standin_original()
+    status.reset("i23-contiguous-q")
+    rt = PatchRuntime(e.path, e.manifest)
+    hook = rt.hook_for(original, TARGET)
+    forward_decode(hook, 2)
+    st = status.statuses()["i23-contiguous-q"]
+    assert st.state == "failed" and "check mismatch" in st.reason and "'QS': 1" in st.reason, st.reason
+    assert counters()["i23-contiguous-q"] == {"patch": 0, "original": 1}
+
+
 CHILD = r'''
 import ast, importlib.util, json
 from pathlib import Path

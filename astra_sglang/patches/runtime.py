@@ -305,8 +305,9 @@ def check_against_original(rt: PatchRuntime, original: Original, device: Any) ->
         if tol is None:
             return f"the op manifest has no tolerance for {dtype_name}"
         dtype = getattr(torch, dtype_name)
-        for i, dims in enumerate(m.check_shapes):
-            dims = complete_dims(op, dims)  # shapes recorded before a dim was added keep their meaning
+        # shapes recorded before a dim was added keep their meaning; each in every layout a call is served in
+        forms = [(i, form) for i, dims in enumerate(m.check_shapes) for form in ad.served_forms(complete_dims(op, dims))]
+        for i, dims in forms:
             if not all(r.accepts(dims[k]) for k, r in m.guard.dims.items() if k in dims):
                 continue
             seed = 1234 + i

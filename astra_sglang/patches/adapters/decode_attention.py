@@ -108,6 +108,13 @@ class DecodeAttentionAdapter(OpAdapter):
             dims["QS"] = 1  # the layout the contract checked: the kernel gets q as it is
         return Prepared(args, tensors[1:], dims)  # QS 0: launch hands the kernel a contiguous copy
 
+    def served_forms(self, dims: dict[str, int]) -> list[dict[str, int]]:
+        """Check shapes were chosen with q contiguous (QS 0); LLaMA-family servers pass q as a view of the qkv rows
+        (QS 1), which reaches the kernel as it is wherever the contract checks that layout, so both are checked."""
+        if self._checks_qkv_rows() and dims.get("QS", 0) != 1:
+            return [dims, {**dims, "QS": 1}]
+        return [dims]
+
     def _checks_qkv_rows(self) -> bool:
         """Whether the op contract (the one the live patch pins) checks q as a view of the qkv rows."""
         if self._qkv_rows is None:

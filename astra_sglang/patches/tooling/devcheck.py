@@ -90,6 +90,7 @@ def extracted_original(entry: PatchEntry) -> Callable[..., Any]:
 def check_on_device(entry: PatchEntry, *, time_it: bool = True, reps: int = 100) -> DeviceReport:
     import torch
 
+    from astra_sglang.contract.op import complete_dims
     from astra_sglang.loader.launch import load_reference
     from astra_sglang.patches.registry import device_problem, op_folder
     from astra_sglang.patches.runtime import PatchRuntime
@@ -131,7 +132,8 @@ def check_on_device(entry: PatchEntry, *, time_it: bool = True, reps: int = 100)
     for dtype_name in m.guard.dtypes:
         tol = rt.op.tolerances[dtype_name]  # the harness's checker and tolerances, as the plugin's own gate
         dtype = getattr(torch, dtype_name)
-        for i, dims in enumerate(shapes_here(m, gpu)):
+        forms = [form for dims in shapes_here(m, gpu) for form in ad.served_forms(complete_dims(rt.op, dims))]
+        for i, dims in enumerate(forms):
             sr = ShapeResult(dims=dims, dtype=dtype_name)
             rep.shapes.append(sr)
             # eager, through the installed hook
