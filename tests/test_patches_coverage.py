@@ -318,3 +318,27 @@ def test_a_record_row_from_before_rows_named_their_gpu_is_its_one_validated_gpus
     assert step.saved_us == pytest.approx(48 * rows[0].record.saved_us) and step.saved_us > 0
     rows, _ = coverage(config, [w1], [32], ["decode"], 1024, "bfloat16", gpu="NVIDIA H100 80GB HBM3")
     assert rows[0].record is None
+
+
+def test_e2e_forecasts_a_long_output_from_the_record_at_its_mean_decode_context(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A decode step's KV length grows from the prompt to prompt + output: an e2e with a 1024-token prompt and 14,336
+    new tokens decodes at 8,192 on average, where the retune's H100 record at S 8201 saves 120 us a call, not the
+    2.3 us of its S 1033 record (stop 57). The forecast took the prompt length alone."""
+    from astra_sglang.profile import coverage as cov
+    from astra_sglang.profile.configs import write_config_model
+
+    model = write_config_model("llama3-8b", tmp_path / "llama")
+    monkeypatch.setattr(cov, "_gpu_name", lambda: "NVIDIA H100 80GB HBM3")
+    args = ["--model-path", str(model), "--load-format", "dummy", "--batch-size", "32", "--input-len", "1024",
+            "--attention-backend", "triton"]
+
+    def record_s(extra: list[str]) -> int:
+        found = cov.forward_rows(args + extra, "sglang-retuned-da")
+        assert found is not None
+        (row,) = [r for r in found.rows if r.serves]
+        assert row.record is not None
+        return row.record.dims["S"]
+
+    assert record_s(["--output-len", "14336"]) == 8201
+    assert record_s([]) == 1033  # one_batch's default 16 new tokens

@@ -260,11 +260,12 @@ def step_savings(config: dict[str, Any], rows: list[CoverageRow]) -> list[StepSa
 def coverage(config: dict[str, Any], patches: list[PatchManifest], batch_sizes: list[int], phases: list[str],
              input_len: int, dtype: str, gpu: str | None = None, page_size: int = 1,
              max_kv_splits: int = DEFAULT_KV_SPLITS, tp_size: int = 1,
-             attention_backend: str | None = None) -> tuple[list[CoverageRow], list[str]]:
+             attention_backend: str | None = None, context: int | None = None) -> tuple[list[CoverageRow], list[str]]:
     """A row per patch and call of the forward (phase x batch size) whose dims follow from the config, and a note
     for each patch whose op's dims do not (merge_state: FlashInfer's cascade, not this forward's shape).
     ``attention_backend``: SGLang's ``--attention-backend``; None: the one SGLang picks for this model on ``gpu``
-    (``default_attention_backend``; not judged without a GPU)."""
+    (``default_attention_backend``; not judged without a GPU). ``context``: the KV length a decode call sees
+    (None: the prompt length); it enters no guard, only which record a call is forecast from."""
     backend = (attention_backend, True) if attention_backend else (default_attention_backend(config, gpu), False)
     if not patches:
         raise AstraError("no patches to check: the registry is empty, or none of the ids named is in it")
@@ -276,8 +277,8 @@ def coverage(config: dict[str, Any], patches: list[PatchManifest], batch_sizes: 
     adapters = {op: _adapter(op) for op in by_op}
     for phase in phases:
         for batch in batch_sizes:
-            # the decode step's KV length does not enter any guard; the prompt length stands for it
-            dims, skipped = forward_dims(config, phase, batch, input_len, input_len, max_kv_splits, tp_size)
+            dims, skipped = forward_dims(config, phase, batch, input_len, context or input_len, max_kv_splits,
+                                         tp_size)
             for op, ms in sorted(by_op.items()):
                 if op not in dims:
                     why = next((s for s in skipped if op in s.split(":")[0]), None)
@@ -352,6 +353,7 @@ def forward_rows(one_batch_args: list[str], patches_value: str) -> ForwardRows |
     try:
         batches = [int(v) for v in _values(one_batch_args, "--batch-size")] or [1]
         input_len = int(flag_value(one_batch_args, "--input-len") or 1024)
+        output_len = int(flag_value(one_batch_args, "--output-len") or 16)  # one_batch's defaults (BenchArgs)
         page = int(flag_value(one_batch_args, "--page-size") or 1)
         tp = int(flag_value(one_batch_args, "--tp-size", "--tensor-parallel-size") or 1)
     except ValueError:
@@ -363,7 +365,9 @@ def forward_rows(one_batch_args: list[str], patches_value: str) -> ForwardRows |
     gpu = _gpu_name()
     rows, _ = coverage(config, chosen, batches, ["decode"], input_len,
                        model_dtype(config, flag_value(one_batch_args, "--dtype")), gpu=gpu, page_size=page,
-                       tp_size=tp, attention_backend=flag_value(one_batch_args, "--attention-backend"))
+                       tp_size=tp, attention_backend=flag_value(one_batch_args, "--attention-backend"),
+                       # the decode steps' mean KV length: a long output moves the forecast to longer-context records
+                       context=input_len + output_len // 2)
     return ForwardRows(config, rows, gpu)
 
 
