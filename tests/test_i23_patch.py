@@ -202,6 +202,18 @@ def test_the_first_call_check_can_sample_q_as_llama_passes_it():
     assert q0.is_contiguous() and q1.stride(0) == (4 + 2 * 2) * 16 and torch.equal(q0, q1)
 
 
+def test_each_check_shape_is_checked_in_the_form_a_graph_captured_llama_server_calls_it():
+    """Check shapes are written in the eager form (QS 0, KX 0); the served form (q in the qkv rows, the whole graph
+    kv_indices buffer) is added, and a shape already in it is not doubled."""
+    ad = DecodeAttentionAdapter()
+    eager = {"B": 3, "S": 9, "NK": 2, "G": 2, "D": 16, "P": 4, "R": 2, "X": 1, "KX": 0, "MS": 8, "QS": 0}
+    forms = ad.served_forms(eager)
+    assert forms == [eager, {**eager, "QS": int(ad._checks_qkv_rows()), "KX": 27}]
+    assert ad.served_forms(forms[1]) == [forms[1]]
+    args, _ = ad.sample(forms[1], torch.float16, "cpu", 5)
+    assert args[5].numel() == 2 * 27 and args[0].is_contiguous() != ad._checks_qkv_rows()
+
+
 def test_adapter_names_are_the_contracts_signature():
     """The runtime refuses a patch whose adapter passes other names than the op signature (page_size included)."""
     manifest = json.loads((REPO / "extracted" / "decode_attention" / "manifest.json").read_text())

@@ -169,31 +169,44 @@ def test_wrong_scripted_patch_fails_the_check_and_the_original_serves(env, reque
     assert counters()["i23-wrong"] == {"patch": 0, "original": 2}
 
 
-def test_a_patch_wrong_only_on_llamas_q_layout_fails_its_first_call_check(env, request):
-    """SCRIPTED candidate: the correct kernel with q's strides computed as if q were contiguous. Right on every
-    check shape as written (q contiguous), wrong where a LLaMA-family server calls it (q a view of the qkv rows,
-    dim QS 1, handed to the kernel as it is): the first-call check runs each check shape in that layout too, so
-    the patch fails there and the original serves. It passed the check before (check shapes carry no QS)."""
+SERVED_FORM_DEFECTS = {
+    # q's strides computed as if q were contiguous: wrong where q is a view of LLaMA's qkv rows (QS 1)
+    "contiguous_q": ("q.stride(0), q.stride(1),", "q.shape[1] * q.shape[2], q.shape[2],", "'QS': 1"),
+    # the last request's end read from kv_indices' length: wrong on a CUDA-graph buffer with stale slots (KX > 0)
+    "indices_length": ("    b, nq, d = q.shape\n",
+                       "    b, nq, d = q.shape\n    kv_indptr = kv_indptr.clone()\n"
+                       "    kv_indptr[b] = kv_indices.numel()\n", "'KX': "),
+}
+
+
+@pytest.mark.parametrize("defect", sorted(SERVED_FORM_DEFECTS))
+def test_a_patch_wrong_only_in_the_form_a_server_calls_it_fails_its_first_call_check(env, request, defect):
+    """SCRIPTED candidates: the correct kernel with one defect that shows only in the form a LLaMA server under
+    CUDA graphs calls it (q a view of the qkv rows; kv_indices the whole graph buffer). Right on every check shape
+    as written (the eager form), which is all the first-call check ran: each passed it and would have served
+    wrong tokens. The check now runs each check shape in the served form too, so the patch fails and the original
+    serves."""
     if ran_in_fresh_interpreter(request):
         return
     from astra_sglang.patches import counters, status
     from astra_sglang.patches.runtime import PatchRuntime
 
+    old, new, where = SERVED_FORM_DEFECTS[defect]
     text = (FIXTURES / "correct.py").read_text()
-    strides = "q.stride(0), q.stride(1),"
-    assert strides in text
-    wrong = env / "contiguous_q.py"  # DELIBERATELY WRONG (SCRIPTED) on a row-strided q
-    wrong.write_text(text.replace(strides, "q.shape[1] * q.shape[2], q.shape[2],", 1))
-    e = add("i23-contiguous-q", wrong)
-    assert all("QS" not in d for d in e.manifest.check_shapes)
+    assert old in text
+    wrong = env / f"{defect}.py"  # DELIBERATELY WRONG (SCRIPTED) in the served form only
+    wrong.write_text(text.replace(old, new, 1))
+    pid = f"i23-{defect.replace('_', '-')}"
+    e = add(pid, wrong)
+    assert all("QS" not in d and "KX" not in d for d in e.manifest.check_shapes)
     original = standin_original()
-    status.reset("i23-contiguous-q")
+    status.reset(pid)
     rt = PatchRuntime(e.path, e.manifest)
     hook = rt.hook_for(original, TARGET)
     forward_decode(hook, 2)
-    st = status.statuses()["i23-contiguous-q"]
-    assert st.state == "failed" and "check mismatch" in st.reason and "'QS': 1" in st.reason, st.reason
-    assert counters()["i23-contiguous-q"] == {"patch": 0, "original": 1}
+    st = status.statuses()[pid]
+    assert st.state == "failed" and "check mismatch" in st.reason and where in st.reason, st.reason
+    assert counters()[pid] == {"patch": 0, "original": 1}
 
 
 CHILD = r'''

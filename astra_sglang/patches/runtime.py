@@ -285,7 +285,8 @@ def _one_line(e: BaseException) -> str:
 
 
 def check_against_original(rt: PatchRuntime, original: Original, device: Any) -> str | None:
-    """Compare the kernel with the original on every covered (shape, dtype) of the manifest; None = same.
+    """Compare the kernel with the original on every covered (shape, dtype) of the manifest, each shape in every
+    form a server calls it in (``OpAdapter.served_forms``); None = same.
 
     The harness's checker and the op manifest's tolerances, so a patch passes here exactly what it passed
     there: relative per dtype, poison-aware (outputs the kernel does not write keep the poison and fail), and

@@ -109,11 +109,17 @@ class DecodeAttentionAdapter(OpAdapter):
         return Prepared(args, tensors[1:], dims)  # QS 0: launch hands the kernel a contiguous copy
 
     def served_forms(self, dims: dict[str, int]) -> list[dict[str, int]]:
-        """Check shapes were chosen with q contiguous (QS 0); LLaMA-family servers pass q as a view of the qkv rows
-        (QS 1), which reaches the kernel as it is wherever the contract checks that layout, so both are checked."""
-        if self._checks_qkv_rows() and dims.get("QS", 0) != 1:
-            return [dims, {**dims, "QS": 1}]
-        return [dims]
+        """Check shapes were written in the eager form (q contiguous, QS 0; kv_indices exactly the batch's rows,
+        KX 0). A LLaMA-family server under CUDA graphs calls in the other: q a view of the qkv rows (QS 1, handed
+        to the kernel as it is wherever the contract checks that layout) and kv_indices the whole pre-sized graph
+        buffer, stale slots past the rows (KX > 0; here B*S more). Both forms are checked; the second sets both
+        dims, so a kernel wrong in either alone fails it, at twice the check's cost rather than four times."""
+        served = dict(dims)
+        if "QS" in dims and self._checks_qkv_rows():
+            served["QS"] = 1
+        if dims.get("KX") == 0 and "S" in dims and "B" in dims:  # the contract has KX (complete_dims put it there)
+            served["KX"] = dims["B"] * dims["S"]
+        return [dims] if served == dims else [dims, served]
 
     def _checks_qkv_rows(self) -> bool:
         """Whether the op contract (the one the live patch pins) checks q as a view of the qkv rows."""
