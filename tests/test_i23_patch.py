@@ -214,6 +214,22 @@ def test_each_check_shape_is_checked_in_the_form_a_graph_captured_llama_server_c
     assert args[5].numel() == 2 * 27 and args[0].is_contiguous() != ad._checks_qkv_rows()
 
 
+def test_a_kv_pool_past_the_offsets_any_contract_shape_reached_is_sglangs():
+    """A server whose per-layer KV buffer passes 2^31 elements (a small model on an H200: 1.6M+ token slots x 8 heads
+    x 128 dims) is where a kernel computing KV offsets in int32 wraps, and no contract shape reaches it (the largest
+    pool is ~2^28 elements), so no candidate was ever checked there: SGLang's kernel serves it. One slot fewer is
+    served. Host metadata only (meta tensors)."""
+    ad = DecodeAttentionAdapter()
+    assert ad._checked_span() == (1 << 31) - 1
+    nk, d = 8, 128
+    most = ((1 << 31) - 1) // (nk * d)  # the most token slots whose buffer stays inside int32 offsets
+    for slots, served in ((most, True), (most + 1, False)):
+        t = batch(nk=nk, d=d, slots=slots)
+        args, kwargs = forward_decode_call(t)
+        p = ad.prepare(*args, **kwargs)
+        assert (p is not None and make_guard(ad.default_guard(), "meta")(p)) == served, slots
+
+
 def test_adapter_names_are_the_contracts_signature():
     """The runtime refuses a patch whose adapter passes other names than the op signature (page_size included)."""
     manifest = json.loads((REPO / "extracted" / "decode_attention" / "manifest.json").read_text())

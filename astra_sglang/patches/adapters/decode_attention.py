@@ -35,6 +35,11 @@ _NAMES = ("q", "k_buffer", "v_buffer", "o", "kv_indptr", "kv_indices", "attn_log
 _SCALARS = ("max_kv_splits", "sm_scale", "page_size")
 
 
+def _span(t: Any) -> int:
+    """Elements from a tensor's first to one past its last (host metadata): the offsets a kernel computes in it."""
+    return 1 + sum((n - 1) * abs(st) for n, st in zip(t.shape, t.stride())) if t.numel() else 0
+
+
 def _is_number(x: Any, value: float) -> bool:
     """``x == value`` for a Python number; False for anything else (a tensor scale would need a device read)."""
     return isinstance(x, (int, float)) and not isinstance(x, bool) and x == value
@@ -54,6 +59,7 @@ class DecodeAttentionAdapter(OpAdapter):
         self._half = (torch.bfloat16, torch.float16)
         self._f32, self._i32, self._i64 = torch.float32, torch.int32, torch.int64
         self._inputs: Any = None
+        self._span_limit: int | None = None  # KV buffer elements the contract's calls reach; read once
         self._qkv_rows: bool | None = None  # the contract checks q as a view of the qkv rows (dim QS); read once
 
     def prepare(self, q: Any, k_buffer: Any, v_buffer: Any, o: Any, kv_indptr: Any, kv_indices: Any,
@@ -85,6 +91,8 @@ class DecodeAttentionAdapter(OpAdapter):
                 or attn_lse.shape[1:] != (nq, max_kv_splits) or attn_lse.shape[0] < b
                 or kv_indptr.shape[0] < b + 1 or num_kv_splits.shape[0] < b):
             return None
+        if max(_span(k_buffer), _span(v_buffer)) > self._checked_span():
+            return None  # element offsets no contract shape reached (past 2^31 an int32 offset wraps)
         # views of the first B rows (host metadata only): the contract's shapes, no device memory
         if attn_logits.shape[0] != b:
             attn_logits = attn_logits[:b]
@@ -120,6 +128,27 @@ class DecodeAttentionAdapter(OpAdapter):
         if dims.get("KX") == 0 and "S" in dims and "B" in dims:  # the contract has KX (complete_dims put it there)
             served["KX"] = dims["B"] * dims["S"]
         return [dims] if served == dims else [dims, served]
+
+    def _checked_span(self) -> int:
+        """The largest KV buffer (elements from the first to one past the last) the calls may reach: 2^31 - 1, or
+        the contract's largest pool where a shape reaches past it. Why: a kernel that computes KV offsets in
+        int32 (kv_indices are int64; a candidate may narrow them to save registers) is right at every contract
+        shape, whose pools hold at most ~2^28 elements, and wraps on a server whose pool passes 2^31 elements (a
+        small model on an H200: 1.6M tokens x 8 heads x 128 dims per layer's buffer). Such a call is SGLang's."""
+        if self._span_limit is None:
+            from astra_sglang.contract.op import load_manifest
+            from astra_sglang.patches.registry import op_folder
+
+            pools = [0]
+            try:
+                for case in load_manifest(op_folder(self.op)).shapes:  # pool as the contract's inputs.py sizes it
+                    dd = case.dims
+                    pool = dd["B"] * dd["S"] + (dd["B"] + 1) * (dd.get("P", 1) - 1) + dd.get("X", 1)
+                    pools.append(pool * dd["NK"] * dd["D"])
+            except Exception:  # noqa: BLE001 - unreadable here: the bound every contract revision stays under
+                pass
+            self._span_limit = max((1 << 31) - 1, *pools)
+        return self._span_limit
 
     def _checks_qkv_rows(self) -> bool:
         """Whether the op contract (the one the live patch pins) checks q as a view of the qkv rows."""
