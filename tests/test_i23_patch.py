@@ -215,10 +215,10 @@ def test_each_check_shape_is_checked_in_the_form_a_graph_captured_llama_server_c
 
 
 def test_a_kv_pool_past_the_offsets_any_contract_shape_reached_is_sglangs():
-    """A server whose per-layer KV buffer passes 2^31 elements (a small model on an H200: 1.6M+ token slots x 8 heads
-    x 128 dims) is where a kernel computing KV offsets in int32 wraps, and no contract shape reaches it (the largest
-    pool is ~2^28 elements), so no candidate was ever checked there: SGLang's kernel serves it. One slot fewer is
-    served. Host metadata only (meta tensors)."""
+    """A server whose per-layer KV buffer passes 2^31 elements (2.1M token slots x 8 heads x 128 dims; a hybrid model
+    with few attention layers reaches it on an H200) is where a kernel computing KV offsets in int32 wraps, and no
+    contract shape reaches it (the largest pool is ~2^28 elements), so no candidate was ever checked there:
+    SGLang's kernel serves it. One slot fewer is served. Host metadata only (meta tensors)."""
     ad = DecodeAttentionAdapter()
     assert ad._checked_span() == (1 << 31) - 1
     nk, d = 8, 128

@@ -133,8 +133,10 @@ class DecodeAttentionAdapter(OpAdapter):
         """The largest KV buffer (elements from the first to one past the last) the calls may reach: 2^31 - 1, or
         the contract's largest pool where a shape reaches past it. Why: a kernel that computes KV offsets in
         int32 (kv_indices are int64; a candidate may narrow them to save registers) is right at every contract
-        shape, whose pools hold at most ~2^28 elements, and wraps on a server whose pool passes 2^31 elements (a
-        small model on an H200: 1.6M tokens x 8 heads x 128 dims per layer's buffer). Such a call is SGLang's."""
+        shape, whose pools hold at most ~2^28 elements, and wraps on a server whose per-layer buffer passes 2^31
+        elements: bf16 K and V of L attention layers at that size need L x 8.6 GB, within an H200's pool for a
+        model of up to ~15 attention layers (hybrid models keep few: the rest are linear or sliding). Such a call
+        is SGLang's."""
         if self._span_limit is None:
             from astra_sglang.contract.op import load_manifest
             from astra_sglang.patches.registry import op_folder
