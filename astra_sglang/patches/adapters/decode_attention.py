@@ -35,11 +35,6 @@ _NAMES = ("q", "k_buffer", "v_buffer", "o", "kv_indptr", "kv_indices", "attn_log
 _SCALARS = ("max_kv_splits", "sm_scale", "page_size")
 
 
-def _span(t: Any) -> int:
-    """Elements from a tensor's first to one past its last (host metadata): the offsets a kernel computes in it."""
-    return 1 + sum((n - 1) * abs(st) for n, st in zip(t.shape, t.stride())) if t.numel() else 0
-
-
 def _is_number(x: Any, value: float) -> bool:
     """``x == value`` for a Python number; False for anything else (a tensor scale would need a device read)."""
     return isinstance(x, (int, float)) and not isinstance(x, bool) and x == value
@@ -91,7 +86,8 @@ class DecodeAttentionAdapter(OpAdapter):
                 or attn_lse.shape[1:] != (nq, max_kv_splits) or attn_lse.shape[0] < b
                 or kv_indptr.shape[0] < b + 1 or num_kv_splits.shape[0] < b):
             return None
-        if max(_span(k_buffer), _span(v_buffer)) > self._checked_span():
+        # numel is the buffers' span: the guard serves contiguous KV buffers only (a strided one goes to SGLang)
+        if max(k_buffer.numel(), v_buffer.numel()) > self._checked_span():
             return None  # element offsets no contract shape reached (past 2^31 an int32 offset wraps)
         # views of the first B rows (host metadata only): the contract's shapes, no device memory
         if attn_logits.shape[0] != b:
