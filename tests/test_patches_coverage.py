@@ -342,3 +342,18 @@ def test_e2e_forecasts_a_long_output_from_the_record_at_its_mean_decode_context(
 
     assert record_s(["--output-len", "14336"]) == 8201
     assert record_s([]) == 1033  # one_batch's default 16 new tokens
+
+
+@pytest.mark.parametrize("model_type, qs", [("llama", 1), ("qwen2", 1), ("qwen2_moe", 1), ("qwen3", 0)])
+def test_decode_attention_is_forecast_in_the_q_layout_the_models_forward_passes(model_type: str, qs: int) -> None:
+    """Qwen2's forward (the most served family after LLaMA) splits qkv and ropes in place as LLaMA's does, so its
+    decode attention gets q in the qkv rows; Qwen3 normalizes q first (a copy). The record a call is forecast
+    from follows that form (read from SGLang 0.5.23's models/qwen2.py, qwen2_moe.py, qwen3.py)."""
+    config = {**model_config("llama3-8b"), "model_type": model_type}
+    rewrite = load_patch_manifest(REPO / "patches" / "decode_attention" / "mr-da2-single-r1")
+    rows, _ = coverage(config, [rewrite], [128], ["decode"], 1024, "bfloat16", gpu="NVIDIA H100 80GB HBM3",
+                       attention_backend="triton")
+    (row,) = rows
+    assert row.record is not None and row.record.dims.get("QS", 0) == qs
+    # the H100 records of the two forms: 261.6 -> 213.5 us (q in the qkv rows, S 1033), 265.8 -> 198.2 (contiguous)
+    assert row.record.saved_us == pytest.approx(48.1 if qs else 67.6, abs=0.1)

@@ -154,9 +154,11 @@ def _nearest_record(m: PatchManifest, dims: dict[str, int], dtype: str, gpu: str
     return RecordPoint(shown, best.served_us or 0.0, best.candidate_us or 0.0)
 
 
-# models whose attention hands decode attention q as a view of the fused qkv rows (LLaMA's split of qkv_proj's
-# output; the adapter's dim QS 1): their calls are timed in that form (Qwen3 normalizes q first: not judged)
-QKV_VIEW_MODELS = frozenset({"llama", "mistral", "mixtral"})
+# models (config model_type) whose attention hands decode attention q as a view of the fused qkv rows: SGLang
+# 0.5.23's forward splits qkv_proj's output, ropes q and k in place and calls attention, as LLaMA's does (the
+# adapter's dim QS 1), so their calls are forecast from records of that form. Qwen3 and OLMo2 normalize q first
+# (a copy): contiguous; a model not listed is forecast from the contiguous form.
+QKV_VIEW_MODELS = frozenset({"llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "gemma", "internlm2", "exaone"})
 
 
 HOPPER = re.compile(r"\bG?H(100|200|800|20)\b")  # sm_90 data-center parts, as torch names them
