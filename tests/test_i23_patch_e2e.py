@@ -209,6 +209,30 @@ def test_a_patch_wrong_only_in_the_form_a_server_calls_it_fails_its_first_call_c
     assert counters()[pid] == {"patch": 0, "original": 1}
 
 
+def test_the_shipped_rewrite_passes_its_first_call_check_in_the_served_form(env, request):
+    """The shipped decode-attention rewrite (mr-da2-single-r1, MODEL RUN: Claude answering through the file:
+    provider), its kernel file as shipped, through the first-call check on tiny shapes as written and in the form a
+    graph-captured LLaMA server calls it (q in the qkv rows, stale graph slots past the rows), float16 (the Triton
+    interpreter computes this op's bfloat16 on raw bits). The GPU checks it at its own check shapes."""
+    if ran_in_fresh_interpreter(request):
+        return
+    from astra_sglang.contract.patch import load_patch_manifest, write_patch_manifest
+    from astra_sglang.patches import status
+    from astra_sglang.patches.registry import find
+    from astra_sglang.patches.runtime import PatchRuntime
+
+    e = add("i23-shipped-rewrite", REPO / "patches" / "decode_attention" / "mr-da2-single-r1" / "kernel.py")
+    m = load_patch_manifest(e.path)
+    m.guard.dtypes = ["float16"]
+    write_patch_manifest(e.path, m)
+    e = find("i23-shipped-rewrite")
+    status.reset("i23-shipped-rewrite")
+    rt = PatchRuntime(e.path, e.manifest)
+    assert rt.activate("cpu", standin_original()), status.statuses()["i23-shipped-rewrite"].reason
+    forms = [f for d in TINY for f in rt.adapter.served_forms({**d, "KX": 0, "QS": 0})]
+    assert len(forms) == 4 and forms[1]["QS"] == 1 and forms[1]["KX"] > 0
+
+
 CHILD = r'''
 import ast, importlib.util, json
 from pathlib import Path
