@@ -326,7 +326,8 @@ def test_the_device_check_looks_inside_every_box_the_patch_serves_on_that_gpu() 
     """Check shapes are picked per union box; on a GPU with its own boxes one can fall outside them (the hook then
     hands it to SGLang's kernel, and the check tests nothing of the patch there), and a box of that GPU can have no
     check shape at all: the shipped rewrite's H100 box B 128..256 / NK 8 / G 4, and its H200 box B 128 / NK 2 / G 8.
-    The device check adds a shape inside each such box, so its not-slower verdict looks where the patch serves."""
+    The device check adds a shape inside each such box, so its not-slower verdict looks where the patch serves, and
+    times each in the served form too."""
     from astra_sglang.patches.tooling.devcheck import shapes_here
 
     m = load_patch_manifest(REPO / "patches" / "decode_attention" / "mr-da2-single-r1")
@@ -338,8 +339,12 @@ def test_the_device_check_looks_inside_every_box_the_patch_serves_on_that_gpu() 
         assert shapes[:len(m.check_shapes)] == m.check_shapes
         for box in here.regions:  # every box of this GPU holds a checked shape
             assert any(box_takes(box, d) for d in shapes), (gpu, box)
+        # and each also in the form a graph-captured LLaMA server calls it (q in the qkv rows, graph kv_indices)
+        eager = [d for d in shapes if not d.get("QS")]
+        assert len(shapes) == 2 * len(eager)
+        assert all({**d, "QS": 1, "KX": d["B"] * d["S"]} in shapes for d in eager)
     lone = load_patch_manifest(REPO / "patches" / "fused_add_rmsnorm" / "fused-add-rmsnorm-mr-k4")
-    assert shapes_here(lone, "NVIDIA H100 80GB HBM3") == lone.check_shapes  # one GPU's guard: as shipped
+    assert shapes_here(lone, "NVIDIA H100 80GB HBM3") == lone.check_shapes  # one GPU's guard, one form: as shipped
 
 
 def test_verify_twins_only_is_refused_in_one_line_where_the_guard_sees_every_size(capsys) -> None:

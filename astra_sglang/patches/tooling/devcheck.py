@@ -90,7 +90,6 @@ def extracted_original(entry: PatchEntry) -> Callable[..., Any]:
 def check_on_device(entry: PatchEntry, *, time_it: bool = True, reps: int = 100) -> DeviceReport:
     import torch
 
-    from astra_sglang.contract.op import complete_dims
     from astra_sglang.loader.launch import load_reference
     from astra_sglang.patches.registry import device_problem, op_folder
     from astra_sglang.patches.runtime import PatchRuntime
@@ -132,8 +131,7 @@ def check_on_device(entry: PatchEntry, *, time_it: bool = True, reps: int = 100)
     for dtype_name in m.guard.dtypes:
         tol = rt.op.tolerances[dtype_name]  # the harness's checker and tolerances, as the plugin's own gate
         dtype = getattr(torch, dtype_name)
-        forms = [form for dims in shapes_here(m, gpu) for form in ad.served_forms(complete_dims(rt.op, dims))]
-        for i, dims in enumerate(forms):
+        for i, dims in enumerate(shapes_here(m, gpu)):
             sr = ShapeResult(dims=dims, dtype=dtype_name)
             rep.shapes.append(sr)
             # eager, through the installed hook
@@ -160,18 +158,24 @@ def check_on_device(entry: PatchEntry, *, time_it: bool = True, reps: int = 100)
 
 def shapes_here(m: PatchManifest, gpu: str | None) -> list[dict[str, int]]:
     """The manifest's check shapes, then the adapter's moved into each of this GPU's own boxes (``GuardSpec.on_gpu``)
-    where they are new. Check shapes are picked per union box, so one can lie outside a GPU's boxes, where the hook
-    hands it to SGLang's kernel and the check there tests nothing of the patch (noticed 2026-12-07); and the
-    not-slower verdict must look where the patch serves on this GPU."""
+    where they are new, then each of them in the other forms a server calls it in (``OpAdapter.served_forms``).
+    Check shapes are picked per union box, so one can lie outside a GPU's boxes, where the hook hands it to
+    SGLang's kernel and the check there tests nothing of the patch (noticed 2026-12-07); the not-slower verdict
+    must look where the patch serves on this GPU; and it must time the form served (decode attention's eager and
+    served forms differed, 0.994x vs 1.064x at one point, stop 56)."""
+    from astra_sglang.contract.op import complete_dims
     from astra_sglang.patches.adapters import get_adapter
+    from astra_sglang.patches.registry import load_op
     from astra_sglang.patches.tooling.add import covered_check_shapes
 
+    ad = get_adapter(m.op)
     shapes = [dict(d) for d in m.check_shapes]
     here = m.guard.on_gpu(gpu) if gpu and m.guard.gpu_regions else None
-    if here is None or not here.regions:
-        return shapes
-    return shapes + [d for d in covered_check_shapes(get_adapter(m.op).default_check_shapes(), here)
-                     if d not in shapes]
+    if here is not None and here.regions:
+        shapes += [d for d in covered_check_shapes(ad.default_check_shapes(), here) if d not in shapes]
+    op = load_op(m)
+    served = [f for d in shapes for f in ad.served_forms(complete_dims(op, d))[1:]]
+    return shapes + [f for i, f in enumerate(served) if f not in shapes and f not in served[:i]]
 
 
 def _first_bad(got: dict, orig: dict, ref: dict, tol: Any) -> str | None:
