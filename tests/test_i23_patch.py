@@ -214,7 +214,7 @@ def test_each_check_shape_is_checked_in_the_form_a_graph_captured_llama_server_c
     assert args[5].numel() == 2 * 27 and args[0].is_contiguous() != ad._checks_qkv_rows()
 
 
-def test_a_kv_pool_past_the_offsets_any_contract_shape_reached_is_sglangs():
+def test_a_kv_pool_past_the_offsets_any_contract_shape_reached_is_sglangs(caplog):
     """A server whose per-layer KV buffer passes 2^31 elements (2.1M token slots x 8 heads x 128 dims; a hybrid model
     with few attention layers reaches it on an H200) is where a kernel computing KV offsets in int32 wraps, and no
     contract shape reaches it (the largest pool is ~2^28 elements), so no candidate was ever checked there:
@@ -228,6 +228,9 @@ def test_a_kv_pool_past_the_offsets_any_contract_shape_reached_is_sglangs():
         args, kwargs = forward_decode_call(t)
         p = ad.prepare(*args, **kwargs)
         assert (p is not None and make_guard(ad.default_guard(), "meta")(p)) == served, slots
+    ad.prepare(*args, **kwargs)
+    said = [r.getMessage() for r in caplog.records if "KV buffer" in r.getMessage()]
+    assert len(said) == 1 and f"{(most + 1) * nk * d} elements" in said[0]  # once a process, with why
 
 
 def test_adapter_names_are_the_contracts_signature():

@@ -55,6 +55,7 @@ class DecodeAttentionAdapter(OpAdapter):
         self._f32, self._i32, self._i64 = torch.float32, torch.int32, torch.int64
         self._inputs: Any = None
         self._span_limit: int | None = None  # KV buffer elements the contract's calls reach; read once
+        self._span_said = False
         self._qkv_rows: bool | None = None  # the contract checks q as a view of the qkv rows (dim QS); read once
 
     def prepare(self, q: Any, k_buffer: Any, v_buffer: Any, o: Any, kv_indptr: Any, kv_indices: Any,
@@ -88,6 +89,7 @@ class DecodeAttentionAdapter(OpAdapter):
             return None
         # numel is the buffers' span: the guard serves contiguous KV buffers only (a strided one goes to SGLang)
         if max(k_buffer.numel(), v_buffer.numel()) > self._checked_span():
+            self._say_span_once(max(k_buffer.numel(), v_buffer.numel()))
             return None  # element offsets no contract shape reached (past 2^31 an int32 offset wraps)
         # views of the first B rows (host metadata only): the contract's shapes, no device memory
         if attn_logits.shape[0] != b:
@@ -147,6 +149,17 @@ class DecodeAttentionAdapter(OpAdapter):
                 pass
             self._span_limit = max((1 << 31) - 1, *pools)
         return self._span_limit
+
+    def _say_span_once(self, elements: int) -> None:
+        """One log line per patch and process: such a server's decode calls all go to SGLang, and its counters alone would
+        not say why."""
+        if not self._span_said:
+            self._span_said = True
+            import logging
+
+            logging.getLogger("astra_sglang.patches").warning(
+                "astra-sglang: decode_attention calls with a KV buffer of %d elements (past the %d any contract shape "
+                "checked; an int32 offset wraps there) go to SGLang's kernel", elements, self._checked_span())
 
     def _checks_qkv_rows(self) -> bool:
         """Whether the op contract (the one the live patch pins) checks q as a view of the qkv rows."""
