@@ -302,6 +302,12 @@ def test_cli_on_a_named_gpu_prints_each_batch_sizes_forecast_from_the_records(
     assert main(["patches", "coverage", "--config", "llama3-8b", "--batch-size", "128", "--attention-backend",
                  "triton"]) == 0
     assert "records forecast" not in capsys.readouterr().out  # no GPU named: no record is this GPU's
+    # a long output: the decode calls' mean context (1024 + 14336 / 2) reads the retune's S 8201 record at bs 32
+    assert main(["patches", "coverage", "--config", "llama3-8b", "--batch-size", "32", "--gpu", "NVIDIA H100 80GB HBM3",
+                 "--attention-backend", "triton", "--patches", "sglang-retuned-da", "--output-len", "14336",
+                 "--json"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)["rows"]
+    assert row["record"]["dims"]["S"] == 8201
 
 
 def test_a_record_row_from_before_rows_named_their_gpu_is_its_one_validated_gpus() -> None:

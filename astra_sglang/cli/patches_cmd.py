@@ -124,6 +124,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="batch sizes (default 1 32 128)")
     c.add_argument("--phase", choices=["decode", "prefill", "both"], default="decode", help="(default: decode)")
     c.add_argument("--input-len", type=positive_int, default=1024, help="prompt tokens (default: 1024)")
+    c.add_argument("--output-len", type=positive_int, default=16,
+                   help="new tokens (default: 16, as one_batch): the decode calls' mean KV length, prompt + half "
+                        "of these, picks the record each forecast is read from")
     c.add_argument("--page-size", type=positive_int, default=1, help="SGLang's --page-size (default: 1)")
     c.add_argument("--dtype", help="the dtype SGLang runs (default: the config's, bfloat16 when none)")
     c.add_argument("--gpu", metavar="NAME", help="the GPU the server runs on, as torch names it (e.g. 'NVIDIA "
@@ -523,7 +526,8 @@ def cmd_coverage(args: argparse.Namespace) -> int:
     phases = ["decode", "prefill"] if args.phase == "both" else [args.phase]
     dtype = model_dtype(config, args.dtype)
     rows, notes = coverage(config, manifests, args.batch_size or [1, 32, 128], phases, args.input_len, dtype, gpu=args.gpu,
-                           page_size=args.page_size, attention_backend=args.attention_backend)
+                           page_size=args.page_size, attention_backend=args.attention_backend,
+                           context=args.input_len + args.output_len // 2)
     if args.json:
         print(json.dumps({"rows": as_json(rows), "notes": notes,
                           "step_savings": [x.model_dump() for x in step_savings(config, rows)] if args.gpu else []},
@@ -532,7 +536,8 @@ def cmd_coverage(args: argparse.Namespace) -> int:
     from astra_sglang.cli.output import Table
 
     name = args.config or str(args.model_config)
-    t = Table(title=f"which patch serves {name}'s calls ({dtype}, input {args.input_len}, page {args.page_size}, "
+    t = Table(title=f"which patch serves {name}'s calls ({dtype}, input {args.input_len}, output {args.output_len}, "
+                    f"page {args.page_size}, "
                     f"GPU {args.gpu or 'not named: no GPU gate'}; attention backend "
                     f"{args.attention_backend or 'SGLang default'}; patches {args.patches})")
     for col in ("phase", "batch", "op", "dims", "patch", "serves", "its record here (SGLang -> patch)"):
