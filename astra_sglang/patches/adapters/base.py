@@ -50,10 +50,10 @@ class OpAdapter:
         return {**dims, name: value}
 
     def served_forms(self, dims: dict[str, int]) -> list[dict[str, int]]:
-        """``dims`` and each other layout of the same call that ``prepare`` hands the kernel as it is (decode
-        attention's q as a view of LLaMA's qkv rows, dim QS): the first-call check and the device check run every
-        form a call can be served in, not only the check shape's own, or a kernel wrong on the served layout
-        would pass the check and serve wrong tokens."""
+        """``dims`` and each other form of the same call that ``prepare`` hands the kernel as it is (decode
+        attention under CUDA graphs: q a view of LLaMA's qkv rows, dim QS; kv_indices the graph buffer, dim KX):
+        the first-call check and the device check run every form a call can be served in, not only the check
+        shape's own, or a kernel wrong only in the served form would pass the check and serve wrong tokens."""
         return [dims]
 
     def prepare(self, *args: Any, **kwargs: Any) -> Prepared | None:

@@ -128,7 +128,7 @@ class DecodeAttentionAdapter(OpAdapter):
         return [dims] if served == dims else [dims, served]
 
     def _checked_span(self) -> int:
-        """The largest KV buffer (elements from the first to one past the last) the calls may reach: 2^31 - 1, or
+        """The largest KV buffer (elements) a served call may have: 2^31 - 1, or
         the contract's largest pool where a shape reaches past it. Why: a kernel that computes KV offsets in
         int32 (kv_indices are int64; a candidate may narrow them to save registers) is right at every contract
         shape, whose pools hold at most ~2^28 elements, and wraps on a server whose per-layer buffer passes 2^31
@@ -151,8 +151,8 @@ class DecodeAttentionAdapter(OpAdapter):
         return self._span_limit
 
     def _say_span_once(self, elements: int) -> None:
-        """One log line per patch and process: such a server's decode calls all go to SGLang, and its counters alone would
-        not say why."""
+        """One log line per patch and process: such a server's decode calls all go to SGLang, and its counters
+        alone would not say why."""
         if not self._span_said:
             self._span_said = True
             import logging
