@@ -291,3 +291,27 @@ def test_the_report_sets_the_kernel_records_forecast_beside_the_measured_step(tm
     text = capsys.readouterr().out
     assert "forecast: bs 1: the kernel records forecast B/A 0.900 (1,010 us off A's 10.09" in text and "holds it" in text
     assert "bs 64: the kernel records forecast B/A 0.976" in text and "MISSES it" in text
+    assert "bs 64: the kernel records forecast B/A 0.976" in text and "MISSES it" in text
+
+
+def test_each_prompt_length_is_judged_against_its_own_forecast(tmp_path, capsys, monkeypatch):
+    """A run at two prompt lengths has two batch shapes per batch size, and a forecast for each (the KV length picks
+    the record). The report matched forecasts by batch size alone: the one made at the first prompt length was
+    judged against whichever shape came last. Now each against its own shape; a forecast naming no lengths (a run
+    folder from before) is judged only where its batch size has one shape. STAND-IN forward and records."""
+    from astra_sglang.profile import coverage as cov
+    from astra_sglang.profile.coverage import StepSaving
+
+    parts = ["decode_attention by standin-patch: a STAND-IN record"]
+    monkeypatch.setattr(cov, "forward_savings", lambda found: ("NVIDIA H100 80GB HBM3", [
+        StepSaving(phase="decode", batch_size=1, input_len=8, output_len=16, saved_us=1010.0, parts=parts),
+        StepSaving(phase="decode", batch_size=1, input_len=64, output_len=16, saved_us=400.0, parts=parts),
+        StepSaving(phase="decode", batch_size=64, saved_us=1640.0, parts=parts)]))
+    out = tmp_path / "run"
+    assert main(_e2e(out, "--input-len", "8", "64", "--output-len", "16")) == 0
+    rep = json.loads(capsys.readouterr().out)
+    got = {(f["batch_size"], f["input_len"]): f for f in rep["forecast"]}
+    assert set(got) == {(1, 8), (1, 64)}  # bs 64's forecast names no length and bs 64 ran two: not judged
+    assert got[(1, 8)]["holds"] is True and got[(1, 64)]["holds"] is False
+    assert any(r.startswith("not as the kernel records forecast: bs 1 (in 64, out 16) 0.960 outside")
+               for r in rep["reasons"]), rep["reasons"]

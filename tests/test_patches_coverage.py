@@ -348,6 +348,12 @@ def test_e2e_forecasts_a_long_output_from_the_record_at_its_mean_decode_context(
 
     assert record_s(["--output-len", "14336"]) == 8201
     assert record_s([]) == 1033  # one_batch's default 16 new tokens
+    both = cov.forward_rows(args + ["--output-len", "16", "14336"], "sglang-retuned-da")  # one run, two shapes
+    saved = cov.forward_savings(both)
+    assert saved is not None
+    steps = {(s.batch_size, s.input_len, s.output_len): s.saved_us for s in saved[1]}
+    assert set(steps) == {(32, 1024, 16), (32, 1024, 14336)}
+    assert steps[(32, 1024, 14336)] > 40 * steps[(32, 1024, 16)]  # 32 x 119.7 us against 32 x 2.3 us
 
 
 @pytest.mark.parametrize("model_type, qs", [("llama", 1), ("qwen2", 1), ("qwen2_moe", 1), ("qwen3", 0)])

@@ -146,7 +146,8 @@ def _forecasts(found: ForwardRows | None, say: Callable[[str], None]) -> Forecas
         return None
     gpu, steps = saved
     for s in steps:
-        say(f"forecast: bs {s.batch_size}: {s.saved_us:,.0f} us a decode step from the kernel records on {gpu}"
+        say(f"forecast: bs {s.batch_size} (in {s.input_len}, out {s.output_len}): {s.saved_us:,.0f} us a decode step "
+            f"from the kernel records on {gpu}"
             + "".join(f"; {p}" for p in s.parts + [f"not counted: {u}" for u in s.uncounted]))
     return Forecasts(gpu=gpu, steps=steps)
 

@@ -35,9 +35,11 @@ class Forecasts(Model):
 
 
 class ForecastCheck(Model):
-    """A forecast beside the measured decode B/A of its batch size."""
+    """A forecast beside the measured decode B/A of its batch shape."""
 
     batch_size: int
+    input_len: int | None = None
+    output_len: int | None = None
     saved_us: float
     step_ms: float = Field(description="arm A's decode step median the forecast is taken from")
     predicted: float = Field(description="B/A forecast: (A - saved) / A")
@@ -52,8 +54,12 @@ class ForecastCheck(Model):
         verdict = "" if self.holds is None else (": holds it" if self.holds else
                                                  f": MISSES it ({MISS})")
         extra = f"; not counted: {'; '.join(self.uncounted)}" if self.uncounted else ""
-        return (f"bs {self.batch_size}: the kernel records forecast B/A {self.predicted:.3f} ({self.saved_us:,.0f} us "
+        return (f"{self.shape()}: the kernel records forecast B/A {self.predicted:.3f} ({self.saved_us:,.0f} us "
                 f"off A's {self.step_ms:.3f} ms step), {got}{verdict}{extra}")
+
+    def shape(self) -> str:
+        lengths = f" (in {self.input_len}, out {self.output_len})" if self.input_len is not None else ""
+        return f"bs {self.batch_size}{lengths}"
 
 
 def write_forecasts(out: Path, forecasts: Forecasts) -> None:
@@ -73,17 +79,25 @@ def read_forecasts(out: Path) -> list[StepSaving]:
         return []
 
 
-def check(forecasts: Sequence[StepSaving], decode: dict[int, tuple[float | None, Interval | None]]
-          ) -> list[ForecastCheck]:
-    """Each forecast beside ``decode[batch] = (arm A's median step in seconds, the B/A interval)``; a batch size
-    without an A median is left out (nothing to forecast against)."""
+def check(forecasts: Sequence[StepSaving],
+          decode: dict[tuple[int, int, int], tuple[float | None, Interval | None]]) -> list[ForecastCheck]:
+    """Each forecast beside the shape it was made for: ``decode[(batch, input_len, output_len)] = (arm A's median
+    step in seconds, the B/A interval)``. A forecast from before forecasts named their lengths stands for its batch
+    size's one shape, and for none where the run measured several (2026-12-07: a forecast made at the first prompt
+    length was judged against the last one's step). A shape without an A median is left out."""
     out = []
     for f in forecasts:
-        a, interval = decode.get(f.batch_size, (None, None))
-        if not a or not (f.parts or f.uncounted):
+        keys = [k for k in decode if k[0] == f.batch_size and f.input_len in (None, k[1])
+                and f.output_len in (None, k[2])]
+        if len(keys) != 1 or not (f.parts or f.uncounted):
+            continue
+        (key,) = keys
+        a, interval = decode[key]
+        if not a:
             continue
         predicted = (a * 1e6 - f.saved_us) / (a * 1e6)
         holds = None if interval is None else interval.low <= predicted <= interval.high
-        out.append(ForecastCheck(batch_size=f.batch_size, saved_us=f.saved_us, step_ms=a * 1e3, predicted=predicted,
-                                 measured=interval, holds=holds, parts=f.parts, uncounted=f.uncounted))
+        out.append(ForecastCheck(batch_size=f.batch_size, input_len=f.input_len, output_len=f.output_len,
+                                 saved_us=f.saved_us, step_ms=a * 1e3, predicted=predicted, measured=interval,
+                                 holds=holds, parts=f.parts, uncounted=f.uncounted))
     return out

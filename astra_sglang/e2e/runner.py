@@ -172,7 +172,7 @@ class E2EReport(Model):
     rounds_needed: int | None = Field(default=None, description="estimated rounds for the target half-width")
     gpu_findings: list[str] = Field(default_factory=list, description="per batch size: were the slower processes "
                                     "the ones on lower clocks (why processes differ; gpu_state.clock_finding)")
-    forecast: list[ForecastCheck] = Field(default_factory=list, description="per batch size: the decode B/A the "
+    forecast: list[ForecastCheck] = Field(default_factory=list, description="per batch shape: the decode B/A the "
                                           "patches' kernel records forecast, beside the measured one (forecast.py)")
 
 
@@ -643,12 +643,12 @@ def build_report(cfg: E2EConfig, runs: Sequence[ArmRun], out: Path) -> E2EReport
         for s in r.results:
             arms_of.setdefault(r.round, {}).setdefault((s.batch_size, s.input_len, s.output_len), set()).add(r.arm)
     complete = [k for k, per in arms_of.items() if all(per.get(key) == set(ARMS) for key in shapes)]
-    forecast = check(read_forecasts(out), {s.batch_size: (s.decode.medians.get("A"), s.decode.b_over_a)
-                                           for s in reports})
+    forecast = check(read_forecasts(out), {(s.batch_size, s.input_len, s.output_len):
+                                           (s.decode.medians.get("A"), s.decode.b_over_a) for s in reports})
     missed = [f for f in forecast if f.holds is False]
     if missed:
         reasons.append("not as the kernel records forecast: " + "; ".join(
-            f"bs {f.batch_size} {f.predicted:.3f} outside {f.measured.text() if f.measured else '-'}"
+            f"{f.shape()} {f.predicted:.3f} outside {f.measured.text() if f.measured else '-'}"
             for f in missed) + f" ({MISS})")
     findings = [gpu_state.clock_finding(bs, [(r.arm, s.median_decode_latency, r.gpu) for r in runs
                                              for s in r.results if s.batch_size == bs and s.median_decode_latency])

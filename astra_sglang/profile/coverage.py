@@ -74,6 +74,9 @@ class StepSaving(Model):
 
     phase: str
     batch_size: int
+    input_len: int | None = Field(default=None, description="the e2e shape's prompt length (None: any, as "
+                                  "written before forecasts named it)")
+    output_len: int | None = Field(default=None, description="the e2e shape's new tokens (None: any)")
     saved_us: float = Field(description="calls per step x each call's saving at the record most like the call")
     parts: list[str] = Field(default_factory=list, description="per serving op: calls, saving, the record used")
     uncounted: list[str] = Field(default_factory=list, description="serving ops whose saving is not known")
@@ -334,9 +337,16 @@ def _gpu_name() -> str | None:
 
 
 class ForwardRows(NamedTuple):
+    """An e2e forward's decode coverage rows per (prompt length, new tokens) shape it runs: which patch serves a
+    call does not depend on them (no guard sees the KV length), the record it is forecast from does."""
+
     config: dict[str, Any]
-    rows: list[CoverageRow]
+    by_length: dict[tuple[int, int], list[CoverageRow]]
     gpu: str | None
+
+    @property
+    def rows(self) -> list[CoverageRow]:
+        return next(iter(self.by_length.values()), [])
 
 
 def forward_rows(one_batch_args: list[str], patches_value: str) -> ForwardRows | None:
@@ -354,8 +364,8 @@ def forward_rows(one_batch_args: list[str], patches_value: str) -> ForwardRows |
         return None
     try:
         batches = [int(v) for v in _values(one_batch_args, "--batch-size")] or [1]
-        input_len = int(flag_value(one_batch_args, "--input-len") or 1024)
-        output_len = int(flag_value(one_batch_args, "--output-len") or 16)  # one_batch's defaults (BenchArgs)
+        inputs = [int(v) for v in _values(one_batch_args, "--input-len")] or [1024]  # one_batch's defaults
+        outputs = [int(v) for v in _values(one_batch_args, "--output-len")] or [16]  # (BenchArgs)
         page = int(flag_value(one_batch_args, "--page-size") or 1)
         tp = int(flag_value(one_batch_args, "--tp-size", "--tensor-parallel-size") or 1)
     except ValueError:
@@ -365,12 +375,15 @@ def forward_rows(one_batch_args: list[str], patches_value: str) -> ForwardRows |
     if not chosen:
         return None
     gpu = _gpu_name()
-    rows, _ = coverage(config, chosen, batches, ["decode"], input_len,
-                       model_dtype(config, flag_value(one_batch_args, "--dtype")), gpu=gpu, page_size=page,
-                       tp_size=tp, attention_backend=flag_value(one_batch_args, "--attention-backend"),
-                       # the decode steps' mean KV length: a long output moves the forecast to longer-context records
-                       context=input_len + output_len // 2)
-    return ForwardRows(config, rows, gpu)
+    dtype = model_dtype(config, flag_value(one_batch_args, "--dtype"))
+    backend = flag_value(one_batch_args, "--attention-backend")
+    by_length = {}
+    for il in inputs:
+        for ol in outputs:
+            # the decode steps' mean KV length: a long output moves the forecast to longer-context records
+            by_length[(il, ol)] = coverage(config, chosen, batches, ["decode"], il, dtype, gpu=gpu, page_size=page,
+                                           tp_size=tp, attention_backend=backend, context=il + ol // 2)[0]
+    return ForwardRows(config, by_length, gpu)
 
 
 def idle_patch_lines(found: ForwardRows | None) -> list[str]:
@@ -390,8 +403,10 @@ def idle_patch_lines(found: ForwardRows | None) -> list[str]:
 
 
 def forward_savings(found: ForwardRows | None) -> tuple[str, list[StepSaving]] | None:
-    """Per batch size, the decode step time the forward's serving patches should save by their records on this
-    GPU (``step_savings``), and the GPU's name; None without a GPU name or a local model config."""
+    """Per batch shape (batch size, prompt length, new tokens), the decode step time the forward's serving patches
+    should save by their records on this GPU (``step_savings``), and the GPU's name; None without a GPU name or a
+    local model config."""
     if found is None or found.gpu is None:
         return None
-    return found.gpu, step_savings(found.config, found.rows)
+    return found.gpu, [step.model_copy(update={"input_len": il, "output_len": ol})
+                       for (il, ol), rows in found.by_length.items() for step in step_savings(found.config, rows)]
