@@ -346,6 +346,7 @@ class ForwardRows(NamedTuple):
 
     @property
     def rows(self) -> list[CoverageRow]:
+        """One shape's rows: enough to say which patch serves which batch, which no length changes."""
         return next(iter(self.by_length.values()), [])
 
 
