@@ -136,15 +136,17 @@ class DecodeAttentionAdapter(OpAdapter):
         model of up to ~15 attention layers (hybrid models keep few: the rest are linear or sliding). Such a call
         is SGLang's."""
         if self._span_limit is None:
+            import math
+
             from astra_sglang.contract.op import load_manifest
+            from astra_sglang.harness.shared.suite import shape_of
             from astra_sglang.patches.registry import op_folder
 
             pools = [0]
-            try:
-                for case in load_manifest(op_folder(self.op)).shapes:  # pool as the contract's inputs.py sizes it
-                    dd = case.dims
-                    pool = dd["B"] * dd["S"] + (dd["B"] + 1) * (dd.get("P", 1) - 1) + dd.get("X", 1)
-                    pools.append(pool * dd["NK"] * dd["D"])
+            try:  # the KV buffers' sizes as the contract's signature declares them, at each of its shapes
+                op = load_manifest(op_folder(self.op))
+                kv = [t.shape for t in op.signature.tensors if t.name in ("k_buffer", "v_buffer")]
+                pools += [math.prod(shape_of(shape, case.dims)) for case in op.shapes for shape in kv]
             except Exception:  # noqa: BLE001 - unreadable here: the bound every contract revision stays under
                 pass
             self._span_limit = max((1 << 31) - 1, *pools)
