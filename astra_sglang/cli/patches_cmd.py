@@ -513,7 +513,7 @@ def cmd_guard(args: argparse.Namespace) -> int:
 def cmd_coverage(args: argparse.Namespace) -> int:
     from astra_sglang.patches.registry import discover, requested_ids, selected
     from astra_sglang.profile.configs import model_config
-    from astra_sglang.profile.coverage import as_json, coverage, step_savings
+    from astra_sglang.profile.coverage import as_json, coverage, mean_decode_context, step_savings
     from astra_sglang.profile.traffic import load_config, model_dtype
 
     config = model_config(args.config) if args.config else load_config(args.model_config)
@@ -527,7 +527,7 @@ def cmd_coverage(args: argparse.Namespace) -> int:
     dtype = model_dtype(config, args.dtype)
     rows, notes = coverage(config, manifests, args.batch_size or [1, 32, 128], phases, args.input_len, dtype, gpu=args.gpu,
                            page_size=args.page_size, attention_backend=args.attention_backend,
-                           context=args.input_len + args.output_len // 2)
+                           context=mean_decode_context(args.input_len, args.output_len))
     if args.json:
         print(json.dumps({"rows": as_json(rows), "notes": notes,
                           "step_savings": [x.model_dump() for x in step_savings(config, rows)] if args.gpu else []},

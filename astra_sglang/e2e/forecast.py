@@ -27,7 +27,7 @@ MISS = "the forward is not running what the records timed, or not only that"
 
 
 class Forecasts(Model):
-    """The run folder's forecast: per batch size, the kernel time a decode step should lose (``patches
+    """The run folder's forecast: per batch shape, the kernel time a decode step should lose (``patches
     coverage``'s ``step_savings``), from the records of the GPU the run runs on."""
 
     gpu: str

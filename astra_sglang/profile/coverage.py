@@ -262,6 +262,12 @@ def step_savings(config: dict[str, Any], rows: list[CoverageRow]) -> list[StepSa
     return list(out.values())
 
 
+def mean_decode_context(input_len: int, output_len: int) -> int:
+    """The KV length a decode call sees on average over a request's steps (prompt, growing by one a step): the
+    forecast reads each call's record there (a 1024-token prompt with 14,336 new tokens decodes at 8,192)."""
+    return input_len + output_len // 2
+
+
 def coverage(config: dict[str, Any], patches: list[PatchManifest], batch_sizes: list[int], phases: list[str],
              input_len: int, dtype: str, gpu: str | None = None, page_size: int = 1,
              max_kv_splits: int = DEFAULT_KV_SPLITS, tp_size: int = 1,
@@ -381,9 +387,9 @@ def forward_rows(one_batch_args: list[str], patches_value: str) -> ForwardRows |
     by_length = {}
     for il in inputs:
         for ol in outputs:
-            # the decode steps' mean KV length: a long output moves the forecast to longer-context records
             by_length[(il, ol)] = coverage(config, chosen, batches, ["decode"], il, dtype, gpu=gpu, page_size=page,
-                                           tp_size=tp, attention_backend=backend, context=il + ol // 2)[0]
+                                           tp_size=tp, attention_backend=backend,
+                                           context=mean_decode_context(il, ol))[0]
     return ForwardRows(config, by_length, gpu)
 
 
