@@ -138,7 +138,7 @@ def cmd_e2e(args: argparse.Namespace) -> int:
 def _forecasts(found: ForwardRows | None, say: Callable[[str], None]) -> Forecasts | None:
     """The decode step time the serving patches' records say each batch size should lose on this GPU
     (e2e/forecast.py), said before the run; the run folder keeps them for the report."""
-    from astra_sglang.e2e.forecast import Forecasts
+    from astra_sglang.e2e.forecast import Forecasts, shape_label
     from astra_sglang.profile.coverage import forward_savings
 
     saved = forward_savings(found)
@@ -146,7 +146,7 @@ def _forecasts(found: ForwardRows | None, say: Callable[[str], None]) -> Forecas
         return None
     gpu, steps = saved
     for s in steps:
-        say(f"forecast: bs {s.batch_size} (in {s.input_len}, out {s.output_len}): {s.saved_us:,.0f} us a decode step "
+        say(f"forecast: {shape_label(s.batch_size, s.input_len, s.output_len)}: {s.saved_us:,.0f} us a decode step "
             f"from the kernel records on {gpu}"
             + "".join(f"; {p}" for p in s.parts + [f"not counted: {u}" for u in s.uncounted]))
     return Forecasts(gpu=gpu, steps=steps)

@@ -58,8 +58,14 @@ class ForecastCheck(Model):
                 f"off A's {self.step_ms:.3f} ms step), {got}{verdict}{extra}")
 
     def shape(self) -> str:
-        lengths = f" (in {self.input_len}, out {self.output_len})" if self.input_len is not None else ""
-        return f"bs {self.batch_size}{lengths}"
+        return shape_label(self.batch_size, self.input_len, self.output_len)
+
+
+def shape_label(batch_size: int, input_len: int | None, output_len: int | None) -> str:
+    """One way to name a batch shape in every line the run prints, so the forecast said before the run, its verdict
+    and the report's reasons can be matched by eye (a forecast file from before lengths names the batch alone)."""
+    lengths = f" (in {input_len}, out {output_len})" if input_len is not None else ""
+    return f"bs {batch_size}{lengths}"
 
 
 def write_forecasts(out: Path, forecasts: Forecasts) -> None:

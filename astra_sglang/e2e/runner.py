@@ -41,6 +41,7 @@ from astra_sglang.e2e.forecast import (
     Forecasts,
     check,
     read_forecasts,
+    shape_label,
     write_forecasts,
 )
 from astra_sglang.e2e.stats import MetricSummary, Verdict, fewest_processes, overall, summarize
@@ -630,7 +631,7 @@ def build_report(cfg: E2EConfig, runs: Sequence[ArmRun], out: Path) -> E2EReport
     widths = [s.decode.b_over_a.half_width for s in reports if s.decode.b_over_a is not None]
     needed = [s.decode.rounds_needed for s in reports if s.decode.rounds_needed is not None]
     verdicts = [m.verdict for s in reports for m in (s.decode, s.prefill)]
-    reasons = [f"bs {s.batch_size} (in {s.input_len}, out {s.output_len}) {m.metric}: {m.verdict}: "
+    reasons = [f"{shape_label(s.batch_size, s.input_len, s.output_len)} {m.metric}: {m.verdict}: "
                f"{'; '.join(m.reasons[:2])}" for s in reports for m in (s.decode, s.prefill)] or ["no results"]
     skipped = not_reached(cfg, runs)
     if skipped:
