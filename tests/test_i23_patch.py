@@ -233,6 +233,19 @@ def test_a_kv_pool_past_the_offsets_any_contract_shape_reached_is_sglangs(caplog
     assert len(said) == 1 and f"{(most + 1) * nk * d} elements" in said[0]  # once a process, with why
 
 
+def test_the_kv_bound_stands_where_the_contract_cannot_be_read(monkeypatch):
+    """The bound's fallback, not a failed patch: where the op contract's modules cannot be imported in the server's
+    process (a trimmed install), the bound is 2^31 - 1 and the call is judged, where an ImportError outside the
+    fallback once turned the whole patch off with "exception in the guard" (2026-12-08 review)."""
+    import sys
+
+    monkeypatch.setitem(sys.modules, "astra_sglang.harness.shared.suite", None)  # import fails
+    ad = DecodeAttentionAdapter()
+    assert ad._checked_span() == (1 << 31) - 1
+    args, kwargs = forward_decode_call(batch(nk=8, d=128, slots=1024))
+    assert ad.prepare(*args, **kwargs) is not None
+
+
 def test_adapter_names_are_the_contracts_signature():
     """The runtime refuses a patch whose adapter passes other names than the op signature (page_size included)."""
     manifest = json.loads((REPO / "extracted" / "decode_attention" / "manifest.json").read_text())

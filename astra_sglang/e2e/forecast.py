@@ -73,16 +73,18 @@ def write_forecasts(out: Path, forecasts: Forecasts) -> None:
     write_atomic(out / FORECAST_FILE, forecasts.model_dump_json(indent=2))
 
 
-def read_forecasts(out: Path) -> list[StepSaving]:
-    """The run folder's forecasts; none where it has no readable file (a run from before forecasts, a Hub model
-    id without a local config): the report then says nothing about them."""
+def read_forecasts(out: Path) -> tuple[list[StepSaving], str | None]:
+    """The run folder's forecasts; none where it has no file (a run from before forecasts, a Hub model id without a
+    local config): the report then says nothing about them. A file this version cannot read (one written before
+    forecasts were kept per batch shape, 2026-12-07) is named in the second item, so the report says its forecast
+    went unjudged instead of dropping it without a word."""
     path = out / FORECAST_FILE
     if not path.is_file():
-        return []
+        return [], None
     try:
-        return Forecasts.model_validate_json(path.read_text()).steps
-    except ValueError:
-        return []
+        return Forecasts.model_validate_json(path.read_text()).steps, None
+    except ValueError as e:
+        return [], f"{path} is not a forecast this version reads, so no forecast was judged ({str(e).splitlines()[0]})"
 
 
 def check(forecasts: Sequence[StepSaving],

@@ -644,8 +644,11 @@ def build_report(cfg: E2EConfig, runs: Sequence[ArmRun], out: Path) -> E2EReport
         for s in r.results:
             arms_of.setdefault(r.round, {}).setdefault((s.batch_size, s.input_len, s.output_len), set()).add(r.arm)
     complete = [k for k, per in arms_of.items() if all(per.get(key) == set(ARMS) for key in shapes)]
-    forecast = check(read_forecasts(out), {(s.batch_size, s.input_len, s.output_len):
-                                           (s.decode.medians.get("A"), s.decode.b_over_a) for s in reports})
+    forecasts, unread = read_forecasts(out)
+    if unread:
+        reasons.append(unread)
+    forecast = check(forecasts, {(s.batch_size, s.input_len, s.output_len):
+                                 (s.decode.medians.get("A"), s.decode.b_over_a) for s in reports})
     missed = [f for f in forecast if f.holds is False]
     if missed:
         reasons.append("not as the kernel records forecast: " + "; ".join(

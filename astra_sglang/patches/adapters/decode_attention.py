@@ -138,12 +138,12 @@ class DecodeAttentionAdapter(OpAdapter):
         if self._span_limit is None:
             import math
 
-            from astra_sglang.contract.op import load_manifest
-            from astra_sglang.harness.shared.suite import shape_of
-            from astra_sglang.patches.registry import op_folder
-
             pools = [0]
             try:  # the KV buffers' sizes as the contract's signature declares them, at each of its shapes
+                from astra_sglang.contract.op import load_manifest
+                from astra_sglang.harness.shared.suite import shape_of
+                from astra_sglang.patches.registry import op_folder
+
                 op = load_manifest(op_folder(self.op))
                 kv = [t.shape for t in op.signature.tensors if t.name in ("k_buffer", "v_buffer")]
                 pools += [math.prod(shape_of(shape, case.dims)) for case in op.shapes for shape in kv]
@@ -160,8 +160,9 @@ class DecodeAttentionAdapter(OpAdapter):
             import logging
 
             logging.getLogger("astra_sglang.patches").warning(
-                "astra-sglang: decode_attention calls with a KV buffer of %d elements (past the %d any contract shape "
-                "checked; an int32 offset wraps there) go to SGLang's kernel", elements, self._checked_span())
+                "astra-sglang: decode_attention calls with a KV buffer of %d elements (past %d, where an int32 "
+                "element offset wraps; no contract shape checked a pool that large) go to SGLang's kernel", elements,
+                self._checked_span())
 
     def _checks_qkv_rows(self) -> bool:
         """Whether the op contract (the one the live patch pins) checks q as a view of the qkv rows."""
