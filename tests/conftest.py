@@ -178,6 +178,13 @@ def restored_op_or_none() -> Callable[[str], Path | None]:
     return lambda name: _restored(name, stand_in=True)
 
 
+def measurement_path(root: Path, name: str, device: str) -> Path:
+    """Named for the GPU that measured it, file and label alike: the tests' "h200_" names came back from H100s as
+    h200_*.json (2026-12-07), and the file's own label still said h200 on an H100 (2026-12-08)."""
+    gpu = next((g for g in ("h100", "h200", "b200", "a100") if g in device.lower()), "gpu" if device != "cpu" else "cpu")
+    return root / f"{gpu}_{name.removeprefix('h200_')}.json" if name.startswith("h200_") else root / f"{name}.json"
+
+
 @pytest.fixture(scope="session")
 def measurements() -> Callable[[str, Any], Path]:
     """``measurements("h200_harness_self", data)`` writes docs/measurements/h200_harness_self.json on an H200
@@ -192,12 +199,10 @@ def measurements() -> Callable[[str, Any], Path]:
         import torch
 
         device = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
-        doc = {"written_by": name, "device": device, "torch": torch.__version__,
-               "utc": datetime.now(timezone.utc).isoformat(timespec="seconds"), "data": data}
         root.mkdir(parents=True, exist_ok=True)
-        # named for the GPU that measured it: the tests' "h200_" names came back from H100s as h200_*.json (2026-12-07)
-        gpu = next((g for g in ("h100", "h200", "b200", "a100") if g in device.lower()), "gpu" if device != "cpu" else "cpu")
-        path = root / f"{gpu}_{name.removeprefix('h200_')}.json" if name.startswith("h200_") else root / f"{name}.json"
+        path = measurement_path(root, name, device)
+        doc = {"written_by": path.stem, "device": device, "torch": torch.__version__,
+               "utc": datetime.now(timezone.utc).isoformat(timespec="seconds"), "data": data}
         path.write_text(json.dumps(doc, indent=1, default=str) + "\n")
         return path
 

@@ -87,3 +87,13 @@ def test_gpu_marker_skips_without_cuda(scratch: Path) -> None:
     out = _run(scratch, ci=True)  # CI has no GPU: a skip, not a failure
     assert "SKIPPED" in out.stdout and "needs a CUDA GPU" in out.stdout, out.stdout
     assert "FAILED tests/test_scratch.py::test_on_the_gpu" not in out.stdout
+
+
+def test_a_measurement_is_named_for_the_gpu_that_took_it(tmp_path: Path) -> None:
+    """A GPU test's measurement file, and the label inside it, name the GPU that measured it: an H100's
+    said "h200_patch_..." inside (2026-12-08), so a reader of the file alone took H100 numbers for H200 ones."""
+    from conftest import measurement_path
+
+    assert measurement_path(tmp_path, "h200_patch_x", "NVIDIA H100 80GB HBM3").stem == "h100_patch_x"
+    assert measurement_path(tmp_path, "h200_patch_x", "NVIDIA H200").stem == "h200_patch_x"
+    assert measurement_path(tmp_path, "scripted_runs", "NVIDIA H100 80GB HBM3").stem == "scripted_runs"
